@@ -1,0 +1,32 @@
+# The CUDA part of the tree is built whenever nvcc is present (CI has nvcc and no GPU); without
+# it, one configure message says it is left out.
+set(TANDEM_HAVE_CUDA OFF)
+if(TANDEM_CUDA)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+endif()
+if(TANDEM_CUDA AND CMAKE_CUDA_COMPILER)
+  set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # avoid cudart_static + libcudart.so together
+  enable_language(CUDA)
+  # CMake 3.25 does not know CUDA20 for nvcc; pass the flag ourselves.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA_STANDARD 20)
+  find_package(CUDAToolkit REQUIRED)
+  foreach(lib nccl cudnn)
+    string(TOUPPER ${lib} L)
+    find_library(${L}_LIBRARY ${lib} HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+    find_path(${L}_INCLUDE_DIR ${lib}.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+    add_library(${lib}::${lib} UNKNOWN IMPORTED)
+    set_target_properties(${lib}::${lib} PROPERTIES IMPORTED_LOCATION "${${L}_LIBRARY}"
+                          INTERFACE_INCLUDE_DIRECTORIES "${${L}_INCLUDE_DIR}")
+  endforeach()
+  set(TANDEM_HAVE_CUDA ON)
+  message(STATUS "tandem: CUDA part enabled (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_80 + sm_90)")
+else()
+  message(STATUS "tandem: nvcc not found (or TANDEM_CUDA=OFF): the CUDA part is left out")
+endif()

@@ -1,0 +1,10 @@
+# Warnings for tandem's own targets (never for generated or third-party code), and the
+# floating-point rules of PROTOCOLS §5: no FMA contraction, no fast-math, no -march=native.
+function(tandem_target target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter -ffp-contract=off>)
+  if(TANDEM_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()

@@ -1,0 +1,46 @@
+// Which task this process is and where the cluster lives: from `--task TYPE:INDEX` and the
+// job config, or from TensorFlow's TF_CONFIG environment variable (DESIGN §1).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+
+namespace tandem::config {
+
+enum class Role { kChief, kPs, kWorker };
+
+std::string_view RoleName(Role role);  // "chief" | "ps" | "worker"
+
+struct TaskId {
+  Role role = Role::kWorker;
+  int index = 0;
+  std::string ToString() const;  // "worker:0"
+  friend bool operator==(const TaskId&, const TaskId&) = default;
+};
+
+// Parses "chief:0", "ps:3", "worker:1" (index >= 0; chief only 0).
+StatusOr<TaskId> ParseTaskId(const std::string& text);
+
+struct ResolvedTask {
+  TaskId task;
+  std::string address;       // this task's "host:port" from the cluster
+  std::string cluster_from;  // "config FILE" or "TF_CONFIG"
+  std::string task_from;     // "--task" or "TF_CONFIG" or "--task and TF_CONFIG"
+};
+
+// Resolves the task and cluster for a daemon. `tf_config` is the value of TF_CONFIG (nullopt
+// when unset); the caller reads the environment. When TF_CONFIG names a cluster, its
+// "chief"/"ps"/"worker" lists replace cluster.* in `job` (TensorFlow's precedence: the
+// environment describes the actual deployment). Errors (kInvalidArgument, exit 3):
+// TF_CONFIG not valid JSON; a task type tandem lacks (e.g. "evaluator", "master") in its cluster
+// or task; `--task` and TF_CONFIG's task disagree (the message names both); index out of range.
+// kFailedPrecondition (usage, exit 2) when neither `--task` nor TF_CONFIG gives a task.
+StatusOr<ResolvedTask> ResolveTask(const std::optional<std::string>& task_flag,
+                                   const std::optional<std::string>& tf_config,
+                                   const std::string& config_path, JobConfig* job);
+
+}  // namespace tandem::config

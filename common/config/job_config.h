@@ -1,0 +1,158 @@
+// The job config (DESIGN §12): one YAML file per job, overridden by `--set key.path=value`.
+// Only common/config/ reads files and the environment (STYLE §7). Every key has a documented
+// default (configs/README.md lists them); LoadJobConfig rejects unknown keys.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::config {
+
+// One embedding table's settings: `tables.default.*`, overridden per table by `tables.<name>.*`.
+struct TableConfig {
+  std::string optimizer = "adagrad";  // sgd | adagrad | rowwise_adagrad | adam | ftrl
+  double lr = 0.05;                   // > 0
+  std::string init_dist = "uniform";  // `init.dist`: uniform | normal | zeros
+  double init_scale = 0.05;           // `init.scale`: half-width (uniform) or stddev (normal), >= 0
+  int64_t admission_min_count = 0;    // `admission.min_count`: 0 = admit on first push, >= 0
+  int64_t eviction_ttl_steps = 0;     // `eviction.ttl_steps`: 0 = never, >= 0
+  double adagrad_initial_accumulator = 0.1;  // `adagrad.initial_accumulator` >= 0
+  double adam_beta1 = 0.9;                   // `adam.beta1` in [0,1)
+  double adam_beta2 = 0.999;                 // `adam.beta2` in [0,1)
+  double adam_eps = 1e-8;                    // `adam.eps` > 0
+  double ftrl_alpha = 0.05;                  // `ftrl.alpha` > 0 (FTRL's own learning rate)
+  double ftrl_beta = 1.0;                    // `ftrl.beta` >= 0
+  double ftrl_l1 = 0.0;                      // `ftrl.l1` >= 0
+  double ftrl_l2 = 0.0;                      // `ftrl.l2` >= 0
+};
+
+struct ClusterConfig {
+  std::vector<std::string> chief;    // `cluster.chief`: exactly one "host:port" (port 0 allowed)
+  std::vector<std::string> ps;       // `cluster.ps`: >= 1 addresses
+  std::vector<std::string> workers;  // `cluster.workers`: >= 1 addresses
+};
+
+struct ModelConfig {
+  int64_t embedding_dim = 16;                      // `model.embedding_dim` in [1, 4096]
+  std::vector<int64_t> bottom_mlp = {64, 16};      // last == embedding_dim (dot interaction)
+  std::vector<int64_t> top_mlp = {64, 1};          // last == 1
+  std::string interaction = "dot";                 // dot | concat
+};
+
+struct DataConfig {
+  std::string format = "synthetic";  // criteo | binary | synthetic
+  std::string train;                 // path or glob; required unless synthetic
+  std::string eval;                  // path or glob; optional
+  double max_bad_fraction = 0.001;   // in [0, 1]
+  int64_t num_dense = 13;            // `data.num_dense` >= 0 (Criteo: 13)
+  int64_t num_categorical = 26;      // `data.num_categorical` >= 1 (Criteo: 26); tables C1..Cn
+  // Synthetic generator (`data.synthetic.*`).
+  int64_t synthetic_vocab = 100000;  // ids per field, >= 1
+  double synthetic_zipf = 1.1;       // exponent > 0
+  int64_t synthetic_eval_rows = 20000;  // held-out rows, >= 0
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;               // >= 1
+  int64_t batch_size = 256;           // per worker, >= 1
+  int64_t embedding_staleness = 0;    // k >= 0
+  uint64_t seed = 1;
+  std::string device = "cpu";         // cpu | cuda
+  std::string precision = "fp32";     // fp32 | bf16 | fp16 (cpu: fp32 only)
+  std::string deterministic = "strict";  // strict | relaxed
+  std::string dense_optimizer = "adam";  // `train.dense_optimizer`: sgd | adam | adagrad
+  double dense_lr = 0.001;               // `train.dense_lr` > 0
+  int64_t eval_every_steps = 0;          // `train.eval_every_steps`: 0 = only at the end
+  int64_t log_every_steps = 10;          // `train.log_every_steps` >= 1
+  int64_t threads = 1;                   // `train.threads`: BLAS threads per worker, >= 1
+};
+
+struct PsConfig {
+  std::string data_dir = "out/ps";     // `ps.data_dir`; a shard uses `<data_dir>/shard-<i>`
+  int64_t cache_bytes = 256 << 20;     // > 0
+  std::string storage = "rocksdb";     // rocksdb | memory
+  std::string push_log_durability = "process";  // `ps.push_log.durability`: process | machine
+  int64_t push_log_group_ms = 10;      // `ps.push_log.group_ms` >= 1
+  std::string nan_policy = "reject";   // reject | skip_rows
+  int64_t watchdog_ms = 10000;         // >= 100
+  int64_t handler_threads = 4;         // `ps.handler_threads` >= 1
+};
+
+struct ChiefConfig {
+  int64_t heartbeat_interval_ms = 200;  // >= 10
+  int64_t heartbeat_timeout_ms = 2000;  // > heartbeat_interval_ms
+};
+
+struct CollectiveConfig {
+  int64_t timeout_ms = 10000;  // > chief.heartbeat_timeout_ms
+  std::string iface = "lo";
+};
+
+struct RecoveryConfig {
+  int64_t max_wait_s = 300;  // >= 1
+};
+
+struct CheckpointConfig {
+  std::string dir = "out/checkpoints";
+  int64_t every_steps = 0;    // 0 = off, >= 0
+  int64_t every_seconds = 0;  // 0 = off, >= 0
+  int64_t keep = 3;           // >= 2
+  std::string resume = "auto";  // auto | never | required
+};
+
+struct OutputConfig {
+  std::string dir = "out";
+};
+
+struct SecurityConfig {
+  std::string keys;  // directory of CURVE keys; empty = no authentication
+};
+
+struct MetricsConfig {
+  int64_t port = -1;  // -1 = off, 0 = ephemeral, else 1..65535
+};
+
+struct JobConfig {
+  ClusterConfig cluster;
+  ModelConfig model;
+  TableConfig table_default;                   // `tables.default`
+  std::map<std::string, TableConfig> tables;   // every table C1..Cn, defaults + overrides applied
+  DataConfig data;
+  TrainConfig train;
+  PsConfig ps;
+  ChiefConfig chief;
+  CollectiveConfig collective;
+  RecoveryConfig recovery;
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+  SecurityConfig security;
+  MetricsConfig metrics;
+
+  // The effective config as YAML (logged at start, stored in checkpoint manifests).
+  std::string ToYaml() const;
+  // Stable 64-bit hash of the computation-defining keys (`model.*`, `tables.*`, `data.*`,
+  // `train.*`), not per-host keys (PROTOCOLS §1). Hex string, 16 chars.
+  std::string ComputationHash() const;
+};
+
+// `--set key.path=value` as given on the command line.
+struct Override {
+  std::string flag_text;  // "key.path=value", kept verbatim for error messages
+};
+
+// Loads `path`, applies `overrides` in order (each value parsed by its key's type, as YAML
+// flow / YAML 1.2 scalars; strings verbatim), then validates everything.
+// Errors are kInvalidArgument with one line: "FILE:LINE: KEY.PATH: what is wrong", or for an
+// override "--set KEY=VALUE: KEY: what is wrong". Reads no environment.
+StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<Override>& overrides);
+
+// Same, from YAML text (`name` stands for the file name in errors). For tests.
+StatusOr<JobConfig> ParseJobConfig(const std::string& yaml_text, const std::string& name,
+                                   const std::vector<Override>& overrides);
+
+}  // namespace tandem::config

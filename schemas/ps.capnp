@@ -1,0 +1,40 @@
+@0xa121b264a80fd648;
+# Parameter-server service (DESIGN §3-§4, PROTOCOLS §2-§6). Ids, rows and gradients travel as
+# raw bulk frames; these structs say which frame holds what.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tandem::wire");
+
+# One table's part of a pull or push: `count` ids in bulk frame `idsFrame` (u64 LE) and, for
+# rows or gradients, count x dim values in bulk frame `valuesFrame` (f32 LE).
+struct TableSlice {
+  tableId @0 :UInt32;
+  count @1 :UInt32;
+  dim @2 :UInt32;
+  idsFrame @3 :UInt16;
+  valuesFrame @4 :UInt16;
+}
+
+struct PullRequest {
+  step @0 :Int64;            # answered at version step-1 (k = 0) or >= step-1-k
+  tables @1 :List(TableSlice);
+}
+
+struct PullReply {
+  appliedStep @0 :Int64;
+  tables @1 :List(TableSlice);
+}
+
+struct PushRequest {
+  step @0 :Int64;
+  rank @1 :UInt32;           # exactly-once key: (timeline, step, rank)
+  part @2 :UInt16;           # large pushes split into parts `part` of `parts`
+  parts @3 :UInt16 = 1;
+  tables @4 :List(TableSlice);
+  skip @5 :Bool;             # fp16 overflow: an explicit push that applies nothing
+}
+
+struct PushReply {
+  duplicate @0 :Bool;        # already logged; not applied again
+  appliedStep @1 :Int64;
+}
