@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -29,12 +30,14 @@ struct TableConfig {
   double ftrl_beta = 1.0;                    // `ftrl.beta` >= 0
   double ftrl_l1 = 0.0;                      // `ftrl.l1` >= 0
   double ftrl_l2 = 0.0;                      // `ftrl.l2` >= 0
+  friend bool operator==(const TableConfig&, const TableConfig&) = default;
 };
 
 struct ClusterConfig {
   std::vector<std::string> chief;    // `cluster.chief`: exactly one "host:port" (port 0 allowed)
   std::vector<std::string> ps;       // `cluster.ps`: >= 1 addresses
   std::vector<std::string> workers;  // `cluster.workers`: >= 1 addresses
+  friend bool operator==(const ClusterConfig&, const ClusterConfig&) = default;
 };
 
 struct ModelConfig {
@@ -42,6 +45,7 @@ struct ModelConfig {
   std::vector<int64_t> bottom_mlp = {64, 16};      // last == embedding_dim (dot interaction)
   std::vector<int64_t> top_mlp = {64, 1};          // last == 1
   std::string interaction = "dot";                 // dot | concat
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
 struct DataConfig {
@@ -55,6 +59,7 @@ struct DataConfig {
   int64_t synthetic_vocab = 100000;  // ids per field, >= 1
   double synthetic_zipf = 1.1;       // exponent > 0
   int64_t synthetic_eval_rows = 20000;  // held-out rows, >= 0
+  friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 
 struct TrainConfig {
@@ -70,6 +75,7 @@ struct TrainConfig {
   int64_t eval_every_steps = 0;          // `train.eval_every_steps`: 0 = only at the end
   int64_t log_every_steps = 10;          // `train.log_every_steps` >= 1
   int64_t threads = 1;                   // `train.threads`: BLAS threads per worker, >= 1
+  friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 
 struct PsConfig {
@@ -81,20 +87,32 @@ struct PsConfig {
   std::string nan_policy = "reject";   // reject | skip_rows
   int64_t watchdog_ms = 10000;         // >= 100
   int64_t handler_threads = 4;         // `ps.handler_threads` >= 1
+  // PROTOCOLS §6 and §14.
+  int64_t push_log_max_bytes = int64_t{16} << 30;  // `ps.push_log.max_bytes`: alarm above, > 0
+  // `ps.restore_point_every_bytes`: pushed bytes between extra restore points (bounds replay
+  // time); 0 = only at checkpoints, >= 0.
+  int64_t restore_point_every_bytes = int64_t{1} << 30;
+  int64_t max_buffered_bytes = 256 << 20;  // `ps.max_buffered_bytes`: k = 0 push buffer, > 0
+  friend bool operator==(const PsConfig&, const PsConfig&) = default;
 };
 
 struct ChiefConfig {
   int64_t heartbeat_interval_ms = 200;  // >= 10
   int64_t heartbeat_timeout_ms = 2000;  // > heartbeat_interval_ms
+  friend bool operator==(const ChiefConfig&, const ChiefConfig&) = default;
 };
 
 struct CollectiveConfig {
   int64_t timeout_ms = 10000;  // > chief.heartbeat_timeout_ms
   std::string iface = "lo";
+  // PROTOCOLS §11: an abort that has not returned after this long exits the process (76), >= 1.
+  int64_t abort_grace_ms = 30000;
+  friend bool operator==(const CollectiveConfig&, const CollectiveConfig&) = default;
 };
 
 struct RecoveryConfig {
   int64_t max_wait_s = 300;  // >= 1
+  friend bool operator==(const RecoveryConfig&, const RecoveryConfig&) = default;
 };
 
 struct CheckpointConfig {
@@ -103,18 +121,22 @@ struct CheckpointConfig {
   int64_t every_seconds = 0;  // 0 = off, >= 0
   int64_t keep = 3;           // >= 2
   std::string resume = "auto";  // auto | never | required
+  friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 
 struct OutputConfig {
   std::string dir = "out";
+  friend bool operator==(const OutputConfig&, const OutputConfig&) = default;
 };
 
 struct SecurityConfig {
   std::string keys;  // directory of CURVE keys; empty = no authentication
+  friend bool operator==(const SecurityConfig&, const SecurityConfig&) = default;
 };
 
 struct MetricsConfig {
   int64_t port = -1;  // -1 = off, 0 = ephemeral, else 1..65535
+  friend bool operator==(const MetricsConfig&, const MetricsConfig&) = default;
 };
 
 struct JobConfig {
@@ -138,7 +160,13 @@ struct JobConfig {
   // Stable 64-bit hash of the computation-defining keys (`model.*`, `tables.*`, `data.*`,
   // `train.*`), not per-host keys (PROTOCOLS §1). Hex string, 16 chars.
   std::string ComputationHash() const;
+
+  friend bool operator==(const JobConfig&, const JobConfig&) = default;
 };
+
+// Checks one "host:port" address (port 0..65535, 0 = ephemeral; an IPv6 host in brackets).
+// kInvalidArgument says what is wrong, without naming a key.
+Status ValidateAddress(std::string_view address);
 
 // `--set key.path=value` as given on the command line.
 struct Override {

@@ -1,0 +1,154 @@
+#include "cli/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/build_info.h"
+#include "common/exit_codes.h"
+#include "common/job_id.h"
+#include "common/log.h"
+#include "common/wire/rpc_server.h"
+#include "server/chief/chief_service.h"
+#include "server/ps/ps_service.h"
+#include "worker/device/device_info.h"
+#include "worker/worker_service.h"
+
+namespace tandem::cli {
+namespace {
+
+wire::Role WireRole(config::Role r) {
+  switch (r) {
+    case config::Role::kChief: return wire::Role::CHIEF;
+    case config::Role::kPs: return wire::Role::PS;
+    case config::Role::kWorker: return wire::Role::WORKER;
+  }
+  return wire::Role::UNKNOWN;
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// Blocks SIGTERM/SIGINT in every thread (call before any thread starts) so that the main thread
+// alone receives them through sigwait, with no global handler state.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+StatusOr<JobId> ResolveJobId(const DaemonArgs& args, const config::JobConfig& job) {
+  if (!args.job_id.empty()) return ParseJobId(args.job_id);
+  return LoadOrCreateJobId(job.checkpoint.dir);
+}
+
+}  // namespace
+
+bool WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_config) {
+  const sigset_t stop_signals = BlockStopSignals();
+  std::vector<config::Override> overrides;
+  for (const auto& s : args.sets) overrides.push_back({s});
+  auto job = config::LoadJobConfig(args.config_path, overrides);
+  if (!job.ok()) {
+    std::fprintf(stderr, "tandem %s: %s\n", std::string(config::RoleName(args.role)).c_str(),
+                 job.status().message().c_str());
+    return kExitInvalid;
+  }
+  auto resolved = config::ResolveTask(args.task, tf_config, args.config_path, &*job);
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "tandem %s: %s\n", std::string(config::RoleName(args.role)).c_str(),
+                 resolved.status().message().c_str());
+    return resolved.status().IsFailedPrecondition() ? kExitUsage : kExitInvalid;
+  }
+  if (resolved->task.role != args.role) {
+    std::fprintf(stderr, "tandem %s: the task is %s, but this is `tandem %s`\n",
+                 std::string(config::RoleName(args.role)).c_str(),
+                 resolved->task.ToString().c_str(),
+                 std::string(config::RoleName(args.role)).c_str());
+    return kExitInvalid;
+  }
+  log::Init(resolved->task.ToString(), args.log_level);
+  log::SetIncarnation(args.incarnation);
+  TLOG_INFO("tandem {} starting: cluster from {}, task from {}; build {}; config hash {}",
+            resolved->task.ToString(), resolved->cluster_from, resolved->task_from, BuildId(),
+            job->ComputationHash());
+  auto job_id = ResolveJobId(args, *job);
+  if (!job_id.ok()) {
+    TLOG_ERROR("job id: {}", job_id.status().ToString());
+    return kExitInvalid;
+  }
+
+  zmq::context_t context(2);
+  wire::ServerOptions options;
+  options.bind_endpoint = "tcp://" + resolved->address;
+  std::vector<wire::LaneOptions> lanes;
+  switch (args.role) {
+    case config::Role::kChief: options.lanes = chief::ChiefLanes(); break;
+    case config::Role::kPs: options.lanes = ps::PsLanes(static_cast<int>(job->ps.handler_threads)); break;
+    case config::Role::kWorker: options.lanes = worker::WorkerLanes(); break;
+  }
+  wire::Identity self;
+  self.job_id = *job_id;
+  self.role = WireRole(args.role);
+  self.index = static_cast<uint32_t>(resolved->task.index);
+  self.incarnation = args.incarnation;
+  wire::RpcServer server(&context, options, self);
+  switch (args.role) {
+    case config::Role::kChief: chief::RegisterChiefService(&server); break;
+    case config::Role::kPs: ps::RegisterPsService(&server); break;
+    case config::Role::kWorker: worker::RegisterWorkerService(&server); break;
+  }
+  Status started = server.Start();
+  if (!started.ok()) {
+    TLOG_ERROR("{}", started.ToString());
+    return kExitRuntimeFailure;
+  }
+  const std::string host = resolved->address.substr(0, resolved->address.rfind(':'));
+  TLOG_INFO("bound {} (job {})", server.endpoint(), job_id->ToHex());
+  if (job->security.keys.empty() && !IsLoopback(host))
+    TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
+  if (args.role == config::Role::kWorker)
+    TLOG_INFO("devices: {}", device::ProbeDevices().ToString());
+  if (!args.ready_file.empty()) {
+    nlohmann::json ready = {{"address", server.endpoint()},
+                            {"pid", ::getpid()},
+                            {"task", resolved->task.ToString()},
+                            {"job_id", job_id->ToHex()}};
+    if (!WriteFileAtomically(args.ready_file, ready.dump() + "\n")) {
+      TLOG_ERROR("cannot write ready file {}", args.ready_file);
+      return kExitRuntimeFailure;
+    }
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  TLOG_INFO("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  server.Stop();
+  auto st = server.stats();
+  TLOG_INFO("stopped: {} requests, {} replies, {} malformed dropped, {} invalid, {} wrong job",
+            st.received, st.replied, st.dropped_malformed, st.invalid, st.wrong_job);
+  return kExitOk;
+}
+
+}  // namespace tandem::cli

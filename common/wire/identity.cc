@@ -1,0 +1,50 @@
+#include "common/wire/identity.h"
+
+#include "common/build_info.h"
+
+namespace tandem::wire {
+
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::UNKNOWN: return "unknown";
+    case Role::CHIEF: return "chief";
+    case Role::PS: return "ps";
+    case Role::WORKER: return "worker";
+    case Role::TOOL: return "tool";
+  }
+  return "unknown";
+}
+
+std::string Identity::Who() const {
+  return std::string(RoleName(role)) + ":" + std::to_string(index) + "#" +
+         std::to_string(incarnation);
+}
+
+void WriteHeader(Header::Builder h, const Identity& id, uint64_t request_id, uint32_t budget_ms) {
+  h.setJobIdHi(id.job_id.hi);
+  h.setJobIdLo(id.job_id.lo);
+  h.setTerm(id.term);
+  h.setTimeline(id.timeline);
+  h.setGeneration(id.generation);
+  h.setSenderRole(id.role);
+  h.setSenderIndex(id.index);
+  h.setIncarnation(id.incarnation);
+  auto build = BuildId();
+  h.setBuildId(capnp::Text::Reader(build.data(), build.size()));
+  h.setRequestId(request_id);
+  h.setBudgetMs(budget_ms);
+}
+
+Identity ReadIdentity(Header::Reader h) {
+  Identity id;
+  id.job_id = {h.getJobIdHi(), h.getJobIdLo()};
+  id.term = h.getTerm();
+  id.timeline = h.getTimeline();
+  id.generation = h.getGeneration();
+  id.role = h.getSenderRole();
+  id.index = h.getSenderIndex();
+  id.incarnation = h.getIncarnation();
+  return id;
+}
+
+}  // namespace tandem::wire

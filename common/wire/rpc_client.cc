@@ -1,0 +1,200 @@
+#include "common/wire/rpc_client.h"
+
+#include <random>
+
+namespace tandem::wire {
+
+RpcClient::RpcClient(zmq::context_t* context, Identity identity, ClientOptions options)
+    : context_(context), identity_(identity), options_(options) {
+  // Random start so a restarted client's ids do not collide with its predecessor's late replies.
+  std::random_device rd;
+  next_request_id_ = ((static_cast<uint64_t>(rd()) << 32) | rd()) & 0x7fffffffffffull;
+  if (next_request_id_ == 0) next_request_id_ = 1;
+}
+
+RpcClient::~RpcClient() = default;
+
+StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
+  try {
+    auto s = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::dealer);
+    s->set(zmq::sockopt::immediate, 1);
+    s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::sndhwm, options_.hwm);
+    s->set(zmq::sockopt::rcvhwm, options_.hwm);
+    s->connect(endpoint);
+    sockets_.push_back(std::move(s));
+    in_flight_bytes_.push_back(0);
+  } catch (const zmq::error_t& e) {
+    return Status::InvalidArgument("cannot connect to " + endpoint + ": " + e.what());
+  }
+  return static_cast<int>(sockets_.size() - 1);
+}
+
+StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
+                                   std::chrono::milliseconds budget) {
+  if (server < 0 || server >= static_cast<int>(sockets_.size()))
+    return Status::InvalidArgument("unknown server handle");
+  const auto deadline = Clock::now() + budget;
+  const uint64_t id = next_request_id_++;
+  WriteHeader(message.envelope().initHeader(), identity_, id,
+              static_cast<uint32_t>(std::max<int64_t>(1, budget.count())));
+  auto frames = std::move(message).Finish();
+  uint64_t bytes = 0;
+  for (const auto& f : frames) bytes += f.size();
+
+  while (in_flight_bytes_[server] > 0 &&
+         in_flight_bytes_[server] + bytes > options_.max_in_flight_bytes) {
+    if (Clock::now() >= deadline)
+      return Status::Unavailable("in-flight byte bound reached for server " +
+                                 std::to_string(server));
+    Pump(deadline);
+  }
+  zmq::socket_t& sock = *sockets_[server];
+  for (;;) {
+    auto sent = sock.send(frames[0], frames.size() > 1
+                                         ? zmq::send_flags::dontwait | zmq::send_flags::sndmore
+                                         : zmq::send_flags::dontwait);
+    if (sent) break;
+    // EAGAIN: no completed connection yet (ZMQ_IMMEDIATE) or the queue is full. Drain replies
+    // while waiting, so that a server blocked on our full receive queue can make progress.
+    if (Clock::now() >= deadline)
+      return Status::Unavailable("server " + std::string(sock.get(zmq::sockopt::last_endpoint)) +
+                                 " not reachable within " + std::to_string(budget.count()) + " ms");
+    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN | ZMQ_POLLOUT, 0};
+    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                               Clock::now()),
+                         std::chrono::milliseconds(20));
+    zmq::poll(&item, 1, std::max(wait, std::chrono::milliseconds(1)));
+    if (item.revents & ZMQ_POLLIN) ReceiveFrom(server);
+  }
+  for (size_t i = 1; i < frames.size(); ++i) {
+    // The first part was accepted, so the rest of the message is too (multipart atomicity).
+    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    (void)sock.send(frames[i], flags);
+  }
+  in_flight_bytes_[server] += bytes;
+  pending_.emplace(id, Pending{server, bytes, std::nullopt});
+  stats_.sent++;
+  return id;
+}
+
+void RpcClient::ReceiveFrom(int server) {
+  zmq::socket_t& sock = *sockets_[server];
+  for (int n = 0; n < 1024; ++n) {
+    std::vector<zmq::message_t> frames;
+    bool more = true;
+    while (more) {
+      zmq::message_t part;
+      if (!sock.recv(part, zmq::recv_flags::dontwait)) break;
+      more = part.more();
+      if (frames.size() <= options_.limits.max_bulk_frames + 1) frames.push_back(std::move(part));
+    }
+    if (frames.empty()) return;
+    auto decoded = InMessage::Decode(std::move(frames), options_.limits);
+    if (!decoded.ok() || !decoded->is_reply()) {
+      stats_.malformed_replies++;
+      continue;
+    }
+    auto it = pending_.find(decoded->request_id());
+    if (it == pending_.end() || it->second.reply.has_value() || it->second.server != server) {
+      stats_.late_replies++;
+      continue;
+    }
+    stats_.replies++;
+    in_flight_bytes_[server] -= it->second.bytes;
+    it->second.bytes = 0;
+    it->second.reply.emplace(std::move(decoded).value());
+  }
+}
+
+void RpcClient::Pump(Clock::time_point until) {
+  std::vector<zmq::pollitem_t> items;
+  items.reserve(sockets_.size());
+  for (auto& s : sockets_) items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
+  auto now = Clock::now();
+  auto wait = until > now ? std::chrono::duration_cast<std::chrono::milliseconds>(until - now)
+                          : std::chrono::milliseconds(0);
+  // Round up so that a sub-millisecond remainder still waits instead of spinning.
+  if (until > now && wait.count() == 0) wait = std::chrono::milliseconds(1);
+  zmq::poll(items.data(), items.size(), wait);
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].revents & ZMQ_POLLIN) ReceiveFrom(static_cast<int>(i));
+}
+
+void RpcClient::Forget(uint64_t request_id) {
+  auto it = pending_.find(request_id);
+  if (it == pending_.end()) return;
+  in_flight_bytes_[it->second.server] -= it->second.bytes;
+  pending_.erase(it);
+}
+
+StatusOr<InMessage> RpcClient::Wait(uint64_t request_id, Clock::time_point deadline) {
+  for (;;) {
+    auto it = pending_.find(request_id);
+    if (it == pending_.end()) return Status::InvalidArgument("unknown request id");
+    if (it->second.reply.has_value()) {
+      InMessage m = std::move(*it->second.reply);
+      pending_.erase(it);
+      return m;
+    }
+    if (Clock::now() >= deadline) {
+      Forget(request_id);
+      return Status::DeadlineExceeded("no reply to request " + std::to_string(request_id));
+    }
+    Pump(deadline);
+  }
+}
+
+std::vector<StatusOr<InMessage>> RpcClient::WaitAll(std::span<const uint64_t> ids,
+                                                    Clock::time_point deadline) {
+  for (;;) {
+    bool all = true;
+    for (uint64_t id : ids) {
+      auto it = pending_.find(id);
+      if (it != pending_.end() && !it->second.reply.has_value()) {
+        all = false;
+        break;
+      }
+    }
+    if (all || Clock::now() >= deadline) break;
+    Pump(deadline);
+  }
+  std::vector<StatusOr<InMessage>> out;
+  out.reserve(ids.size());
+  for (uint64_t id : ids) out.push_back(Wait(id, Clock::time_point::min()));
+  return out;
+}
+
+StatusOr<InMessage> RpcClient::Call(int server, OutMessage message,
+                                    std::chrono::milliseconds budget) {
+  const auto deadline = Clock::now() + budget;
+  auto id = Send(server, std::move(message), budget);
+  if (!id.ok()) return id.status();
+  return Wait(*id, deadline);
+}
+
+std::vector<StatusOr<InMessage>> RpcClient::CallAll(
+    std::vector<std::pair<int, OutMessage>> messages, std::chrono::milliseconds budget) {
+  const auto deadline = Clock::now() + budget;
+  std::vector<StatusOr<InMessage>> out;
+  out.reserve(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) out.emplace_back(Status::Unavailable("not sent"));
+  std::vector<uint64_t> ids;
+  std::vector<size_t> slots;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto id = Send(messages[i].first, std::move(messages[i].second),
+                   std::max(remaining, std::chrono::milliseconds(1)));
+    if (!id.ok()) {
+      out[i] = id.status();
+      continue;
+    }
+    ids.push_back(*id);
+    slots.push_back(i);
+  }
+  auto replies = WaitAll(ids, deadline);
+  for (size_t j = 0; j < replies.size(); ++j) out[slots[j]] = std::move(replies[j]);
+  return out;
+}
+
+}  // namespace tandem::wire

@@ -1,0 +1,90 @@
+// RpcClient: one DEALER socket per server (PROTOCOLS §13: ZMQ_IMMEDIATE, linger 0), requests
+// pipelined and matched to replies by request id, a bound on in-flight bytes per server, and a
+// deadline on every wait. Send to many servers, then wait for all replies.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/status.h"
+#include "common/wire/identity.h"
+#include "common/wire/message.h"
+
+namespace tandem::wire {
+
+struct ClientOptions {
+  uint64_t max_in_flight_bytes = 512ull << 20;  // per server; Send waits (up to its budget)
+  DecodeLimits limits;
+  int hwm = 20000;  // send/receive high-water marks, in messages
+};
+
+struct ClientStats {
+  uint64_t sent = 0;
+  uint64_t replies = 0;
+  uint64_t late_replies = 0;      // for requests already given up on
+  uint64_t malformed_replies = 0;
+};
+
+// Requires external synchronization: one thread uses a client (ZeroMQ sockets are not
+// thread-safe).
+class RpcClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RpcClient(zmq::context_t* context, Identity identity, ClientOptions options = {});
+  RpcClient(const RpcClient&) = delete;
+  RpcClient& operator=(const RpcClient&) = delete;
+  ~RpcClient();
+
+  // Connects (asynchronously) and returns the server's handle.
+  StatusOr<int> Connect(const std::string& endpoint);
+  void SetIdentity(const Identity& identity) { identity_ = identity; }
+  const Identity& identity() const { return identity_; }
+
+  // Stamps the header (identity, new request id, `budget`) and sends. Waits up to `budget` for a
+  // connection and for room under the in-flight bound, draining replies meanwhile.
+  // kUnavailable when the server is not reachable within the budget.
+  StatusOr<uint64_t> Send(int server, OutMessage message, std::chrono::milliseconds budget);
+
+  // The reply to `request_id` (any reply code: check ReplyStatus), or kDeadlineExceeded.
+  // A request given up on is forgotten; its late reply is dropped.
+  StatusOr<InMessage> Wait(uint64_t request_id, Clock::time_point deadline);
+  std::vector<StatusOr<InMessage>> WaitAll(std::span<const uint64_t> request_ids,
+                                           Clock::time_point deadline);
+
+  StatusOr<InMessage> Call(int server, OutMessage message, std::chrono::milliseconds budget);
+  // Sends every message, then waits for all replies until one common deadline.
+  std::vector<StatusOr<InMessage>> CallAll(std::vector<std::pair<int, OutMessage>> messages,
+                                           std::chrono::milliseconds budget);
+
+  ClientStats stats() const { return stats_; }
+
+ private:
+  struct Pending {
+    int server;
+    uint64_t bytes;
+    std::optional<InMessage> reply;
+  };
+  // Receives whatever has arrived within `until`; returns after the first batch or the deadline.
+  void Pump(Clock::time_point until);
+  void ReceiveFrom(int server);
+  void Forget(uint64_t request_id);
+
+  zmq::context_t* const context_;
+  Identity identity_;
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
+  std::vector<uint64_t> in_flight_bytes_;
+  std::unordered_map<uint64_t, Pending> pending_;
+  uint64_t next_request_id_;
+  ClientStats stats_;
+};
+
+}  // namespace tandem::wire
