@@ -163,6 +163,8 @@ void Supervise(const LocalArgs& args, const std::string& job_hex, std::vector<Ch
 
 int RunLocal(const LocalArgs& args) {
   const sigset_t stop_signals = BlockStopSignals();
+  // Progress lines must appear as they happen, also when stdout is a file or a pipe.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (args.num_ps < 1 || args.num_workers < 1) {
     std::fprintf(stderr, "tandem local: --ps and --workers must be >= 1\n");
     return kExitUsage;

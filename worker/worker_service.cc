@@ -4,7 +4,7 @@
 
 namespace tandem::worker {
 
-std::vector<wire::LaneOptions> WorkerLanes() { return {wire::LaneOptions{"control", 1, 1024}}; }
+std::vector<wire::LaneOptions> WorkerLanes() { return {wire::LaneOptions{"control", 1}}; }
 
 void RegisterWorkerService(wire::RpcServer* server) { wire::RegisterDiagnostics(server, 0); }
 

@@ -97,6 +97,7 @@ struct RpcServer::Lane {
   Mutex mu;
   CondVar cv{&mu};
   std::deque<Queued> queue GUARDED_BY(mu);
+  uint64_t queued_bytes GUARDED_BY(mu) = 0;
   bool stop GUARDED_BY(mu) = false;
   std::vector<std::thread> threads;
 };
@@ -348,7 +349,10 @@ void RpcServer::Dispatch(zmq::message_t routing_id, InMessage message) {
   Lane* lane = lanes_[lane_index].get();
   {
     MutexLock lock(&lane->mu);
-    if (lane->queue.size() < lane->options.max_queued) {
+    const uint64_t bytes = message.total_bytes();
+    if (lane->queue.size() < lane->options.max_queued &&
+        (lane->queue.empty() || lane->queued_bytes + bytes <= lane->options.max_queued_bytes)) {
+      lane->queued_bytes += bytes;
       lane->queue.push_back(Queued{std::move(routing_id), std::move(message), handler, deadline});
       lane->cv.Signal();
       return;
@@ -368,6 +372,7 @@ void RpcServer::LaneLoop(Lane* lane) {
       if (lane->stop) return;
       item.emplace(std::move(lane->queue.front()));
       lane->queue.pop_front();
+      lane->queued_bytes -= item->message.total_bytes();
     }
     Responder responder(sink_, std::move(item->routing_id), item->message.request_id(),
                         item->deadline);

@@ -31,7 +31,8 @@ class ReplySink;
 struct LaneOptions {
   std::string name = "default";
   int threads = 2;            // handler threads, >= 1
-  size_t max_queued = 4096;   // requests beyond this are answered OVERLOADED
+  size_t max_queued = 65536;            // requests beyond this are answered OVERLOADED
+  uint64_t max_queued_bytes = 256 << 20;  // so are requests beyond this many queued bytes
 };
 
 struct ServerOptions {

@@ -4,7 +4,7 @@
 
 namespace tandem::chief {
 
-std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2, 4096}}; }
+std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2}}; }
 
 void RegisterChiefService(wire::RpcServer* server) { wire::RegisterDiagnostics(server, 0); }
 

@@ -9,7 +9,7 @@ namespace tandem::ps {
 std::vector<wire::LaneOptions> PsLanes(int handler_threads) {
   const int pull = std::max(1, handler_threads / 2);
   const int push = std::max(1, handler_threads - pull);
-  return {wire::LaneOptions{"push", push, 4096}, wire::LaneOptions{"pull", pull, 4096}};
+  return {wire::LaneOptions{"push", push}, wire::LaneOptions{"pull", pull}};
 }
 
 void RegisterPsService(wire::RpcServer* server) { wire::RegisterDiagnostics(server, kPullLane); }

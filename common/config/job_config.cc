@@ -1,0 +1,987 @@
+// Loads, validates and prints the job config (DESIGN §12). Every key is one row of a schema
+// table that binds its dotted path to a struct field and a rule; the YAML walker, `--set`,
+// ToYaml() and ComputationHash() are all driven by those two tables (job keys, table keys).
+#include "common/config/job_config.h"
+
+#include <yaml-cpp/yaml.h>
+// Inline xxHash so that tandem_common needs no extra link dependency for one hash call.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <type_traits>
+#include <variant>
+
+namespace tandem::config {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------------------------
+// Schema
+
+// A typed pointer to the field a key is bound to. The alternative held is the key's type.
+using FieldRef = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*,
+                              std::vector<int64_t>*, std::vector<std::string>*>;
+
+// What a value must satisfy besides its type. Bounds apply to numbers and int-list elements.
+struct Rule {
+  double lo = -kInf;
+  double hi = kInf;
+  bool lo_open = false;
+  bool hi_open = false;
+  std::string_view choices;  // "a|b|c" makes a string an enum
+  bool non_empty = false;    // strings
+  size_t min_items = 0;      // lists
+  size_t max_items = std::numeric_limits<size_t>::max();
+  bool addresses = false;  // every list element is "host:port"
+};
+
+// (Assignments, not designated initializers: gcc 12 warns about the members left out.)
+constexpr Rule Any() { return {}; }
+constexpr Rule Within(double lo, double hi, bool lo_open = false, bool hi_open = false) {
+  Rule r;
+  r.lo = lo;
+  r.hi = hi;
+  r.lo_open = lo_open;
+  r.hi_open = hi_open;
+  return r;
+}
+constexpr Rule AtLeast(double lo) { return Within(lo, kInf); }
+constexpr Rule Above(double lo) { return Within(lo, kInf, /*lo_open=*/true); }
+constexpr Rule FromBelow(double lo, double hi) { return Within(lo, hi, false, /*hi_open=*/true); }
+constexpr Rule OneOf(std::string_view choices) {
+  Rule r;
+  r.choices = choices;
+  return r;
+}
+constexpr Rule NonEmpty() {
+  Rule r;
+  r.non_empty = true;
+  return r;
+}
+constexpr Rule Layers() {
+  Rule r = Within(1, 1 << 20);
+  r.min_items = 1;
+  return r;
+}
+constexpr Rule Addresses(size_t min, size_t max) {
+  Rule r;
+  r.min_items = min;
+  r.max_items = max;
+  r.addresses = true;
+  return r;
+}
+
+// One key: its path (relative to `tables.<name>` for table keys), its field and its rule.
+template <typename Root>
+struct KeySpec {
+  std::string_view path;
+  FieldRef (*bind)(Root&);
+  Rule rule;
+};
+
+// The JobConfig member that holds a section struct, found by the section's type.
+template <typename Section>
+Section& SectionOf(JobConfig& c) {
+  if constexpr (std::is_same_v<Section, ClusterConfig>) return c.cluster;
+  if constexpr (std::is_same_v<Section, ModelConfig>) return c.model;
+  if constexpr (std::is_same_v<Section, DataConfig>) return c.data;
+  if constexpr (std::is_same_v<Section, TrainConfig>) return c.train;
+  if constexpr (std::is_same_v<Section, PsConfig>) return c.ps;
+  if constexpr (std::is_same_v<Section, ChiefConfig>) return c.chief;
+  if constexpr (std::is_same_v<Section, CollectiveConfig>) return c.collective;
+  if constexpr (std::is_same_v<Section, RecoveryConfig>) return c.recovery;
+  if constexpr (std::is_same_v<Section, CheckpointConfig>) return c.checkpoint;
+  if constexpr (std::is_same_v<Section, OutputConfig>) return c.output;
+  if constexpr (std::is_same_v<Section, SecurityConfig>) return c.security;
+  if constexpr (std::is_same_v<Section, MetricsConfig>) return c.metrics;
+}
+
+template <typename Class, typename T>
+Class ClassOf(T Class::*);
+
+// Binds a key to `&Section::field`; the section is found from the member pointer's class.
+template <auto kField, typename Root>
+FieldRef Bind(Root& root) {
+  using Section = decltype(ClassOf(kField));
+  if constexpr (std::is_same_v<Section, Root>) {
+    return &(root.*kField);
+  } else {
+    return &(SectionOf<Section>(root).*kField);
+  }
+}
+
+using JobKey = KeySpec<JobConfig>;
+using TableKey = KeySpec<TableConfig>;
+
+// Every key outside `tables`. Adding a key is one row here (plus its field and README line).
+// The order is the order of ToYaml(); keys of one section must stay together.
+constexpr JobKey kJobKeys[] = {
+    {"cluster.chief", Bind<&ClusterConfig::chief>, Addresses(1, 1)},
+    {"cluster.ps", Bind<&ClusterConfig::ps>, Addresses(1, 4096)},
+    {"cluster.workers", Bind<&ClusterConfig::workers>, Addresses(1, 4096)},
+    {"model.embedding_dim", Bind<&ModelConfig::embedding_dim>, Within(1, 4096)},
+    {"model.bottom_mlp", Bind<&ModelConfig::bottom_mlp>, Layers()},
+    {"model.top_mlp", Bind<&ModelConfig::top_mlp>, Layers()},
+    {"model.interaction", Bind<&ModelConfig::interaction>, OneOf("dot|concat")},
+    {"data.format", Bind<&DataConfig::format>, OneOf("criteo|binary|synthetic")},
+    {"data.train", Bind<&DataConfig::train>, Any()},
+    {"data.eval", Bind<&DataConfig::eval>, Any()},
+    {"data.max_bad_fraction", Bind<&DataConfig::max_bad_fraction>, Within(0, 1)},
+    {"data.num_dense", Bind<&DataConfig::num_dense>, Within(0, 4096)},
+    {"data.num_categorical", Bind<&DataConfig::num_categorical>, Within(1, 4096)},
+    {"data.synthetic.vocab", Bind<&DataConfig::synthetic_vocab>, AtLeast(1)},
+    {"data.synthetic.zipf", Bind<&DataConfig::synthetic_zipf>, Above(0)},
+    {"data.synthetic.eval_rows", Bind<&DataConfig::synthetic_eval_rows>, AtLeast(0)},
+    {"train.steps", Bind<&TrainConfig::steps>, AtLeast(1)},
+    {"train.batch_size", Bind<&TrainConfig::batch_size>, AtLeast(1)},
+    {"train.embedding_staleness", Bind<&TrainConfig::embedding_staleness>, AtLeast(0)},
+    {"train.seed", Bind<&TrainConfig::seed>, Any()},
+    {"train.device", Bind<&TrainConfig::device>, OneOf("cpu|cuda")},
+    {"train.precision", Bind<&TrainConfig::precision>, OneOf("fp32|bf16|fp16")},
+    {"train.deterministic", Bind<&TrainConfig::deterministic>, OneOf("strict|relaxed")},
+    {"train.dense_optimizer", Bind<&TrainConfig::dense_optimizer>, OneOf("sgd|adam|adagrad")},
+    {"train.dense_lr", Bind<&TrainConfig::dense_lr>, Above(0)},
+    {"train.eval_every_steps", Bind<&TrainConfig::eval_every_steps>, AtLeast(0)},
+    {"train.log_every_steps", Bind<&TrainConfig::log_every_steps>, AtLeast(1)},
+    {"train.threads", Bind<&TrainConfig::threads>, Within(1, 1024)},
+    {"ps.data_dir", Bind<&PsConfig::data_dir>, NonEmpty()},
+    {"ps.cache_bytes", Bind<&PsConfig::cache_bytes>, Above(0)},
+    {"ps.storage", Bind<&PsConfig::storage>, OneOf("rocksdb|memory")},
+    {"ps.push_log.durability", Bind<&PsConfig::push_log_durability>, OneOf("process|machine")},
+    {"ps.push_log.group_ms", Bind<&PsConfig::push_log_group_ms>, AtLeast(1)},
+    {"ps.push_log.max_bytes", Bind<&PsConfig::push_log_max_bytes>, Above(0)},
+    {"ps.restore_point_every_bytes", Bind<&PsConfig::restore_point_every_bytes>, AtLeast(0)},
+    {"ps.max_buffered_bytes", Bind<&PsConfig::max_buffered_bytes>, Above(0)},
+    {"ps.nan_policy", Bind<&PsConfig::nan_policy>, OneOf("reject|skip_rows")},
+    {"ps.watchdog_ms", Bind<&PsConfig::watchdog_ms>, AtLeast(100)},
+    {"ps.handler_threads", Bind<&PsConfig::handler_threads>, Within(1, 1024)},
+    {"chief.heartbeat_interval_ms", Bind<&ChiefConfig::heartbeat_interval_ms>, AtLeast(10)},
+    {"chief.heartbeat_timeout_ms", Bind<&ChiefConfig::heartbeat_timeout_ms>, AtLeast(1)},
+    {"collective.timeout_ms", Bind<&CollectiveConfig::timeout_ms>, AtLeast(1)},
+    {"collective.iface", Bind<&CollectiveConfig::iface>, NonEmpty()},
+    {"collective.abort_grace_ms", Bind<&CollectiveConfig::abort_grace_ms>, AtLeast(1)},
+    {"recovery.max_wait_s", Bind<&RecoveryConfig::max_wait_s>, AtLeast(1)},
+    {"checkpoint.dir", Bind<&CheckpointConfig::dir>, NonEmpty()},
+    {"checkpoint.every_steps", Bind<&CheckpointConfig::every_steps>, AtLeast(0)},
+    {"checkpoint.every_seconds", Bind<&CheckpointConfig::every_seconds>, AtLeast(0)},
+    {"checkpoint.keep", Bind<&CheckpointConfig::keep>, AtLeast(2)},
+    {"checkpoint.resume", Bind<&CheckpointConfig::resume>, OneOf("auto|never|required")},
+    {"output.dir", Bind<&OutputConfig::dir>, NonEmpty()},
+    {"security.keys", Bind<&SecurityConfig::keys>, Any()},
+    {"metrics.port", Bind<&MetricsConfig::port>, Within(-1, 65535)},
+};
+
+// Keys of one embedding table, under `tables.default.` or `tables.<name>.`.
+constexpr TableKey kTableKeys[] = {
+    {"optimizer", Bind<&TableConfig::optimizer>, OneOf("sgd|adagrad|rowwise_adagrad|adam|ftrl")},
+    {"lr", Bind<&TableConfig::lr>, Above(0)},
+    {"init.dist", Bind<&TableConfig::init_dist>, OneOf("uniform|normal|zeros")},
+    {"init.scale", Bind<&TableConfig::init_scale>, AtLeast(0)},
+    {"admission.min_count", Bind<&TableConfig::admission_min_count>, AtLeast(0)},
+    {"eviction.ttl_steps", Bind<&TableConfig::eviction_ttl_steps>, AtLeast(0)},
+    {"adagrad.initial_accumulator", Bind<&TableConfig::adagrad_initial_accumulator>, AtLeast(0)},
+    {"adam.beta1", Bind<&TableConfig::adam_beta1>, FromBelow(0, 1)},
+    {"adam.beta2", Bind<&TableConfig::adam_beta2>, FromBelow(0, 1)},
+    {"adam.eps", Bind<&TableConfig::adam_eps>, Above(0)},
+    {"ftrl.alpha", Bind<&TableConfig::ftrl_alpha>, Above(0)},
+    {"ftrl.beta", Bind<&TableConfig::ftrl_beta>, AtLeast(0)},
+    {"ftrl.l1", Bind<&TableConfig::ftrl_l1>, AtLeast(0)},
+    {"ftrl.l2", Bind<&TableConfig::ftrl_l2>, AtLeast(0)},
+};
+
+// The sections whose keys define the computation (PROTOCOLS §1), besides `tables`.
+constexpr std::string_view kComputationSections[] = {"model.", "data.", "train."};
+
+// ---------------------------------------------------------------------------------------------
+// Key lookup
+
+enum class KeyKind { kUnknown, kSection, kJobLeaf, kTableLeaf };
+
+struct KeyInfo {
+  KeyKind kind = KeyKind::kUnknown;
+  const JobKey* job = nullptr;
+  const TableKey* table = nullptr;
+};
+
+// Classifies `rel` against `keys`: a leaf, a section (a proper prefix of some key) or unknown.
+template <typename Spec, size_t N>
+KeyKind Classify(std::string_view rel, const Spec (&keys)[N], const Spec** leaf) {
+  KeyKind kind = KeyKind::kUnknown;
+  for (const Spec& spec : keys) {
+    if (spec.path == rel) {
+      *leaf = &spec;
+      return KeyKind::kJobLeaf;  // caller maps to the right leaf kind
+    }
+    if (spec.path.size() > rel.size() && spec.path.starts_with(rel) &&
+        spec.path[rel.size()] == '.') {
+      kind = KeyKind::kSection;
+    }
+  }
+  return kind;
+}
+
+// Looks up a full dotted path. `tables.<name>` is always a section here: which names exist
+// depends on data.num_categorical, so names are checked once the whole tree is read.
+KeyInfo Lookup(std::string_view path) {
+  KeyInfo info;
+  if (path == "tables") {
+    info.kind = KeyKind::kSection;
+  } else if (path.starts_with("tables.")) {
+    std::string_view rest = path.substr(7);
+    size_t dot = rest.find('.');
+    if (dot == 0 || rest.empty()) return info;
+    if (dot == std::string_view::npos) {
+      info.kind = KeyKind::kSection;
+      return info;
+    }
+    info.kind = Classify(rest.substr(dot + 1), kTableKeys, &info.table);
+    if (info.kind == KeyKind::kJobLeaf) info.kind = KeyKind::kTableLeaf;
+  } else if (!path.empty()) {
+    info.kind = Classify(path, kJobKeys, &info.job);
+  }
+  return info;
+}
+
+// The keys allowed directly under `section` ("" = top level), for "unknown key" messages.
+std::string KnownChildren(std::string_view section) {
+  std::vector<std::string_view> rels;
+  std::string_view prefix = section;
+  if (section.starts_with("tables.")) {
+    size_t dot = section.find('.', 7);
+    prefix = dot == std::string_view::npos ? "" : section.substr(dot + 1);
+    for (const TableKey& k : kTableKeys) rels.push_back(k.path);
+  } else {
+    for (const JobKey& k : kJobKeys) rels.push_back(k.path);
+    rels.push_back("tables.default");
+  }
+  std::vector<std::string> names;
+  for (std::string_view rel : rels) {
+    if (!prefix.empty()) {
+      if (!rel.starts_with(prefix) || rel.size() <= prefix.size() || rel[prefix.size()] != '.')
+        continue;
+      rel.remove_prefix(prefix.size() + 1);
+    }
+    std::string name(rel.substr(0, rel.find('.')));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalars, YAML 1.2 core schema (not yaml-cpp's YAML 1.1 `as<>`, which takes `yes` as a bool)
+
+std::string Num(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round-trip form
+  return std::string(buf, end);
+}
+
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    default:
+      return "nothing";
+  }
+}
+
+// The text of a plain scalar, as numbers and booleans must be: a quoted "5" is a string. An
+// explicit core tag (`!!int 5`) is accepted when it names one of `tags` ("int|float").
+StatusOr<std::string> PlainScalar(const YAML::Node& node, std::string_view what,
+                                  std::string_view tags) {
+  std::string expected = "expected " + std::string(what) + ", got ";
+  if (!node.IsScalar()) return Status::InvalidArgument(expected + Describe(node));
+  if (node.Tag() == "!") {
+    return Status::InvalidArgument(expected + "the quoted string " + Quote(node.Scalar()));
+  }
+  constexpr std::string_view kCore = "tag:yaml.org,2002:";
+  std::string_view tag = node.Tag();
+  bool core =
+      tag.starts_with(kCore) && tag.size() > kCore.size() &&
+      ("|" + std::string(tags) + "|").find("|" + std::string(tag.substr(kCore.size())) + "|") !=
+          std::string::npos;
+  if (tag != "?" && !core) {
+    return Status::InvalidArgument(expected + "a value tagged " + node.Tag());
+  }
+  return node.Scalar();
+}
+
+// Parses YAML 1.2 core integers, [-+]?[0-9]+ | 0x[0-9a-fA-F]+ | 0o[0-7]+, as sign and magnitude.
+Status ParseIntText(std::string_view s, uint64_t* magnitude, bool* negative) {
+  std::string original(s);
+  bool has_sign = !s.empty() && (s[0] == '-' || s[0] == '+');
+  *negative = has_sign && s[0] == '-';
+  if (has_sign) s.remove_prefix(1);
+  int base = 10;
+  if (!has_sign && (s.starts_with("0x") || s.starts_with("0o"))) {
+    base = s[1] == 'x' ? 16 : 8;
+    s.remove_prefix(2);
+  }
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *magnitude, base);
+  if (s.empty() || end != s.data() + s.size() || ec == std::errc::invalid_argument) {
+    return Status::InvalidArgument("expected an integer, got " + Quote(original));
+  }
+  if (ec == std::errc::result_out_of_range) {
+    return Status::InvalidArgument(original + " does not fit in 64 bits");
+  }
+  return Status::Ok();
+}
+
+// YAML 1.2 core float syntax without .inf/.nan: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsFloatText(std::string_view s) {
+  size_t i = 0;
+  auto skip_sign = [&] { i += i < s.size() && (s[i] == '-' || s[i] == '+'); };
+  auto digits = [&] {
+    size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i - start;
+  };
+  skip_sign();
+  size_t mantissa = digits();
+  if (i < s.size() && s[i] == '.') mantissa += (++i, digits());
+  if (mantissa == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    skip_sign();
+    if (digits() == 0) return false;
+  }
+  return i == s.size();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rules
+
+std::string RangeText(const Rule& r) {
+  bool has_lo = r.lo != -kInf;
+  bool has_hi = r.hi != kInf;
+  if (has_lo && has_hi) {
+    return std::string("in ") + (r.lo_open ? "(" : "[") + Num(r.lo) + ", " + Num(r.hi) +
+           (r.hi_open ? ")" : "]");
+  }
+  if (has_lo) return (r.lo_open ? "> " : ">= ") + Num(r.lo);
+  return (r.hi_open ? "< " : "<= ") + Num(r.hi);
+}
+
+// `got` is the value as the user wrote it, so that error messages echo their text.
+Status CheckRange(double v, const Rule& r, std::string_view got) {
+  bool ok = (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < r.hi : v <= r.hi);
+  if (ok) return Status::Ok();
+  return Status::InvalidArgument("must be " + RangeText(r) + ", got " + std::string(got));
+}
+
+Status CheckChoice(const std::string& v, const Rule& r) {
+  if (r.non_empty && v.empty()) return Status::InvalidArgument("must not be empty");
+  if (r.choices.empty()) return Status::Ok();
+  std::string_view rest = r.choices;
+  while (!rest.empty()) {
+    size_t bar = rest.find('|');
+    if (rest.substr(0, bar) == v) return Status::Ok();
+    rest = bar == std::string_view::npos ? "" : rest.substr(bar + 1);
+  }
+  std::string list(r.choices);
+  std::replace(list.begin(), list.end(), '|', ',');
+  return Status::InvalidArgument("must be one of {" + list + "}, got " + Quote(v));
+}
+
+Status CheckCount(size_t n, const Rule& r) {
+  if (n >= r.min_items && n <= r.max_items) return Status::Ok();
+  std::string what = r.addresses ? " address" : " entry";
+  std::string need = r.min_items == r.max_items ? "exactly " + std::to_string(r.min_items)
+                     : n < r.min_items          ? "at least " + std::to_string(r.min_items)
+                                                : "at most " + std::to_string(r.max_items);
+  return Status::InvalidArgument("needs " + need + what + (r.min_items == 1 ? "" : "s") + ", got " +
+                                 std::to_string(n));
+}
+
+// Reads one value of a key's type and checks its rule. The pointer only selects the type.
+// Errors carry only what is wrong; the caller adds where and which key.
+StatusOr<int64_t> ReadValue(const int64_t*, const Rule& rule, const YAML::Node& node) {
+  TANDEM_ASSIGN_OR_RETURN(std::string text, PlainScalar(node, "an integer", "int"));
+  uint64_t magnitude = 0;
+  bool negative = false;
+  TANDEM_RETURN_IF_ERROR(ParseIntText(text, &magnitude, &negative));
+  if (magnitude > uint64_t{std::numeric_limits<int64_t>::max()} + negative) {
+    return Status::InvalidArgument(text + " does not fit in a signed 64-bit integer");
+  }
+  int64_t x = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  TANDEM_RETURN_IF_ERROR(CheckRange(static_cast<double>(x), rule, text));
+  return x;
+}
+
+StatusOr<uint64_t> ReadValue(const uint64_t*, const Rule& rule, const YAML::Node& node) {
+  TANDEM_ASSIGN_OR_RETURN(std::string text, PlainScalar(node, "an unsigned integer", "int"));
+  uint64_t x = 0;
+  bool negative = false;
+  TANDEM_RETURN_IF_ERROR(ParseIntText(text, &x, &negative));
+  if (negative && x != 0) return Status::InvalidArgument("must be >= 0, got " + text);
+  TANDEM_RETURN_IF_ERROR(CheckRange(static_cast<double>(x), rule, text));
+  return x;
+}
+
+StatusOr<double> ReadValue(const double*, const Rule& rule, const YAML::Node& node) {
+  TANDEM_ASSIGN_OR_RETURN(std::string text, PlainScalar(node, "a number", "int|float"));
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  if (lower.ends_with(".inf") || lower == ".nan") {
+    return Status::InvalidArgument("must be a finite number, got " + text);
+  }
+  if (!IsFloatText(text)) return Status::InvalidArgument("expected a number, got " + Quote(text));
+  std::string_view digits = text;
+  if (digits[0] == '+') digits.remove_prefix(1);  // from_chars takes no '+'
+  double x = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
+  if (ec != std::errc() || !std::isfinite(x)) {
+    return Status::InvalidArgument(text + " is out of the range of a double");
+  }
+  TANDEM_RETURN_IF_ERROR(CheckRange(x, rule, text));
+  return x;
+}
+
+StatusOr<bool> ReadValue(const bool*, const Rule&, const YAML::Node& node) {
+  TANDEM_ASSIGN_OR_RETURN(std::string text, PlainScalar(node, "true or false", "bool"));
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return Status::InvalidArgument("expected true or false, got " + Quote(text));
+}
+
+StatusOr<std::string> ReadValue(const std::string*, const Rule& rule, const YAML::Node& node) {
+  if (!node.IsScalar()) return Status::InvalidArgument("expected a string, got " + Describe(node));
+  TANDEM_RETURN_IF_ERROR(CheckChoice(node.Scalar(), rule));
+  if (rule.addresses) TANDEM_RETURN_IF_ERROR(ValidateAddress(node.Scalar()));
+  return node.Scalar();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printing (ToYaml and the hash's canonical text share it)
+
+template <typename T>
+std::string JoinList(const std::vector<T>& items, std::string (*format)(const T&)) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + format(items[i]);
+  return out + "]";
+}
+
+std::string FormatField(const FieldRef& field) {
+  struct Printer {
+    std::string operator()(int64_t* v) const { return std::to_string(*v); }
+    std::string operator()(uint64_t* v) const { return std::to_string(*v); }
+    std::string operator()(double* v) const { return Num(*v); }
+    std::string operator()(bool* v) const { return *v ? "true" : "false"; }
+    std::string operator()(std::string* v) const { return Quote(*v); }
+    std::string operator()(std::vector<int64_t>* v) const {
+      return JoinList<int64_t>(*v, [](const int64_t& x) { return std::to_string(x); });
+    }
+    std::string operator()(std::vector<std::string>* v) const {
+      return JoinList<std::string>(*v, [](const std::string& x) { return Quote(x); });
+    }
+  };
+  return std::visit(Printer{}, field);
+}
+
+// Writes dotted-path leaves as nested block maps; consecutive keys sharing a prefix share
+// its map, so callers must emit each section's keys together.
+class YamlWriter {
+ public:
+  void Comment(std::string_view text) { out_ << "# " << text << "\n"; }
+
+  void Put(std::string_view path, const std::string& value) {
+    std::vector<std::string> parts;
+    for (size_t start = 0;;) {
+      size_t dot = path.find('.', start);
+      parts.emplace_back(path.substr(start, dot - start));
+      if (dot == std::string_view::npos) break;
+      start = dot + 1;
+    }
+    size_t common = 0;
+    while (common + 1 < parts.size() && common < open_.size() && open_[common] == parts[common]) {
+      ++common;
+    }
+    open_.resize(common);
+    for (size_t i = common; i + 1 < parts.size(); ++i) {
+      out_ << std::string(2 * i, ' ') << parts[i] << ":\n";
+      open_.push_back(parts[i]);
+    }
+    out_ << std::string(2 * open_.size(), ' ') << parts.back() << ": " << value << "\n";
+  }
+
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::vector<std::string> open_;  // the maps the last key was written in
+};
+
+// The tables in numeric order (C1, C2, ..., C10), not std::map's string order.
+std::vector<std::string> TableNamesInOrder(const JobConfig& c) {
+  std::vector<std::string> names;
+  for (const auto& [name, table] : c.tables) names.push_back(name);
+  std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  return names;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overrides: `--set key.path=value` edits the YAML tree before validation.
+
+using OriginMap = std::map<std::string, std::string>;  // key path -> "--set key=value"
+
+Status OverrideError(const Override& o, std::string_view key, std::string_view what) {
+  return Status::InvalidArgument("--set " + o.flag_text + ": " + std::string(key) + ": " +
+                                 std::string(what));
+}
+
+// Parses an override's value as YAML flow; an empty value is an error for non-string keys.
+StatusOr<YAML::Node> LoadFlow(const std::string& value) {
+  if (value.find_first_not_of(" \t") == std::string::npos) {
+    return Status::InvalidArgument("empty value");
+  }
+  try {
+    return YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument("cannot parse " + Quote(value) + " as YAML: " + e.msg);
+  }
+}
+
+// Builds the node a `--set` puts at `key`: verbatim for strings, YAML otherwise.
+StatusOr<YAML::Node> OverrideValue(std::string_view key, const std::string& value) {
+  KeyInfo info = Lookup(key);
+  if (info.kind == KeyKind::kUnknown) return Status::InvalidArgument("unknown key");
+  FieldRef field;
+  JobConfig scratch_job;  // binding to scratch objects tells us the key's type
+  TableConfig scratch_table;
+  if (info.kind == KeyKind::kJobLeaf) field = info.job->bind(scratch_job);
+  if (info.kind == KeyKind::kTableLeaf) field = info.table->bind(scratch_table);
+  if (info.kind != KeyKind::kSection && std::holds_alternative<std::string*>(field)) {
+    return YAML::Node(value);
+  }
+  TANDEM_ASSIGN_OR_RETURN(YAML::Node node, LoadFlow(value));
+  if (info.kind == KeyKind::kSection && !node.IsMap()) {
+    return Status::InvalidArgument("is a section: expected a YAML flow map like {key: value}");
+  }
+  return node;
+}
+
+// Records every leaf under `node` as set by `flag`, so errors there name the flag.
+void RecordOrigins(const YAML::Node& node, const std::string& path, const std::string& flag,
+                   OriginMap* origins) {
+  (*origins)[path] = flag;
+  if (!node.IsMap()) return;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    RecordOrigins(it->second, path + "." + it->first.Scalar(), flag, origins);
+  }
+}
+
+// Merges map `src` into map `dst` key by key; anything else replaces what was there.
+void MergeInto(YAML::Node dst, const std::string& key, const YAML::Node& src) {
+  YAML::Node existing = dst[key];
+  if (!src.IsMap() || !existing.IsMap()) {
+    dst[key] = src;
+    return;
+  }
+  for (auto it = src.begin(); it != src.end(); ++it) {
+    MergeInto(existing, it->first.Scalar(), it->second);
+  }
+}
+
+Status ApplyOverride(const Override& o, YAML::Node root, OriginMap* origins) {
+  size_t eq = o.flag_text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return Status::InvalidArgument("--set " + o.flag_text + ": expected key.path=value");
+  }
+  std::string key = o.flag_text.substr(0, eq);
+  StatusOr<YAML::Node> value = OverrideValue(key, o.flag_text.substr(eq + 1));
+  if (!value.ok()) return OverrideError(o, key, value.status().message());
+  // Walk down to the parent map, creating (or replacing non-map values with) maps on the way.
+  YAML::Node cur = root;
+  size_t start = 0;
+  for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
+    std::string part = key.substr(start, dot - start);
+    if (!cur[part].IsMap()) cur[part] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node next = cur[part];
+    cur.reset(next);
+    start = dot + 1;
+  }
+  MergeInto(cur, key.substr(start), *value);
+  RecordOrigins(*value, key, "--set " + o.flag_text, origins);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The walker: reads the (overridden) tree into a JobConfig, then checks cross-field rules.
+
+class Builder {
+ public:
+  Builder(std::string name, OriginMap origins)
+      : name_(std::move(name)), origins_(std::move(origins)) {
+    job_.cluster.chief = {"127.0.0.1:0"};
+    job_.cluster.ps = {"127.0.0.1:0"};
+    job_.cluster.workers = {"127.0.0.1:0"};
+  }
+
+  StatusOr<JobConfig> Build(const YAML::Node& root) {
+    TANDEM_RETURN_IF_ERROR(WalkMap(root, "", nullptr));
+    TANDEM_RETURN_IF_ERROR(BuildTables());
+    TANDEM_RETURN_IF_ERROR(CheckCrossField());
+    return job_;
+  }
+
+ private:
+  std::string FileLine(int zero_based_line) const {
+    return name_ + ":" + std::to_string(std::max(zero_based_line, 0) + 1);
+  }
+
+  // Where `path` was set: its `--set` flag, else its line in the file.
+  std::string Locate(const std::string& path, const YAML::Mark& mark) const {
+    auto it = origins_.find(path);
+    if (it != origins_.end()) return it->second;
+    if (mark.line >= 0) return FileLine(mark.line);
+    it = origins_.lower_bound(path + ".");  // a key created by a section override
+    if (it != origins_.end() && it->first.starts_with(path + ".")) return it->second;
+    return FileLine(0);
+  }
+
+  // The location of the first of `paths` that was given explicitly, else the file start.
+  std::string WhereAny(std::initializer_list<std::string> paths) const {
+    for (const std::string& p : paths) {
+      auto it = where_.find(p);
+      if (it != where_.end()) return it->second;
+    }
+    return FileLine(0);
+  }
+
+  static Status Fail(const std::string& where, std::string_view path, std::string_view what) {
+    return Status::InvalidArgument(where + ": " + std::string(path) + ": " + std::string(what));
+  }
+
+  // Reads one map level. Returns the first error in document order.
+  Status WalkMap(const YAML::Node& map, const std::string& path, TableConfig* table) {
+    if (map.IsNull()) return Status::Ok();  // `section:` with nothing under it
+    if (!map.IsMap()) {
+      std::string where = path.empty() ? FileLine(map.Mark().line) : where_[path];
+      return Fail(where, path.empty() ? "(top level)" : path,
+                  "expected a map of keys, got " + Describe(map));
+    }
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      std::string child;
+      TANDEM_RETURN_IF_ERROR(ReadKey(it->first, path, &seen, &child));
+      if (child == "tables") {
+        TANDEM_RETURN_IF_ERROR(WalkTables(it->second));
+        continue;
+      }
+      TANDEM_RETURN_IF_ERROR(WalkEntry(child, it->second, table));
+    }
+    return Status::Ok();
+  }
+
+  // Checks a map key (a plain string, not seen before) and records where it was written.
+  Status ReadKey(const YAML::Node& key, const std::string& path, std::set<std::string>* seen,
+                 std::string* child) {
+    if (!key.IsScalar()) {
+      return Fail(Locate(path, key.Mark()), path.empty() ? "(top level)" : path,
+                  "keys must be strings, got " + Describe(key));
+    }
+    *child = path.empty() ? key.Scalar() : path + "." + key.Scalar();
+    where_[*child] = Locate(*child, key.Mark());
+    if (!seen->insert(key.Scalar()).second) return Fail(where_[*child], *child, "duplicate key");
+    return Status::Ok();
+  }
+
+  Status WalkEntry(const std::string& path, const YAML::Node& value, TableConfig* table) {
+    KeyInfo info = Lookup(path);
+    switch (info.kind) {
+      case KeyKind::kSection:
+        return WalkMap(value, path, table);
+      case KeyKind::kJobLeaf:
+        return Assign(info.job->bind(job_), info.job->rule, value, path);
+      case KeyKind::kTableLeaf:
+        if (table == nullptr) break;  // a table key outside `tables`
+        return Assign(info.table->bind(*table), info.table->rule, value, path);
+      case KeyKind::kUnknown:
+        break;
+    }
+    size_t dot = path.rfind('.');
+    std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
+    return Fail(where_[path], path, "unknown key (known here: " + KnownChildren(section) + ")");
+  }
+
+  // `tables.default` first, whatever the document order, because every named table starts
+  // from it; then each `tables.<name>` on top of a copy.
+  Status WalkTables(const YAML::Node& tables) {
+    if (tables.IsNull()) return Status::Ok();
+    if (!tables.IsMap()) {
+      return Fail(where_["tables"], "tables", "expected a map of tables, got " + Describe(tables));
+    }
+    std::set<std::string> seen;
+    for (auto it = tables.begin(); it != tables.end(); ++it) {
+      std::string child;
+      TANDEM_RETURN_IF_ERROR(ReadKey(it->first, "tables", &seen, &child));
+      if (child == "tables.default") {
+        TANDEM_RETURN_IF_ERROR(WalkMap(it->second, child, &job_.table_default));
+      }
+    }
+    for (auto it = tables.begin(); it != tables.end(); ++it) {
+      std::string name = it->first.Scalar();
+      if (name == "default") continue;
+      TableConfig table = job_.table_default;
+      TANDEM_RETURN_IF_ERROR(WalkMap(it->second, "tables." + name, &table));
+      named_tables_[name] = table;
+    }
+    return Status::Ok();
+  }
+
+  Status Assign(FieldRef field, const Rule& rule, const YAML::Node& value,
+                const std::string& path) {
+    if (value.IsNull()) return Status::Ok();  // `key:` or `key: ~` keeps the default
+    return std::visit([&](auto* f) { return Store(f, rule, value, path); }, field);
+  }
+
+  template <typename T>
+  Status Store(T* field, const Rule& rule, const YAML::Node& value, const std::string& path) {
+    StatusOr<T> x = ReadValue(field, rule, value);
+    if (!x.ok()) return Fail(where_[path], path, x.status().message());
+    *field = std::move(x).value();
+    return Status::Ok();
+  }
+
+  // Element errors name the element (`model.bottom_mlp[1]`) and its own line.
+  template <typename T>
+  Status Store(std::vector<T>* field, const Rule& rule, const YAML::Node& value,
+               const std::string& path) {
+    if (!value.IsSequence()) {
+      return Fail(where_[path], path, "expected a list, got " + Describe(value));
+    }
+    std::vector<T> items;
+    for (size_t i = 0; i < value.size(); ++i) {
+      StatusOr<T> item = ReadValue(static_cast<T*>(nullptr), rule, value[i]);
+      if (!item.ok()) {
+        return Fail(Locate(path, value[i].Mark()), path + "[" + std::to_string(i) + "]",
+                    item.status().message());
+      }
+      items.push_back(std::move(item).value());
+    }
+    Status s = CheckCount(items.size(), rule);
+    if (!s.ok()) return Fail(where_[path], path, s.message());
+    *field = std::move(items);
+    return Status::Ok();
+  }
+
+  // Fills `tables` with C1..Cn from the default, then applies each named table.
+  Status BuildTables() {
+    job_.tables.clear();
+    for (int64_t i = 1; i <= job_.data.num_categorical; ++i) {
+      job_.tables["C" + std::to_string(i)] = job_.table_default;
+    }
+    for (const auto& [name, table] : named_tables_) {
+      auto it = job_.tables.find(name);
+      if (it == job_.tables.end()) {
+        std::string path = "tables." + name;
+        return Fail(where_[path], path,
+                    "unknown table (tables are default and C1..C" +
+                        std::to_string(job_.data.num_categorical) + ", from data.num_categorical)");
+      }
+      it->second = table;
+    }
+    return Status::Ok();
+  }
+
+  Status CheckCrossField() const;
+
+  std::string name_;
+  OriginMap origins_;
+  std::map<std::string, std::string> where_;  // key path -> where it was written
+  std::map<std::string, TableConfig> named_tables_;
+  JobConfig job_;
+};
+
+// The rules that tie keys together (the single-key rules live in the schema tables).
+Status Builder::CheckCrossField() const {
+  const JobConfig& c = job_;
+  if (c.model.interaction == "dot" && c.model.bottom_mlp.back() != c.model.embedding_dim) {
+    return Fail(WhereAny({"model.bottom_mlp", "model.embedding_dim", "model.interaction"}),
+                "model.bottom_mlp",
+                "last layer " + std::to_string(c.model.bottom_mlp.back()) +
+                    " must equal model.embedding_dim " + std::to_string(c.model.embedding_dim) +
+                    " when model.interaction is dot");
+  }
+  if (c.model.top_mlp.back() != 1) {
+    return Fail(WhereAny({"model.top_mlp"}), "model.top_mlp",
+                "last layer must be 1 (the logit), got " + std::to_string(c.model.top_mlp.back()));
+  }
+  if (c.chief.heartbeat_timeout_ms <= c.chief.heartbeat_interval_ms) {
+    return Fail(WhereAny({"chief.heartbeat_timeout_ms", "chief.heartbeat_interval_ms"}),
+                "chief.heartbeat_timeout_ms",
+                "must exceed chief.heartbeat_interval_ms " +
+                    std::to_string(c.chief.heartbeat_interval_ms) + ", got " +
+                    std::to_string(c.chief.heartbeat_timeout_ms));
+  }
+  if (c.collective.timeout_ms <= c.chief.heartbeat_timeout_ms) {
+    return Fail(
+        WhereAny({"collective.timeout_ms", "chief.heartbeat_timeout_ms"}), "collective.timeout_ms",
+        "must exceed chief.heartbeat_timeout_ms " + std::to_string(c.chief.heartbeat_timeout_ms) +
+            " (failure detection must come first), got " + std::to_string(c.collective.timeout_ms));
+  }
+  if (c.data.format != "synthetic" && c.data.train.empty()) {
+    return Fail(WhereAny({"data.train", "data.format"}), "data.train",
+                "required when data.format is " + c.data.format);
+  }
+  if (c.train.device == "cpu" && c.train.precision != "fp32") {
+    return Fail(WhereAny({"train.precision", "train.device"}), "train.precision",
+                "must be fp32 when train.device is cpu, got " + c.train.precision);
+  }
+  return Status::Ok();
+}
+
+StatusOr<JobConfig> Parse(const std::string& text, const std::string& name,
+                          const std::vector<Override>& overrides) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    return Status::InvalidArgument(name + ":" + std::to_string(e.mark.line + 1) +
+                                   ": YAML syntax error: " + e.msg);
+  }
+  if (docs.size() > 1) {
+    return Status::InvalidArgument(name + ":1: (top level): expected one YAML document, found " +
+                                   std::to_string(docs.size()));
+  }
+  YAML::Node root = docs.empty() || docs[0].IsNull() ? YAML::Node(YAML::NodeType::Map) : docs[0];
+  if (!root.IsMap()) {
+    return Status::InvalidArgument(name + ":" + std::to_string(root.Mark().line + 1) +
+                                   ": (top level): expected a map of sections, got " +
+                                   Describe(root));
+  }
+  OriginMap origins;
+  for (const Override& o : overrides) TANDEM_RETURN_IF_ERROR(ApplyOverride(o, root, &origins));
+  return Builder(name, std::move(origins)).Build(root);
+}
+
+}  // namespace
+
+Status ValidateAddress(std::string_view address) {
+  std::string quoted = Quote(address);
+  size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) {
+    return Status::InvalidArgument("expected host:port, got " + quoted);
+  }
+  std::string_view host = address.substr(0, colon);
+  std::string_view port = address.substr(colon + 1);
+  // IPv6 hosts come in brackets ("[::1]:7000") so that the port's colon stays unambiguous.
+  bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  std::string_view bare = bracketed ? host.substr(1, host.size() - 2) : host;
+  if (bare.empty() || bare.find_first_of(" \t[]/") != std::string_view::npos ||
+      (!bracketed && bare.find(':') != std::string_view::npos)) {
+    return Status::InvalidArgument("bad host in " + quoted +
+                                   " (expected host:port; IPv6 as [addr]:port)");
+  }
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || port.size() > 5 || ec != std::errc() || end != port.data() + port.size() ||
+      value > 65535) {
+    return Status::InvalidArgument("bad port in " + quoted + " (expected 0..65535)");
+  }
+  return Status::Ok();
+}
+
+StatusOr<JobConfig> ParseJobConfig(const std::string& yaml_text, const std::string& name,
+                                   const std::vector<Override>& overrides) {
+  try {
+    return Parse(yaml_text, name, overrides);
+  } catch (const YAML::Exception& e) {
+    // Defensive: the walker checks node types before using them, so this should not happen.
+    return Status::InvalidArgument(name + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+}
+
+StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<Override>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument(path + ": cannot read: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::InvalidArgument(path + ": read failed: " + std::strerror(errno));
+  return ParseJobConfig(text.str(), path, overrides);
+}
+
+std::string JobConfig::ToYaml() const {
+  JobConfig copy = *this;  // the schema binds mutable fields
+  YamlWriter w;
+  w.Comment("Effective tandem job config. Tables C1..Cn not listed under `tables` (and keys not");
+  w.Comment("listed under one) are equal to tables.default.");
+  for (const JobKey& key : kJobKeys) w.Put(key.path, FormatField(key.bind(copy)));
+  for (const TableKey& key : kTableKeys) {
+    w.Put("tables.default." + std::string(key.path), FormatField(key.bind(copy.table_default)));
+  }
+  // Only what differs from tables.default: with 26 tables the full list would bury the rest.
+  for (const std::string& name : TableNamesInOrder(copy)) {
+    for (const TableKey& key : kTableKeys) {
+      std::string value = FormatField(key.bind(copy.tables[name]));
+      if (value != FormatField(key.bind(copy.table_default))) {
+        w.Put("tables." + name + "." + std::string(key.path), value);
+      }
+    }
+  }
+  return w.str();
+}
+
+std::string JobConfig::ComputationHash() const {
+  JobConfig copy = *this;
+  std::vector<std::string> lines;
+  for (const JobKey& key : kJobKeys) {
+    for (std::string_view section : kComputationSections) {
+      if (key.path.starts_with(section)) {
+        lines.push_back(std::string(key.path) + "=" + FormatField(key.bind(copy)));
+      }
+    }
+  }
+  for (auto& [name, table] : copy.tables) {
+    for (const TableKey& key : kTableKeys) {
+      lines.push_back("tables." + name + "." + std::string(key.path) + "=" +
+                      FormatField(key.bind(table)));
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  uint64_t hash = XXH3_64bits(text.data(), text.size());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, hash >>= 4) out[i] = kHex[hash & 0xf];
+  return out;
+}
+
+}  // namespace tandem::config

@@ -1,0 +1,82 @@
+#include "common/testing/test_util.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace tandem::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base ? base : "/tmp") + "/tandem-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  path_ = ::mkdtemp(buf.data()) ? std::string(buf.data()) : std::string();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& set_env,
+                         const std::vector<std::string>& unset_env, std::chrono::milliseconds timeout) {
+  TempDir dir;
+  SpawnOptions o;
+  o.argv = argv;
+  o.set_env = set_env;
+  o.unset_env = unset_env;
+  o.output_path = dir.File("output");
+  CommandResult r;
+  auto p = Subprocess::Spawn(o);
+  if (!p.ok()) {
+    r.output = p.status().ToString();
+    return r;
+  }
+  auto e = p->Wait(timeout);
+  if (!e) {
+    r.timed_out = true;
+    e = p->Stop(std::chrono::milliseconds(0));
+  }
+  r.exit = *e;
+  r.output = ReadFile(o.output_path);
+  return r;
+}
+
+bool WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) > 0 && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+long ResidentKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tandem builds with, only those missing. `apt-get update` runs only
+# when something is missing, so a second run installs nothing and takes well under 5 s.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkgconf git
+  libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libopenblas-dev libgloo-dev
+  libspdlog-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libxxhash-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  # dpkg-query is fast and needs no package lists.
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2

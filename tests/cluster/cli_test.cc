@@ -1,0 +1,201 @@
+// The `tandem` command as a user meets it: help, usage errors, exit statuses (PROTOCOLS §12),
+// config errors before binding, TF_CONFIG rules, SIGTERM, `local` and `status`.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+#include <zmq.hpp>
+
+#include "tests/cluster/daemon_fixture.h"
+
+namespace tandem::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+const std::vector<std::string> kSubcommands = {"chief", "ps",     "worker",  "local",    "drill",
+                                               "datagen", "convert", "eval", "export",   "predict",
+                                               "status",  "checksum", "keys"};
+
+CommandResult Tandem(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  args.insert(args.begin(), TANDEM_BINARY);
+  return RunCommand(args, env, {"TF_CONFIG"});
+}
+
+TEST(CliTest, HelpWorksForEverySubcommand) {
+  auto top = Tandem({"--help"});
+  EXPECT_EQ(top.exit.exit_code, 0) << top.output;
+  for (const auto& sub : kSubcommands) {
+    EXPECT_NE(top.output.find(sub), std::string::npos) << "top-level help lacks " << sub;
+    auto r = Tandem({sub, "--help"});
+    EXPECT_EQ(r.exit.exit_code, 0) << sub << ": " << r.output;
+    EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub << ": " << r.output;
+  }
+}
+
+TEST(CliTest, VersionPrintsBuildId) {
+  auto r = Tandem({"--version"});
+  EXPECT_EQ(r.exit.exit_code, 0);
+  EXPECT_NE(r.output.find("tandem 0.1.0+g"), std::string::npos) << r.output;
+}
+
+TEST(CliTest, UsageErrorsExit2) {
+  EXPECT_EQ(Tandem({}).exit.exit_code, 2);
+  EXPECT_EQ(Tandem({"frobnicate"}).exit.exit_code, 2);
+  EXPECT_EQ(Tandem({"ps", "--no-such-flag"}).exit.exit_code, 2);
+  EXPECT_EQ(Tandem({"local", "--config"}).exit.exit_code, 2);
+  EXPECT_EQ(Tandem({"status", "--timeout-ms", "abc"}).exit.exit_code, 2);
+}
+
+TEST(CliTest, NotYetImplementedSubcommandsSaySoAndExit2) {
+  auto r = Tandem({"keys", "--out", "/tmp/x"});
+  EXPECT_EQ(r.exit.exit_code, 2);
+  EXPECT_NE(r.output.find("not implemented yet"), std::string::npos) << r.output;
+}
+
+// A bad config is reported (file, key path, line) with exit 3 before any port is bound: the
+// config names a port this test holds, so an attempt to bind would fail differently (exit 1).
+TEST(CliTest, DaemonWithBadConfigExits3BeforeBinding) {
+  TempDir dir;
+  zmq::context_t ctx(1);
+  zmq::socket_t held(ctx, zmq::socket_type::router);
+  held.bind("tcp://127.0.0.1:0");
+  std::string ep = held.get(zmq::sockopt::last_endpoint);
+  std::string port = ep.substr(ep.rfind(':') + 1);
+  const std::string config = dir.File("bad.yaml");
+  WriteFile(config, "cluster:\n  chief: [\"127.0.0.1:" + port +
+                        "\"]\n  ps: [\"127.0.0.1:0\"]\n  workers: [\"127.0.0.1:0\"]\n"
+                        "train:\n  steps: 10\n  batch_sise: 4\n");
+  for (const std::string role : {"chief", "ps", "worker"}) {
+    const std::string ready = dir.File(role + ".ready");
+    auto r = Tandem({role, "--config", config, "--task", role + ":0", "--ready-file", ready});
+    EXPECT_EQ(r.exit.exit_code, 3) << role << ": " << r.output;
+    EXPECT_NE(r.output.find("bad.yaml:7"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("train.batch_sise"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(ready));
+  }
+}
+
+TEST(CliTest, BadSetValueExits3NamingFlag) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
+  auto r = Tandem({"ps", "--config", dir.File("job.yaml"), "--task", "ps:0", "--set",
+                   "train.steps=many"});
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("--set train.steps=many"), std::string::npos) << r.output;
+}
+
+TEST(CliTest, MissingTaskIsUsageError) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
+  auto r = Tandem({"ps", "--config", dir.File("job.yaml")});
+  EXPECT_EQ(r.exit.exit_code, 2) << r.output;
+}
+
+TEST(CliTest, TfConfigConflictsExit3NamingBoth) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
+  const std::string tf =
+      R"(TF_CONFIG={"cluster": {"chief": ["127.0.0.1:0"], "ps": ["127.0.0.1:0", "127.0.0.1:0"], )"
+      R"("worker": ["127.0.0.1:0"]}, "task": {"type": "ps", "index": 1}})";
+  auto r = RunCommand({TANDEM_BINARY, "ps", "--config", dir.File("job.yaml"), "--task", "ps:0"}, {tf});
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("ps:0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ps:1"), std::string::npos) << r.output;
+
+  const std::string evaluator =
+      R"(TF_CONFIG={"cluster": {"chief": ["127.0.0.1:0"], "ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"], )"
+      R"("evaluator": ["127.0.0.1:0"]}, "task": {"type": "evaluator", "index": 0}})";
+  r = RunCommand({TANDEM_BINARY, "worker", "--config", dir.File("job.yaml")}, {evaluator});
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("evaluator"), std::string::npos) << r.output;
+}
+
+TEST(CliTest, TfConfigSuppliesTaskAndClusterAndSigtermExits0) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
+  const std::string tf =
+      R"(TF_CONFIG={"cluster": {"chief": ["127.0.0.1:0"], "ps": ["127.0.0.1:0", "127.0.0.1:0"], )"
+      R"("worker": ["127.0.0.1:0"]}, "task": {"type": "ps", "index": 1}})";
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "ps", "--config", dir.File("job.yaml"), "--ready-file", dir.File("ready"),
+            "--job-id", kJobHex};
+  o.set_env = {tf};
+  o.output_path = dir.File("log");
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(WaitForFile(dir.File("ready"), milliseconds(20000))) << ReadFile(dir.File("log"));
+  EXPECT_NE(ReadFile(dir.File("ready")).find("ps:1"), std::string::npos);
+  p->Signal(SIGTERM);
+  auto e = p->Wait(milliseconds(10000));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << e->ToString();
+  const std::string log = ReadFile(dir.File("log"));
+  const std::string first_line = log.substr(0, log.find('\n'));
+  EXPECT_NE(first_line.find("cluster from TF_CONFIG"), std::string::npos) << log;
+  EXPECT_NE(first_line.find("task from TF_CONFIG"), std::string::npos) << log;
+}
+
+TEST(CliTest, LocalStartsChecksAndStopsACluster) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
+  auto r = RunCommand({TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "2",
+                       "--workers", "2"},
+                      {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {},
+                      milliseconds(60000));
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("5/5 processes answer"), std::string::npos) << r.output;
+  auto cluster = nlohmann::json::parse(ReadFile(dir.path() + "/out/cluster.json"));
+  ASSERT_EQ(cluster["members"].size(), 5u);
+  for (const auto& m : cluster["members"]) {
+    int pid = m["pid"].get<int>();
+    EXPECT_NE(::kill(pid, 0), 0) << m["task"] << " (pid " << pid << ") still runs";
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/out/logs/worker-1.log"));
+}
+
+TEST(CliTest, StatusReadsClusterFileOfHeldLocalCluster) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "1", "--workers", "1",
+            "--hold"};
+  o.output_path = dir.File("local.log");
+  auto local = Subprocess::Spawn(o);
+  ASSERT_TRUE(local.ok());
+  const std::string cluster_path = dir.path() + "/out/cluster.json";
+  ASSERT_TRUE(WaitForFile(cluster_path, milliseconds(30000))) << ReadFile(dir.File("local.log"));
+  auto status = Tandem({"status", "--dir", dir.path() + "/out", "--json"});
+  EXPECT_EQ(status.exit.exit_code, 0) << status.output;
+  auto j = nlohmann::json::parse(status.output.substr(status.output.find('{')));
+  EXPECT_EQ(j["up"].get<int>(), 3) << status.output;
+
+  // A crashed child is restarted with a higher incarnation.
+  auto cluster = nlohmann::json::parse(ReadFile(cluster_path));
+  int ps_pid = 0;
+  for (const auto& m : cluster["members"])
+    if (m["task"] == "ps:0") ps_pid = m["pid"].get<int>();
+  ASSERT_GT(ps_pid, 0);
+  ::kill(ps_pid, SIGKILL);
+  bool restarted = false;
+  for (int i = 0; i < 300 && !restarted; ++i) {
+    std::this_thread::sleep_for(milliseconds(50));
+    restarted = ReadFile(dir.File("local.log")).find("ps:0 ended") != std::string::npos &&
+                ReadFile(cluster_path).find(std::to_string(ps_pid)) == std::string::npos;
+  }
+  EXPECT_TRUE(restarted) << ReadFile(dir.File("local.log"));
+  std::this_thread::sleep_for(milliseconds(200));
+  status = Tandem({"status", "--dir", dir.path() + "/out", "--json"});
+  EXPECT_EQ(status.exit.exit_code, 0) << status.output;
+
+  local->Signal(SIGTERM);
+  auto e = local->Wait(milliseconds(20000));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << ReadFile(dir.File("local.log"));
+  status = Tandem({"status", "--dir", dir.path() + "/out"});
+  EXPECT_EQ(status.exit.exit_code, 1) << status.output;
+}
+
+}  // namespace
+}  // namespace tandem::testing
