@@ -1,0 +1,49 @@
+// ParkingLot: requests that cannot be answered yet (a pull for a step not applied yet) wait here
+// holding no thread (PROTOCOLS §2.3). Just before a parked request's budget ends it is answered
+// NOT_READY, so the sender simply sends it again: waiting for a slow peer is never reported as a
+// timeout (PROTOCOLS §13).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "common/sync.h"
+#include "common/wire/rpc_server.h"
+
+namespace tandem::wire {
+
+// Safe for concurrent use.
+class ParkingLot {
+ public:
+  // `margin`: how long before a request's deadline it is answered NOT_READY.
+  explicit ParkingLot(std::chrono::milliseconds margin = std::chrono::milliseconds(50));
+  ParkingLot(const ParkingLot&) = delete;
+  ParkingLot& operator=(const ParkingLot&) = delete;
+  // Answers everything still parked NOT_READY.
+  ~ParkingLot();
+
+  // Parks `responder` under `key` (e.g. the version it waits for).
+  void Park(int64_t key, Responder responder);
+  // Removes and returns the requests parked under keys <= `up_to`, oldest key first.
+  std::vector<Responder> ReleaseUpTo(int64_t up_to);
+  // Removes and returns every parked request (e.g. to answer them STALE on a rollback).
+  std::vector<Responder> ReleaseAll();
+  size_t size() const;
+  uint64_t not_ready_sent() const;
+
+ private:
+  void SweepLoop();
+
+  const std::chrono::milliseconds margin_;
+  mutable Mutex mu_;
+  CondVar cv_{&mu_};
+  std::multimap<int64_t, Responder> parked_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  uint64_t not_ready_sent_ GUARDED_BY(mu_) = 0;
+  std::thread sweeper_;
+};
+
+}  // namespace tandem::wire
