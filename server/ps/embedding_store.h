@@ -1,0 +1,90 @@
+// The shard's rows (DESIGN §3): every row of every table lives in one RocksDB instance; a
+// bounded in-memory cache of hot rows sits in front of it. Cached rows live in slab memory (one
+// slab class per table, rows of table.row_bytes()), found through an open-addressing index, so
+// there is no heap allocation per row. Dirty rows are written back in batches when evicted;
+// misses are read with batched MultiGet. With `memory_only` (ps.storage: memory) nothing is
+// evicted and RocksDB only receives rows at FlushDirty (restore points and checkpoints).
+//
+// RocksDB key: 4-byte big-endian table id + 8-byte big-endian id (12 bytes); value: the row
+// bytes exactly as RowRef lays them out. Admission counters (ids seen but not yet admitted) are
+// stored under the key prefix 0xFFFFFFFF + table (4 B) + id (8 B), value u64 count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/embedding/table_spec.h"
+#include "common/status.h"
+
+namespace tandem::ps {
+
+struct StoreOptions {
+  std::string db_dir;                          // the live RocksDB directory
+  std::vector<embedding::TableSpec> tables;    // indexed by table_id (0..n-1)
+  uint64_t seed = 1;                           // for initial values of absent rows
+  uint64_t cache_bytes = 256ull << 20;         // bound on cached row bytes (+ index)
+  bool memory_only = false;                    // ps.storage: memory
+  int stripes = 64;                            // lock stripes (by slot), so no global lock
+};
+
+struct StoreStats {
+  uint64_t cached_rows = 0;
+  uint64_t cache_bytes_used = 0;  // slabs + index
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t writebacks = 0;
+};
+
+// Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are
+// serialized. A stripe is chosen by SlotOf(table, id) % stripes.
+class EmbeddingStore {
+ public:
+  static StatusOr<std::unique_ptr<EmbeddingStore>> Open(const StoreOptions& options);
+  ~EmbeddingStore();
+
+  // Copies the embeddings of ids (of `table`) into out[i * dim ...]: the stored row, or the
+  // initial value for an absent row. Never changes stored state (it may fill the cache).
+  Status Read(uint32_t table, std::span<const uint64_t> ids, float* out);
+
+  // Reads whole rows (meta + embedding + state) into out[i * row_bytes ...]; `present[i]` says
+  // whether the row is stored (absent rows are filled with InitialRow).
+  Status ReadRows(uint32_t table, std::span<const uint64_t> ids, uint8_t* out,
+                  std::vector<bool>* present);
+
+  // The apply path: for each id, gives `fn` the row (materialised as InitialRow if absent, which
+  // `existed` says) to modify in place; the row is then stored (dirty in the cache). fn is called
+  // in the order of ids.
+  using RowFn = std::function<void(size_t index, embedding::RowRef row, bool existed)>;
+  Status Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn);
+
+  // Removes rows (TTL garbage collection, rollback of a materialisation).
+  Status Erase(uint32_t table, std::span<const uint64_t> ids);
+
+  // Admission counters (PROTOCOLS §4): get and set per id.
+  StatusOr<uint64_t> AdmissionCount(uint32_t table, uint64_t id);
+  Status SetAdmissionCount(uint32_t table, uint64_t id, uint64_t count);  // 0 erases
+
+  // Writes every dirty cached row (and counter) to RocksDB; rows stay cached, clean.
+  Status FlushDirty();
+  // FlushDirty, then a RocksDB checkpoint (hard links; the memtable is flushed first) in
+  // `dir`, which must not exist.
+  Status CreateCheckpoint(const std::string& dir);
+
+  // Visits every stored row (cache and RocksDB, each row once, newest version), and every
+  // admission counter, in unspecified order. For checksums, tests and export.
+  Status ForEachRow(const std::function<void(uint32_t table, uint64_t id, const uint8_t* row)>& fn);
+  Status ForEachAdmissionCount(const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn);
+
+  StoreStats stats() const;
+};
+
+// Replaces `live_dir` with a copy of the checkpoint at `checkpoint_dir` made of hard links
+// (falling back to copies across file systems). The checkpoint itself is left untouched.
+Status RebuildLiveDb(const std::string& checkpoint_dir, const std::string& live_dir);
+
+}  // namespace tandem::ps
