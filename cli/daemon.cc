@@ -15,6 +15,7 @@
 #include "common/wire/rpc_server.h"
 #include "server/chief/chief_service.h"
 #include "server/ps/ps_service.h"
+#include "server/ps/shard_options.h"
 #include "worker/device/device_info.h"
 #include "worker/worker_service.h"
 
@@ -115,9 +116,24 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   self.index = static_cast<uint32_t>(resolved->task.index);
   self.incarnation = args.incarnation;
   wire::RpcServer server(&context, options, self);
+  std::unique_ptr<ps::Shard> shard;
+  std::unique_ptr<ps::PsService> ps_service;
   switch (args.role) {
     case config::Role::kChief: chief::RegisterChiefService(&server); break;
-    case config::Role::kPs: ps::RegisterPsService(&server); break;
+    case config::Role::kPs: {
+      // Recovery (restore point + push-log replay) completes before the port is bound, so no
+      // request ever sees a half-recovered shard.
+      auto opened = ps::Shard::Open(
+          ps::ShardOptionsFromConfig(*job, static_cast<uint32_t>(resolved->task.index)));
+      if (!opened.ok()) {
+        TLOG_ERROR("cannot open the shard: {}", opened.status().ToString());
+        return opened.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+      }
+      shard = std::move(opened).value();
+      ps_service = std::make_unique<ps::PsService>(shard.get(), &server);
+      ps_service->Register();
+      break;
+    }
     case config::Role::kWorker: worker::RegisterWorkerService(&server); break;
   }
   Status started = server.Start();
@@ -145,6 +161,14 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   sigwait(&stop_signals, &sig);
   TLOG_INFO("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   server.Stop();
+  if (shard) {
+    // A clean stop leaves a restore point, so the next start replays nothing.
+    Status rp = shard->TakeRestorePoint();
+    if (!rp.ok()) TLOG_WARN("final restore point failed: {}", rp.ToString());
+    auto ss = shard->stats();
+    TLOG_INFO("shard: applied step {}, {} pushes logged, {} duplicates, {} rows applied",
+              shard->applied_step(), ss.pushes_logged, ss.duplicates, ss.rows_applied);
+  }
   auto st = server.stats();
   TLOG_INFO("stopped: {} requests, {} replies, {} malformed dropped, {} invalid, {} wrong job",
             st.received, st.replied, st.dropped_malformed, st.invalid, st.wrong_job);

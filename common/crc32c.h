@@ -12,4 +12,11 @@ namespace tandem {
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
+namespace internal {
+// The portable table-driven path, same contract as Crc32cExtend (exposed for tests).
+uint32_t Crc32cExtendTable(uint32_t crc, const void* data, size_t n);
+// Whether Crc32cExtend uses the SSE4.2 instruction on this CPU.
+bool Crc32cHasHardware();
+}  // namespace internal
+
 }  // namespace tandem

@@ -18,6 +18,8 @@ struct TableSlice {
 struct PullRequest {
   step @0 :Int64;            # answered at version step-1 (k = 0) or >= step-1-k
   tables @1 :List(TableSlice);
+  fromPreImages @2 :Bool;    # recovery (PROTOCOLS §8): a shard that applied `step` answers
+                             # from the pre-images of that apply
 }
 
 struct PullReply {

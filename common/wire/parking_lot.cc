@@ -16,17 +16,17 @@ ParkingLot::~ParkingLot() {
   }
   cv_.SignalAll();
   sweeper_.join();
-  for (auto& r : ReleaseAll()) r.SendError(ReplyCode::NOT_READY, "server stopping");
+  for (auto& p : ReleaseAll()) p.responder.SendError(ReplyCode::NOT_READY, "server stopping");
 }
 
-void ParkingLot::Park(int64_t key, Responder responder) {
+void ParkingLot::Park(int64_t key, Responder responder, std::unique_ptr<InMessage> request) {
   MutexLock lock(&mu_);
-  parked_.emplace(key, std::move(responder));
+  parked_.emplace(key, Parked{std::move(responder), std::move(request)});
   cv_.Signal();  // the new request may have the earliest deadline
 }
 
-std::vector<Responder> ParkingLot::ReleaseUpTo(int64_t up_to) {
-  std::vector<Responder> out;
+std::vector<Parked> ParkingLot::ReleaseUpTo(int64_t up_to) {
+  std::vector<Parked> out;
   MutexLock lock(&mu_);
   auto end = parked_.upper_bound(up_to);
   for (auto it = parked_.begin(); it != end; ++it) out.push_back(std::move(it->second));
@@ -34,7 +34,7 @@ std::vector<Responder> ParkingLot::ReleaseUpTo(int64_t up_to) {
   return out;
 }
 
-std::vector<Responder> ParkingLot::ReleaseAll() {
+std::vector<Parked> ParkingLot::ReleaseAll() {
   return ReleaseUpTo(std::numeric_limits<int64_t>::max());
 }
 
@@ -54,12 +54,12 @@ void ParkingLot::SweepLoop() {
     const auto now = Clock::now();
     auto next = Clock::time_point::max();
     for (auto it = parked_.begin(); it != parked_.end();) {
-      const auto due = it->second.deadline() == Clock::time_point::max()
+      const auto due = it->second.responder.deadline() == Clock::time_point::max()
                            ? Clock::time_point::max()
-                           : it->second.deadline() - margin_;
+                           : it->second.responder.deadline() - margin_;
       if (due <= now) {
         // Sending only queues the reply for the I/O thread: cheap enough under the lock.
-        it->second.SendError(ReplyCode::NOT_READY, "still waiting; send again");
+        it->second.responder.SendError(ReplyCode::NOT_READY, "still waiting; send again");
         ++not_ready_sent_;
         it = parked_.erase(it);
       } else {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,12 @@
 #include "common/wire/rpc_server.h"
 
 namespace tandem::wire {
+
+// A parked request: its responder and, when the handler needs it later, the request itself.
+struct Parked {
+  Responder responder;
+  std::unique_ptr<InMessage> request;
+};
 
 // Safe for concurrent use.
 class ParkingLot {
@@ -25,12 +32,12 @@ class ParkingLot {
   // Answers everything still parked NOT_READY.
   ~ParkingLot();
 
-  // Parks `responder` under `key` (e.g. the version it waits for).
-  void Park(int64_t key, Responder responder);
+  // Parks `responder` under `key` (e.g. the version it waits for), keeping `request` with it.
+  void Park(int64_t key, Responder responder, std::unique_ptr<InMessage> request = nullptr);
   // Removes and returns the requests parked under keys <= `up_to`, oldest key first.
-  std::vector<Responder> ReleaseUpTo(int64_t up_to);
+  std::vector<Parked> ReleaseUpTo(int64_t up_to);
   // Removes and returns every parked request (e.g. to answer them STALE on a rollback).
-  std::vector<Responder> ReleaseAll();
+  std::vector<Parked> ReleaseAll();
   size_t size() const;
   uint64_t not_ready_sent() const;
 
@@ -40,7 +47,7 @@ class ParkingLot {
   const std::chrono::milliseconds margin_;
   mutable Mutex mu_;
   CondVar cv_{&mu_};
-  std::multimap<int64_t, Responder> parked_ GUARDED_BY(mu_);
+  std::multimap<int64_t, Parked> parked_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   uint64_t not_ready_sent_ GUARDED_BY(mu_) = 0;
   std::thread sweeper_;

@@ -24,7 +24,8 @@ class ParkingLotTest : public ::testing::Test {
     });
     server_->Handle(Envelope::Body::PING, 0, [this](InMessage& m, Responder r) {
       auto payload = m.envelope().getBody().getPing().getPayload();
-      for (auto& p : lot_.ReleaseUpTo(payload.size() ? payload[0] : 0)) p.Send(p.NewReply());
+      for (auto& p : lot_.ReleaseUpTo(payload.size() ? payload[0] : 0))
+        p.responder.Send(p.responder.NewReply());
       r.Send(r.NewReply());
     });
     ASSERT_TRUE(server_->Start().ok());

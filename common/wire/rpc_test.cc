@@ -210,6 +210,9 @@ TEST_F(RpcTest, RequestWhoseBudgetRanOutInQueueIsDropped) {
   ASSERT_TRUE(slow.ok());
   auto doomed = client_->Call(handle_, EchoRequest("doomed"), milliseconds(100));
   EXPECT_TRUE(doomed.status().IsDeadlineExceeded()) << doomed.status();
+  // The server's budget starts when it receives the request, which on a loaded machine can be
+  // later than the send: wait until it has surely run out there too.
+  std::this_thread::sleep_for(milliseconds(300));
   release = true;
   EXPECT_TRUE(client_->Wait(*slow, std::chrono::steady_clock::now() + milliseconds(5000)).ok());
   for (int i = 0; i < 200 && server_->stats().expired == 0; ++i)

@@ -28,7 +28,7 @@ struct StoreOptions {
   uint64_t seed = 1;                           // for initial values of absent rows
   uint64_t cache_bytes = 256ull << 20;         // bound on cached row bytes (+ index)
   bool memory_only = false;                    // ps.storage: memory
-  int stripes = 64;                            // lock stripes (by slot), so no global lock
+  int stripes = 64;                            // lock stripes (by key hash), so no global lock
 };
 
 struct StoreStats {
@@ -41,7 +41,9 @@ struct StoreStats {
 };
 
 // Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are
-// serialized. A stripe is chosen by SlotOf(table, id) % stripes.
+// serialized. A stripe is chosen by a 64-bit hash of (table, id), not by SlotOf: a shard holds
+// only the slots s with s % num_shards == shard, so SlotOf % stripes would leave stripes (and
+// their share of cache_bytes) unused whenever num_shards and stripes share a factor.
 class EmbeddingStore {
  public:
   static StatusOr<std::unique_ptr<EmbeddingStore>> Open(const StoreOptions& options);
@@ -81,6 +83,14 @@ class EmbeddingStore {
   Status ForEachAdmissionCount(const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn);
 
   StoreStats stats() const;
+
+  EmbeddingStore(const EmbeddingStore&) = delete;
+  EmbeddingStore& operator=(const EmbeddingStore&) = delete;
+
+ private:
+  struct Impl;  // RocksDB and the striped caches stay out of this header
+  explicit EmbeddingStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // Replaces `live_dir` with a copy of the checkpoint at `checkpoint_dir` made of hard links

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 
+#include "common/log.h"
 #include "common/wire/diagnostics.h"
 
 namespace tandem::ps {
+
+using wire::Envelope;
+using wire::ReplyCode;
 
 std::vector<wire::LaneOptions> PsLanes(int handler_threads) {
   const int pull = std::max(1, handler_threads / 2);
@@ -12,6 +16,229 @@ std::vector<wire::LaneOptions> PsLanes(int handler_threads) {
   return {wire::LaneOptions{"push", push}, wire::LaneOptions{"pull", pull}};
 }
 
-void RegisterPsService(wire::RpcServer* server) { wire::RegisterDiagnostics(server, kPullLane); }
+void RegisterPsDiagnostics(wire::RpcServer* server) { wire::RegisterDiagnostics(server, kPullLane); }
+
+PsService::PsService(Shard* shard, wire::RpcServer* server)
+    : shard_(shard),
+      server_(server),
+      incarnations_(shard->options().num_workers, 0) {}
+
+void PsService::Register() {
+  wire::RegisterDiagnostics(server_, kPullLane);
+  server_->Handle(Envelope::Body::PULL_REQUEST, kPullLane,
+                  [this](wire::InMessage& m, wire::Responder r) { HandlePull(m, std::move(r)); });
+  server_->Handle(Envelope::Body::PUSH_REQUEST, kPushLane,
+                  [this](wire::InMessage& m, wire::Responder r) { HandlePush(m, std::move(r)); });
+  server_->SetGate([this](const wire::InMessage& m) { return Fence(m); });
+}
+
+PsServiceStats PsService::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+// Until the chief issues incarnations, the shard fences by the highest incarnation it has seen
+// per worker rank in a logged push: a pull or push from an older incarnation of a rank is a
+// zombie's (PROTOCOLS §10). Only a logged push raises the bar, so a malformed or stray message
+// cannot fence a live worker out; diagnostics are never fenced.
+std::optional<wire::Rejection> PsService::Fence(const wire::InMessage& m) {
+  auto h = m.header();
+  const auto body = m.envelope().getBody().which();
+  if (h.getSenderRole() != wire::Role::WORKER ||
+      (body != Envelope::Body::PULL_REQUEST && body != Envelope::Body::PUSH_REQUEST))
+    return std::nullopt;
+  const uint32_t rank = h.getSenderIndex();
+  MutexLock lock(&mu_);
+  if (rank >= incarnations_.size())
+    return wire::Rejection{ReplyCode::INVALID, "worker rank " + std::to_string(rank) +
+                                                   " is outside the cluster"};
+  if (h.getIncarnation() < incarnations_[rank]) {
+    stats_.stale++;
+    return wire::Rejection{ReplyCode::STALE, "worker " + std::to_string(rank) + " incarnation " +
+                                                 std::to_string(h.getIncarnation()) +
+                                                 " was replaced by incarnation " +
+                                                 std::to_string(incarnations_[rank])};
+  }
+  return std::nullopt;
+}
+
+void PsService::RaiseIncarnation(uint32_t rank, uint64_t incarnation) {
+  MutexLock lock(&mu_);
+  if (rank < incarnations_.size()) incarnations_[rank] = std::max(incarnations_[rank], incarnation);
+}
+
+namespace {
+
+// Reads a table slice's ids (and values when `dim_values`) from the message's bulk frames.
+Status SliceIds(wire::InMessage& m, wire::TableSlice::Reader t, std::span<const uint64_t>* ids) {
+  auto frame = m.BulkAs<uint64_t>(t.getIdsFrame());
+  if (!frame.ok()) return frame.status().WithContext("table " + std::to_string(t.getTableId()) + " ids");
+  if (frame->size() != t.getCount())
+    return Status::InvalidArgument("table " + std::to_string(t.getTableId()) + ": count " +
+                                   std::to_string(t.getCount()) + " but " +
+                                   std::to_string(frame->size()) + " ids");
+  *ids = *frame;
+  return Status::Ok();
+}
+
+}  // namespace
+
+void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
+  auto req = m.envelope().getBody().getPushRequest();
+  PushInput in;
+  in.timeline = m.header().getTimeline();
+  in.step = req.getStep();
+  in.rank = req.getRank();
+  in.incarnation = m.header().getIncarnation();
+  in.skip = req.getSkip();
+  Status s;
+  if (m.header().getSenderRole() != wire::Role::WORKER || m.header().getSenderIndex() != in.rank)
+    s = Status::InvalidArgument("push rank " + std::to_string(in.rank) + " from " +
+                                wire::ReadIdentity(m.header()).Who());
+  if (req.getParts() != 1) s = Status::Unimplemented("multi-part pushes");
+  for (auto t : req.getTables()) {
+    if (!s.ok()) break;
+    PushTableView v;
+    v.table_id = t.getTableId();
+    v.dim = t.getDim();
+    s = SliceIds(m, t, &v.ids);
+    if (!s.ok()) break;
+    auto grads = m.BulkAs<float>(t.getValuesFrame());
+    if (!grads.ok()) {
+      s = grads.status().WithContext("table " + std::to_string(v.table_id) + " gradients");
+      break;
+    }
+    v.grads = *grads;
+    in.tables.push_back(v);
+  }
+  StatusOr<PushAck> ack = s.ok() ? shard_->Push(in) : StatusOr<PushAck>(s);
+  {
+    MutexLock lock(&mu_);
+    stats_.pushes++;
+    if (!ack.ok() && ack.status().IsInvalidArgument()) stats_.invalid++;
+  }
+  if (ack.ok()) {
+    RaiseIncarnation(in.rank, in.incarnation);
+    wire::OutMessage reply = r.NewReply();
+    auto body = reply.envelope().getBody().initPushReply();
+    body.setDuplicate(ack->duplicate);
+    body.setAppliedStep(ack->applied_step);
+    r.Send(std::move(reply));
+    ReleaseParked();
+    return;
+  }
+  const Status& e = ack.status();
+  const std::string msg = e.message();
+  switch (e.code()) {
+    case StatusCode::kFailedPrecondition:
+      r.SendView(in.timeline > shard_->timeline() ? ReplyCode::RETRY : ReplyCode::STALE, msg,
+                 static_cast<uint64_t>(shard_->applied_step()));
+      break;
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable:
+      TLOG_WARN("push refused: {}", e.ToString());
+      r.SendError(ReplyCode::OVERLOADED, msg);
+      break;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kDataLoss:
+    case StatusCode::kUnimplemented:
+      TLOG_WARN("invalid push from {}: {}", wire::ReadIdentity(m.header()).Who(), msg);
+      r.SendError(ReplyCode::INVALID, msg);
+      break;
+    default:
+      TLOG_ERROR("push failed: {}", e.ToString());
+      r.SendError(ReplyCode::INTERNAL, msg);
+  }
+}
+
+void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
+  auto req = m.envelope().getBody().getPullRequest();
+  {
+    MutexLock lock(&mu_);
+    stats_.pulls++;
+  }
+  for (auto t : req.getTables()) {
+    std::span<const uint64_t> ids;
+    Status s = SliceIds(m, t, &ids);
+    if (s.ok()) s = shard_->ValidatePull(t.getTableId(), ids);
+    if (s.ok() && t.getDim() != 0 && t.getDim() != shard_->options().tables[t.getTableId()].dim)
+      s = Status::InvalidArgument("table " + std::to_string(t.getTableId()) + ": wrong dim");
+    if (!s.ok()) {
+      MutexLock lock(&mu_);
+      stats_.invalid++;
+      r.SendError(ReplyCode::INVALID, s.message());
+      return;
+    }
+  }
+  switch (shard_->CheckPull(m.header().getTimeline(), req.getStep(), req.getFromPreImages())) {
+    case PullVerdict::kReady:
+      AnswerPull(m, std::move(r));
+      return;
+    case PullVerdict::kStale: {
+      MutexLock lock(&mu_);
+      stats_.stale++;
+      r.SendView(m.header().getTimeline() > shard_->timeline() ? ReplyCode::RETRY : ReplyCode::STALE,
+                 "pull of step " + std::to_string(req.getStep()) + " at applied step " +
+                     std::to_string(shard_->applied_step()),
+                 static_cast<uint64_t>(shard_->applied_step()));
+      return;
+    }
+    case PullVerdict::kPark:
+      break;
+  }
+  {
+    MutexLock lock(&mu_);
+    stats_.parked++;
+  }
+  parking_.Park(shard_->RequiredVersion(req.getStep()), std::move(r),
+                std::make_unique<wire::InMessage>(std::move(m)));
+  // An apply may have finished between the check and the parking: look again, so no pull waits
+  // for a wake-up that already happened.
+  ReleaseParked();
+}
+
+void PsService::ReleaseParked() {
+  for (auto& p : parking_.ReleaseUpTo(shard_->applied_step())) {
+    auto req = p.request->envelope().getBody().getPullRequest();
+    if (shard_->CheckPull(p.request->header().getTimeline(), req.getStep(),
+                          req.getFromPreImages()) == PullVerdict::kReady) {
+      AnswerPull(*p.request, std::move(p.responder));
+    } else {
+      p.responder.SendView(ReplyCode::STALE, "the shard moved past the pulled version",
+                           static_cast<uint64_t>(shard_->applied_step()));
+    }
+  }
+}
+
+void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
+  auto req = m.envelope().getBody().getPullRequest();
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initPullReply();
+  auto slices = body.initTables(req.getTables().size());
+  uint16_t frame = 0;
+  for (unsigned i = 0; i < req.getTables().size(); ++i) {
+    auto t = req.getTables()[i];
+    const uint32_t table = t.getTableId();
+    const uint32_t dim = shard_->options().tables[table].dim;
+    std::span<const uint64_t> ids;
+    Status s = SliceIds(m, t, &ids);
+    std::vector<float> rows(ids.size() * dim);
+    if (s.ok())
+      s = req.getFromPreImages() ? shard_->ReadPreImages(table, ids, rows.data())
+                                 : shard_->Read(table, ids, rows.data());
+    if (!s.ok()) {
+      TLOG_ERROR("pull read failed: {}", s.ToString());
+      r.SendError(ReplyCode::INTERNAL, s.message());
+      return;
+    }
+    slices[i].setTableId(table);
+    slices[i].setCount(static_cast<uint32_t>(ids.size()));
+    slices[i].setDim(dim);
+    slices[i].setValuesFrame(frame++);
+    reply.AddBulkVector(std::move(rows));
+  }
+  body.setAppliedStep(shard_->applied_step());
+  r.Send(std::move(reply));
+}
 
 }  // namespace tandem::ps

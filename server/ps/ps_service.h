@@ -1,9 +1,16 @@
-// The parameter-server shard's RPC service. The foundation answers diagnostics on the lanes the
-// shard will use: pushes and pulls on separate lanes (PROTOCOLS §2.3), so that parked pulls can
-// never delay a push. The store, optimizers and push log arrive with the PS issue.
+// The parameter-server shard's RPC service (PROTOCOLS §2-§3, §13): versioned pulls on the pull
+// lane (parked, holding no thread, until the version they need is applied) and pushes on the
+// push lane, so parked pulls can never delay a push. Decodes and validates every message and
+// turns the Shard's Status values into explicit replies.
 #pragma once
 
+#include <memory>
+#include <vector>
+
+#include "common/sync.h"
+#include "common/wire/parking_lot.h"
 #include "common/wire/rpc_server.h"
+#include "server/ps/shard.h"
 
 namespace tandem::ps {
 
@@ -13,7 +20,42 @@ constexpr int kPullLane = 1;
 // Lane layout for a shard with `handler_threads` threads in all (at least one per lane).
 std::vector<wire::LaneOptions> PsLanes(int handler_threads);
 
-// Registers the shard's handlers on `server`, which must have been built with PsLanes().
-void RegisterPsService(wire::RpcServer* server);
+struct PsServiceStats {
+  uint64_t pulls = 0;
+  uint64_t pushes = 0;
+  uint64_t parked = 0;
+  uint64_t invalid = 0;
+  uint64_t stale = 0;
+};
+
+// Safe for concurrent use. `shard` and `server` must outlive the service.
+class PsService {
+ public:
+  PsService(Shard* shard, wire::RpcServer* server);
+  PsService(const PsService&) = delete;
+  PsService& operator=(const PsService&) = delete;
+
+  // Registers the handlers and the fencing gate. Call before server->Start().
+  void Register();
+  PsServiceStats stats() const;
+
+ private:
+  void HandlePull(wire::InMessage& request, wire::Responder responder);
+  void HandlePush(wire::InMessage& request, wire::Responder responder);
+  void AnswerPull(wire::InMessage& request, wire::Responder responder);
+  void ReleaseParked();
+  std::optional<wire::Rejection> Fence(const wire::InMessage& request);
+  void RaiseIncarnation(uint32_t rank, uint64_t incarnation);
+
+  Shard* const shard_;
+  wire::RpcServer* const server_;
+  wire::ParkingLot parking_;
+  mutable Mutex mu_;
+  std::vector<uint64_t> incarnations_ GUARDED_BY(mu_);  // highest seen per worker rank
+  PsServiceStats stats_ GUARDED_BY(mu_);
+};
+
+// Registers diagnostics only (a PS started without a shard, e.g. in tests of the RPC layer).
+void RegisterPsDiagnostics(wire::RpcServer* server);
 
 }  // namespace tandem::ps

@@ -9,15 +9,20 @@
 // Segments are files `<dir>/<first lsn, 20 digits>.log`; a new segment starts at Roll().
 #pragma once
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "common/sync.h"
 
 namespace tandem::ps {
 
@@ -58,6 +63,10 @@ struct PushLogOptions {
   Durability durability = Durability::kProcess;
   std::chrono::milliseconds group{10};  // machine mode: fdatasync at most this often
   uint64_t max_bytes = 16ull << 30;     // beyond this, alarm() turns true (pushes still accepted)
+
+  // Tests only: replaces writev(2) for record writes, to inject ENOSPC or short writes. Must
+  // behave like writev (return bytes written, or -1 with errno set). Empty = the real writev.
+  std::function<ssize_t(int fd, const iovec* iov, int iovcnt)> writev_for_test;
 };
 
 // Safe for concurrent use: Append may be called from many threads; records are written in LSN
@@ -73,19 +82,71 @@ class PushLog {
   // Assigns the next LSN to `header->lsn`, writes the record and returns once it is durable as
   // the options say (process: after write(2); machine: after the fdatasync that covers it).
   // kResourceExhausted on ENOSPC (nothing is left half-written; the caller must refuse the push).
+  // kUnavailable on other I/O errors, kInvalidArgument if grads.size() != ids.size() * dim or
+  // the record exceeds 1 GiB, kFailedPrecondition once an earlier failed fdatasync has made the
+  // log unusable until it is reopened.
   Status Append(PushHeader* header, std::span<const PushTableView> tables);
 
   // Calls fn for every record with lsn > after_lsn, in LSN order. Stops at fn's first error.
+  // kOutOfRange if some of those records were already deleted (DeleteThrough).
   Status Replay(uint64_t after_lsn, const std::function<Status(const PushRecord&)>& fn) const;
 
-  // Starts a new segment: the next record's LSN begins it (taken with each restore point).
+  // Starts a new segment: the next record's LSN begins it (taken with each restore point). The
+  // new file is created at once, so its name keeps the next LSN even if every older segment is
+  // deleted; a no-op when the open segment is still empty.
   Status Roll();
-  // Deletes whole segments all of whose records have lsn <= `lsn` (behind a committed checkpoint).
+  // Deletes whole segments all of whose records have lsn <= `lsn` (behind a committed checkpoint),
+  // oldest first; never the open (newest) segment.
   Status DeleteThrough(uint64_t lsn);
 
   uint64_t last_lsn() const;     // 0 if empty
   uint64_t total_bytes() const;  // all segments
   bool alarm() const;            // total_bytes() > max_bytes
+  uint64_t sync_count() const;   // fdatasync calls made for group commit so far (tests, metrics)
+
+  PushLog(const PushLog&) = delete;
+  PushLog& operator=(const PushLog&) = delete;
+
+ private:
+  class ScopedFd;
+  // One segment file. An empty segment has last_lsn == first_lsn - 1.
+  struct Segment {
+    std::string path;
+    uint64_t first_lsn = 0;
+    uint64_t last_lsn = 0;
+    uint64_t bytes = 0;  // valid bytes (the file's size)
+  };
+
+  explicit PushLog(const PushLogOptions& options);
+  Status Recover(std::vector<Segment> segments);
+  Status ScanAndRepair(Segment* segment, bool newest);
+  Status OpenNewestForAppend() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status CreateSegmentLocked(uint64_t first_lsn) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status WriteRecordLocked(std::vector<iovec>* iov, uint64_t lsn, uint64_t record_bytes)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status WriteAll(int fd, std::vector<iovec>* iov) const;
+  Status WaitSyncedLocked(uint64_t lsn) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status BrokenLocked() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushLoop();
+
+  const PushLogOptions options_;
+  mutable Mutex mu_;
+  CondVar flush_cv_{&mu_};   // wakes the flusher: a record was written, or stop_
+  CondVar synced_cv_{&mu_};  // wakes machine-mode appenders: synced_lsn_ or broken_ changed
+  // In LSN order; never empty after Open; back() is the open segment that Append writes to.
+  std::vector<Segment> segments_ GUARDED_BY(mu_);
+  // Shared so that the flusher can fdatasync it outside mu_ while Roll swaps in a new one.
+  std::shared_ptr<ScopedFd> current_ GUARDED_BY(mu_);
+  uint64_t last_lsn_ GUARDED_BY(mu_) = 0;
+  uint64_t synced_lsn_ GUARDED_BY(mu_) = 0;  // machine mode: every lsn <= this is on disk
+  uint64_t total_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t sync_count_ GUARDED_BY(mu_) = 0;
+  // Set when the file may no longer match the index (failed fdatasync or failed rollback of a
+  // failed write); Append and Roll then refuse until the log is reopened.
+  Status broken_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  Mutex delete_mu_;      // serializes DeleteThrough so that segments are unlinked oldest first
+  std::thread flusher_;  // machine mode only
 };
 
 }  // namespace tandem::ps

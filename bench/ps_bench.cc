@@ -1,0 +1,398 @@
+// Parameter-server benchmark (issue: PS). Every figure is a median of several runs, printed
+// as one JSON line beside a baseline measured in the same run:
+//  - pull / push keys/s, 1 shard over loopback, 64k unique keys per request, dim 16 and 64, all
+//    rows cached; baselines: an in-process gather/scatter from a flat array, and raw ZeroMQ
+//    moving the same bytes over loopback (the figure's ratio is against the lower of the two);
+//  - pull keys/s with a table 10x the cache, Zipf(1.1) keys, against in-process RocksDB
+//    MultiGet of the same keys;
+//  - resident bytes per cached row against the raw row size (dim 64 Adagrad, dim 16 SGD);
+//  - 2 shards x 2 clients aggregate pull keys/s (clients are threads with their own sockets);
+//  - push keys/s with the push log in `process` and `machine` (group 10 ms) mode against the
+//    log off.
+#include <rocksdb/db.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bench/bench_json.h"
+#include "common/embedding/initializer.h"
+#include "common/ps_client.h"
+#include "common/slot_map.h"
+#include "common/testing/test_util.h"
+#include "server/ps/ps_service.h"
+#include "server/ps/shard.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+constexpr size_t kKeys = 65536;
+constexpr int kRuns = 5;
+
+double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+embedding::TableSpec Table(uint32_t dim, embedding::OptimizerKind opt) {
+  embedding::TableSpec t;
+  t.table_id = 0;
+  t.name = "C1";
+  t.dim = dim;
+  t.optimizer = opt;
+  return t;
+}
+
+// One shard served over loopback in this process.
+struct ShardServer {
+  ShardServer(zmq::context_t* ctx, const std::string& dir, uint32_t dim, uint64_t cache_bytes,
+              ps::Durability durability, bool log, uint32_t index = 0, uint32_t shards = 1,
+              embedding::OptimizerKind opt = embedding::OptimizerKind::kAdagrad) {
+    ps::ShardOptions o;
+    o.shard_index = index;
+    o.num_shards = shards;
+    o.num_workers = 1;
+    o.tables = {Table(dim, opt)};
+    o.dir = dir;
+    o.cache_bytes = cache_bytes;
+    o.durability = durability;
+    o.push_log_enabled_for_bench = log;
+    o.restore_point_every_bytes = 1ull << 40;
+    shard = std::move(ps::Shard::Open(o)).value();
+    wire::ServerOptions so;
+    so.lanes = ps::PsLanes(2);
+    server = std::make_unique<wire::RpcServer>(ctx, so, wire::Identity{});
+    service = std::make_unique<ps::PsService>(shard.get(), server.get());
+    service->Register();
+    if (!server->Start().ok()) std::abort();
+  }
+  ~ShardServer() { server->Stop(); }
+  std::unique_ptr<ps::Shard> shard;
+  std::unique_ptr<wire::RpcServer> server;
+  std::unique_ptr<ps::PsService> service;
+};
+
+PsClient MakeClient(zmq::context_t* ctx, std::vector<std::string> endpoints, uint32_t dim) {
+  wire::Identity id;
+  id.role = wire::Role::WORKER;
+  id.incarnation = 1;
+  PsClientOptions o;
+  o.shards = std::move(endpoints);
+  o.dims = {dim};
+  return PsClient(ctx, id, o);
+}
+
+std::vector<uint64_t> Keys(size_t n, uint64_t salt) {
+  std::vector<uint64_t> k(n);
+  for (size_t i = 0; i < n; ++i) k[i] = i * 2654435761ull + salt;
+  return k;
+}
+
+// Materialises every key (so later pulls hit cached rows) in pushes of <= 64k keys.
+void Materialise(PsClient* c, const std::vector<uint64_t>& keys, uint32_t dim, int64_t* step) {
+  for (size_t off = 0; off < keys.size(); off += kKeys) {
+    size_t n = std::min(kKeys, keys.size() - off);
+    std::vector<float> g(n * dim, 0.001f);
+    TableGrads t{0, {keys.data() + off, n}, g};
+    if (!c->Push((*step)++, {&t, 1}).ok()) std::abort();
+  }
+}
+
+double PullKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, int64_t step, int reps) {
+  std::vector<std::vector<float>> rows;
+  TableIds t{0, keys};
+  if (!c->Pull(step, {&t, 1}, &rows).ok()) std::abort();
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i)
+    if (!c->Pull(step, {&t, 1}, &rows).ok()) std::abort();
+  return keys.size() * double(reps) / Seconds(t0);
+}
+
+double PushKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, uint32_t dim, int64_t* step, int reps) {
+  std::vector<float> g(keys.size() * dim, 0.001f);
+  TableGrads t{0, keys, g};
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i)
+    if (!c->Push((*step)++, {&t, 1}).ok()) std::abort();
+  return keys.size() * double(reps) / Seconds(t0);
+}
+
+// Baseline (a): gather rows of `keys` from a flat array through a hash index (what a pull must
+// at least do), then scatter gradients back (what a push must at least do).
+std::pair<double, double> FlatGatherScatter(const std::vector<uint64_t>& keys, uint32_t dim, int reps) {
+  std::unordered_map<uint64_t, uint32_t> index;
+  index.reserve(keys.size());
+  for (uint32_t i = 0; i < keys.size(); ++i) index[keys[i]] = i;
+  std::vector<float> table(keys.size() * dim, 0.5f), out(keys.size() * dim), g(keys.size() * dim, 0.001f);
+  auto t0 = Clock::now();
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < keys.size(); ++i)
+      std::memcpy(&out[i * dim], &table[size_t{index[keys[i]]} * dim], dim * 4);
+  double gather = keys.size() * double(reps) / Seconds(t0);
+  t0 = Clock::now();
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < keys.size(); ++i) {
+      float* row = &table[size_t{index[keys[i]]} * dim];
+      for (uint32_t j = 0; j < dim; ++j) row[j] -= 0.1f * g[i * dim + j];
+    }
+  double scatter = keys.size() * double(reps) / Seconds(t0);
+  return {gather, scatter};
+}
+
+// Baseline (b): raw ZeroMQ request/reply moving the bytes of a pull (keys out, rows back).
+double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
+  zmq::socket_t server(*ctx, zmq::socket_type::router), client(*ctx, zmq::socket_type::dealer);
+  server.bind("tcp://127.0.0.1:0");
+  client.connect(server.get(zmq::sockopt::last_endpoint));
+  std::atomic<bool> stop{false};
+  std::vector<float> rows(kKeys * dim, 0.5f);
+  std::thread t([&] {
+    zmq::pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
+    while (!stop) {
+      zmq::poll(&item, 1, milliseconds(20));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      zmq::message_t id, keys;
+      (void)server.recv(id);
+      (void)server.recv(keys);
+      server.send(id, zmq::send_flags::sndmore);
+      server.send(zmq::message_t(rows.data(), rows.size() * 4), zmq::send_flags::none);
+    }
+  });
+  std::vector<uint64_t> keys = Keys(kKeys, 1);
+  auto once = [&] {
+    client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::none);
+    zmq::message_t reply;
+    (void)client.recv(reply);
+  };
+  once();
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) once();
+  double v = kKeys * double(reps) / Seconds(t0);
+  stop = true;
+  t.join();
+  return v;
+}
+
+void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
+  std::vector<double> pull, push, gather, scatter, raw;
+  for (int run = 0; run < kRuns; ++run) {
+    testing::TempDir dir;
+    ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
+    PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+    auto keys = Keys(kKeys, 7);
+    int64_t step = 0;
+    Materialise(&c, keys, dim, &step);
+    pull.push_back(PullKeysPerSec(&c, keys, step, 10));
+    push.push_back(PushKeysPerSec(&c, keys, dim, &step, 10));
+    auto [g, sc] = FlatGatherScatter(keys, dim, 10);
+    gather.push_back(g);
+    scatter.push_back(sc);
+    raw.push_back(RawZmqKeysPerSec(ctx, dim, 10));
+  }
+  const std::string d = "dim" + std::to_string(dim);
+  const double base_pull = std::min(Median(gather), Median(raw));
+  PrintFigure("ps_pull_cached_" + d, Median(pull), "keys/s", true,
+              Median(gather) < Median(raw) ? "in-process flat gather" : "raw zeromq, same bytes", base_pull);
+  const double base_push = std::min(Median(scatter), Median(raw));
+  PrintFigure("ps_push_cached_" + d, Median(push), "keys/s", true,
+              Median(scatter) < Median(raw) ? "in-process flat scatter (sgd)" : "raw zeromq, same bytes", base_push);
+}
+
+// Zipf(1.1) sample of unique keys among n.
+std::vector<uint64_t> ZipfKeys(const std::vector<uint64_t>& all, size_t want, std::mt19937_64& rng) {
+  std::vector<double> cdf(all.size());
+  double sum = 0;
+  for (size_t i = 0; i < all.size(); ++i) cdf[i] = (sum += 1.0 / std::pow(double(i + 1), 1.1));
+  std::uniform_real_distribution<double> u(0, sum);
+  std::unordered_set<uint64_t> seen;
+  std::vector<uint64_t> out;
+  while (out.size() < want) {
+    size_t i = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+    if (seen.insert(all[i]).second) out.push_back(all[i]);
+  }
+  return out;
+}
+
+void UncachedZipfPull(zmq::context_t* ctx) {
+  const uint32_t dim = 16;
+  const uint64_t row_bytes = 16 + 4 * (dim + dim);  // adagrad
+  const size_t n_rows = 1'000'000;
+  const uint64_t cache = n_rows * row_bytes / 10;
+  std::vector<double> ours, base;
+  for (int run = 0; run < 3; ++run) {
+    testing::TempDir dir;
+    auto all = Keys(n_rows, 11);
+    std::mt19937_64 rng(run);
+    std::vector<std::vector<uint64_t>> requests;
+    for (int i = 0; i < 5; ++i) requests.push_back(ZipfKeys(all, kKeys / 4, rng));
+    {
+      ShardServer s(ctx, dir.path() + "/shard", dim, cache, ps::Durability::kProcess, false);
+      PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+      int64_t step = 0;
+      Materialise(&c, all, dim, &step);
+      auto t0 = Clock::now();
+      std::vector<std::vector<float>> rows;
+      size_t keys = 0;
+      for (const auto& r : requests) {
+        TableIds t{0, r};
+        if (!c.Pull(step, {&t, 1}, &rows).ok()) std::abort();
+        keys += r.size();
+      }
+      ours.push_back(keys / Seconds(t0));
+    }
+    // Baseline: the same keys read with MultiGet from a RocksDB holding the same rows.
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    if (!rocksdb::DB::Open(o, dir.path() + "/raw", &raw).ok()) std::abort();
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::string value(row_bytes, 'x');
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;
+    for (size_t off = 0; off < all.size(); off += 10000) {
+      rocksdb::WriteBatch b;
+      for (size_t i = off; i < std::min(all.size(), off + 10000); ++i)
+        b.Put(rocksdb::Slice(reinterpret_cast<const char*>(&all[i]), 8), value);
+      db->Write(wo, &b);
+    }
+    db->Flush({});
+    auto t0 = Clock::now();
+    size_t keys = 0;
+    for (const auto& r : requests) {
+      std::vector<rocksdb::Slice> ks;
+      for (const auto& k : r) ks.emplace_back(reinterpret_cast<const char*>(&k), 8);
+      std::vector<rocksdb::PinnableSlice> vals(ks.size());
+      std::vector<rocksdb::Status> st(ks.size());
+      db->MultiGet({}, db->DefaultColumnFamily(), ks.size(), ks.data(), vals.data(), st.data());
+      keys += r.size();
+    }
+    base.push_back(keys / Seconds(t0));
+  }
+  PrintFigure("ps_pull_uncached_zipf1.1_dim16", Median(ours), "keys/s", true,
+              "in-process rocksdb MultiGet, same keys", Median(base));
+}
+
+void MemoryPerRow(uint32_t dim, embedding::OptimizerKind opt, const std::string& name) {
+  testing::TempDir dir;
+  auto spec = Table(dim, opt);
+  ps::StoreOptions so;
+  so.db_dir = dir.path();
+  so.tables = {spec};
+  so.memory_only = true;
+  auto store = std::move(ps::EmbeddingStore::Open(so)).value();
+  const size_t n = 200'000;
+  const long before = testing::ResidentKiB(::getpid());
+  auto keys = Keys(n, 3);
+  for (size_t off = 0; off < n; off += kKeys) {
+    std::span<const uint64_t> ids(keys.data() + off, std::min(kKeys, n - off));
+    if (!store->Update(0, ids, [](size_t, embedding::RowRef, bool) {}).ok()) std::abort();
+  }
+  const long after = testing::ResidentKiB(::getpid());
+  const double per_row = (after - before) * 1024.0 / n;
+  const double raw = 4.0 * (dim + spec.state_floats());
+  PrintFigure("ps_resident_bytes_per_row_" + name, per_row, "bytes", false,
+              "raw row (embedding + optimizer state)", raw);
+}
+
+void TwoByTwo(zmq::context_t* ctx) {
+  const uint32_t dim = 16;
+  std::vector<double> agg;
+  for (int run = 0; run < 3; ++run) {
+    testing::TempDir d0, d1;
+    ShardServer s0(ctx, d0.path(), dim, 1ull << 30, ps::Durability::kProcess, true, 0, 2);
+    ShardServer s1(ctx, d1.path(), dim, 1ull << 30, ps::Durability::kProcess, true, 1, 2);
+    std::vector<std::string> eps = {s0.server->endpoint(), s1.server->endpoint()};
+    auto keys = Keys(kKeys, 5);
+    {
+      PsClient c = MakeClient(ctx, eps, dim);
+      int64_t step = 0;
+      Materialise(&c, keys, dim, &step);
+    }
+    // Each client connects and warms up, then all pull together; the figure is the total keys
+    // pulled over the wall time of the slowest client.
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    Clock::time_point t0;
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 2; ++i) {
+      clients.emplace_back([&] {
+        zmq::context_t own(1);
+        PsClient c = MakeClient(&own, eps, dim);
+        std::vector<std::vector<float>> rows;
+        TableIds t{0, keys};
+        if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
+        ready++;
+        while (!go) std::this_thread::yield();
+        for (int r = 0; r < 10; ++r)
+          if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
+      });
+    }
+    while (ready < 2) std::this_thread::yield();
+    t0 = Clock::now();
+    go = true;
+    for (auto& t : clients) t.join();
+    const double total = 2.0 * 10 * keys.size();
+    agg.push_back(total / Seconds(t0));
+  }
+  std::vector<double> one;
+  for (int run = 0; run < 3; ++run) {
+    testing::TempDir d;
+    ShardServer s(ctx, d.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
+    PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+    auto keys = Keys(kKeys, 5);
+    int64_t step = 0;
+    Materialise(&c, keys, dim, &step);
+    one.push_back(PullKeysPerSec(&c, keys, step, 10));
+  }
+  PrintFigure("ps_pull_2shards_2clients_dim16", Median(agg), "keys/s", true,
+              "1 shard, 1 client, same run", Median(one));
+}
+
+void PushLogOverhead(zmq::context_t* ctx) {
+  const uint32_t dim = 16;
+  auto measure = [&](ps::Durability d, bool log) {
+    std::vector<double> v;
+    for (int run = 0; run < kRuns; ++run) {
+      testing::TempDir dir;
+      ShardServer s(ctx, dir.path(), dim, 1ull << 30, d, log);
+      PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+      auto keys = Keys(kKeys, 9);
+      int64_t step = 0;
+      Materialise(&c, keys, dim, &step);
+      v.push_back(PushKeysPerSec(&c, keys, dim, &step, 10));
+    }
+    return Median(v);
+  };
+  const double off = measure(ps::Durability::kProcess, false);
+  PrintFigure("ps_push_log_process_dim16", measure(ps::Durability::kProcess, true), "keys/s", true,
+              "push log off", off);
+  PrintFigure("ps_push_log_machine_group10ms_dim16", measure(ps::Durability::kMachine, true), "keys/s",
+              true, "push log off", off);
+}
+
+int Main(int argc, char** argv) {
+  zmq::context_t ctx(2);
+  std::string only = argc > 1 ? argv[1] : "";
+  if (only.empty() || only == "cached") {
+    CachedPullPush(&ctx, 16);
+    CachedPullPush(&ctx, 64);
+  }
+  if (only.empty() || only == "memory") {
+    MemoryPerRow(64, embedding::OptimizerKind::kAdagrad, "dim64_adagrad");
+    MemoryPerRow(16, embedding::OptimizerKind::kSgd, "dim16_sgd");
+  }
+  if (only.empty() || only == "uncached") UncachedZipfPull(&ctx);
+  if (only.empty() || only == "2x2") TwoByTwo(&ctx);
+  if (only.empty() || only == "log") PushLogOverhead(&ctx);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) { return tandem::bench::Main(argc, argv); }

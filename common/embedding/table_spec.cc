@@ -1,0 +1,95 @@
+#include "common/embedding/table_spec.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+namespace tandem::embedding {
+namespace {
+
+// The config loader has already validated these strings (OneOf), so anything else here is a
+// bug in that validation: crash rather than guess (STYLE §2).
+[[noreturn]] void DieUnknown(const char* what, const std::string& value) {
+  std::fprintf(stderr, "TableSpecsFromConfig: unknown %s '%s' (config not validated?)\n", what,
+               value.c_str());
+  std::abort();
+}
+
+OptimizerKind ParseOptimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adagrad") return OptimizerKind::kAdagrad;
+  if (name == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "ftrl") return OptimizerKind::kFtrl;
+  DieUnknown("optimizer", name);
+}
+
+InitDist ParseInitDist(const std::string& name) {
+  if (name == "uniform") return InitDist::kUniform;
+  if (name == "normal") return InitDist::kNormal;
+  if (name == "zeros") return InitDist::kZeros;
+  DieUnknown("init.dist", name);
+}
+
+TableSpec SpecFromTableConfig(uint32_t table_id, std::string name, uint32_t dim,
+                              const config::TableConfig& tc) {
+  TableSpec spec;
+  spec.table_id = table_id;
+  spec.name = std::move(name);
+  spec.dim = dim;
+  spec.optimizer = ParseOptimizer(tc.optimizer);
+  spec.lr = static_cast<float>(tc.lr);
+  spec.init_dist = ParseInitDist(tc.init_dist);
+  spec.init_scale = static_cast<float>(tc.init_scale);
+  spec.admission_min_count = tc.admission_min_count;
+  spec.ttl_steps = tc.eviction_ttl_steps;
+  spec.adagrad_initial_accumulator = static_cast<float>(tc.adagrad_initial_accumulator);
+  spec.adam_beta1 = static_cast<float>(tc.adam_beta1);
+  spec.adam_beta2 = static_cast<float>(tc.adam_beta2);
+  spec.adam_eps = static_cast<float>(tc.adam_eps);
+  spec.ftrl_alpha = static_cast<float>(tc.ftrl_alpha);
+  spec.ftrl_beta = static_cast<float>(tc.ftrl_beta);
+  spec.ftrl_l1 = static_cast<float>(tc.ftrl_l1);
+  spec.ftrl_l2 = static_cast<float>(tc.ftrl_l2);
+  return spec;
+}
+
+}  // namespace
+
+uint32_t TableSpec::state_floats() const {
+  switch (optimizer) {
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kAdagrad:
+      return dim;
+    case OptimizerKind::kRowwiseAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+      return 2 * dim + 2;
+    case OptimizerKind::kFtrl:
+      return 2 * dim;
+  }
+  std::abort();  // not reachable: every enumerator is handled above
+}
+
+uint32_t TableSpec::row_bytes() const {
+  return static_cast<uint32_t>(sizeof(RowMeta) + (dim + state_floats()) * sizeof(float));
+}
+
+std::vector<TableSpec> TableSpecsFromConfig(const config::JobConfig& job) {
+  const auto n = static_cast<uint32_t>(job.data.num_categorical);
+  const auto dim = static_cast<uint32_t>(job.model.embedding_dim);
+  std::vector<TableSpec> specs;
+  specs.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name = "C" + std::to_string(i + 1);
+    auto it = job.tables.find(name);
+    // The loader fills tables C1..Cn; a missing one is a loader bug, not bad input.
+    if (it == job.tables.end()) DieUnknown("table", name);
+    specs.push_back(SpecFromTableConfig(i, std::move(name), dim, it->second));
+  }
+  return specs;
+}
+
+}  // namespace tandem::embedding

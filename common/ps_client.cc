@@ -1,0 +1,274 @@
+#include "common/ps_client.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "common/slot_map.h"
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+PsClient::PsClient(zmq::context_t* context, wire::Identity identity, PsClientOptions options)
+    : options_(std::move(options)), rpc_(context, identity) {
+  shards_.resize(options_.shards.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    auto h = rpc_.Connect(options_.shards[s]);
+    shards_[s].handle = h.ok() ? *h : -1;  // a bad endpoint fails every call to that shard
+  }
+}
+
+size_t PsClient::retained_pushes() const {
+  size_t n = 0;
+  for (const auto& s : shards_) n += s.retained.size();
+  return n;
+}
+
+bool PsClient::Observe(size_t shard, const wire::InMessage& reply) {
+  ShardState& st = shards_[shard];
+  const uint64_t inc = reply.header().getIncarnation();
+  const bool restarted = st.incarnation != 0 && inc > st.incarnation;
+  st.incarnation = std::max(st.incarnation, inc);
+  int64_t applied = st.applied;
+  auto body = reply.envelope().getBody();
+  if (body.which() == wire::Envelope::Body::PULL_REPLY) applied = body.getPullReply().getAppliedStep();
+  if (body.which() == wire::Envelope::Body::PUSH_REPLY) applied = body.getPushReply().getAppliedStep();
+  if (reply.reply_code() == wire::ReplyCode::STALE || reply.reply_code() == wire::ReplyCode::RETRY)
+    applied = reply.envelope().getReply().getView().getAppliedStep();
+  // A restarted shard may report a lower applied step (machine crash in `process` mode): trust it.
+  st.applied = restarted ? applied : std::max(st.applied, applied);
+  st.retained.erase(st.retained.begin(), st.retained.upper_bound(st.applied));
+  return restarted;
+}
+
+Status PsClient::CallShards(const std::vector<size_t>& targets,
+                            const std::function<wire::OutMessage(size_t)>& build,
+                            const OnReply& on_reply, Clock::time_point deadline) {
+  struct Todo {
+    size_t shard;
+    Clock::time_point next_try;
+    milliseconds backoff{10};
+  };
+  std::vector<Todo> todo;
+  for (size_t s : targets) todo.push_back({s, Clock::now()});
+  std::vector<size_t> restarted;
+  while (!todo.empty()) {
+    const auto now = Clock::now();
+    if (now >= deadline) return Status::DeadlineExceeded("parameter servers did not answer in time");
+    std::vector<uint64_t> ids;
+    std::vector<size_t> sent;  // index into todo
+    for (size_t i = 0; i < todo.size(); ++i) {
+      if (todo[i].next_try > now) continue;
+      stats_.attempts++;
+      auto id = rpc_.Send(shards_[todo[i].shard].handle, build(todo[i].shard),
+                          std::min(options_.attempt_budget,
+                                   std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1)));
+      if (!id.ok()) {  // unreachable (e.g. restarting): back off and try again
+        stats_.retries++;
+        todo[i].next_try = Clock::now() + todo[i].backoff;
+        todo[i].backoff = std::min(todo[i].backoff * 2, milliseconds(1000));
+        continue;
+      }
+      ids.push_back(*id);
+      sent.push_back(i);
+    }
+    if (ids.empty()) {
+      auto next = deadline;
+      for (const auto& t : todo) next = std::min(next, t.next_try);
+      std::this_thread::sleep_until(next);
+      continue;
+    }
+    auto replies = rpc_.WaitAll(ids, std::min(deadline, Clock::now() + options_.attempt_budget));
+    std::vector<bool> done(todo.size(), false);
+    for (size_t j = 0; j < replies.size(); ++j) {
+      Todo& t = todo[sent[j]];
+      auto& r = replies[j];
+      if (!r.ok()) {
+        stats_.retries++;
+        t.next_try = Clock::now() + t.backoff;
+        t.backoff = std::min(t.backoff * 2, milliseconds(1000));
+        continue;
+      }
+      if (Observe(t.shard, *r)) restarted.push_back(t.shard);
+      switch (r->reply_code()) {
+        case wire::ReplyCode::OK:
+          TANDEM_RETURN_IF_ERROR(on_reply(t.shard, *r));
+          done[sent[j]] = true;
+          break;
+        case wire::ReplyCode::NOT_READY:
+          stats_.not_ready++;
+          t.next_try = Clock::now();
+          break;
+        case wire::ReplyCode::RETRY:
+        case wire::ReplyCode::OVERLOADED:
+          stats_.retries++;
+          t.next_try = Clock::now() + t.backoff;
+          t.backoff = std::min(t.backoff * 2, milliseconds(1000));
+          break;
+        default:
+          return wire::ReplyStatus(*r).WithContext("shard " + std::to_string(t.shard));
+      }
+    }
+    std::vector<Todo> rest;
+    for (size_t i = 0; i < todo.size(); ++i)
+      if (!done[i]) rest.push_back(todo[i]);
+    todo.swap(rest);
+  }
+  for (size_t s : restarted) TANDEM_RETURN_IF_ERROR(ResendRetained(s, deadline));
+  return Status::Ok();
+}
+
+Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
+                      std::vector<std::vector<float>>* rows, bool from_pre_images) {
+  const size_t n_shards = shards_.size();
+  if (dedupe_.size() < tables.size()) dedupe_.resize(tables.size());
+  // Per (shard, request table): the unique ids sent and where their rows go.
+  std::vector<std::vector<std::vector<uint64_t>>> ids(n_shards, std::vector<std::vector<uint64_t>>(tables.size()));
+  std::vector<std::vector<std::vector<uint32_t>>> pos(n_shards, std::vector<std::vector<uint32_t>>(tables.size()));
+  std::vector<std::vector<float>> unique_rows(tables.size());
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const auto& t = tables[i];
+    if (t.table >= options_.dims.size()) return Status::InvalidArgument("unknown table " + std::to_string(t.table));
+    FlatIdIndex& idx = dedupe_[i];
+    idx.Reset(t.ids.size());
+    for (uint64_t id : t.ids) {
+      auto [u, inserted] = idx.Insert(id);
+      if (!inserted) continue;
+      const uint32_t s = ShardOf(t.table, id, static_cast<uint32_t>(n_shards));
+      ids[s][i].push_back(id);
+      pos[s][i].push_back(u);
+    }
+    unique_rows[i].resize(static_cast<size_t>(idx.size()) * options_.dims[t.table]);
+  }
+  std::vector<size_t> targets;
+  for (size_t s = 0; s < n_shards; ++s) {
+    bool any = false;
+    for (const auto& v : ids[s]) any |= !v.empty();
+    if (any) targets.push_back(s);
+  }
+  auto build = [&](size_t s) {
+    wire::OutMessage m;
+    auto req = m.envelope().getBody().initPullRequest();
+    req.setStep(step);
+    req.setFromPreImages(from_pre_images);
+    unsigned n = 0;
+    for (const auto& v : ids[s]) n += !v.empty();
+    auto slices = req.initTables(n);
+    unsigned k = 0;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      if (ids[s][i].empty()) continue;
+      slices[k].setTableId(tables[i].table);
+      slices[k].setCount(static_cast<uint32_t>(ids[s][i].size()));
+      slices[k].setDim(options_.dims[tables[i].table]);
+      slices[k].setIdsFrame(static_cast<uint16_t>(k));
+      m.AddBulkCopy(ids[s][i].data(), ids[s][i].size() * sizeof(uint64_t));
+      ++k;
+    }
+    return m;
+  };
+  auto on_reply = [&](size_t s, wire::InMessage& r) -> Status {
+    auto body = r.envelope().getBody();
+    if (body.which() != wire::Envelope::Body::PULL_REPLY) return Status::InvalidArgument("pull answered without rows");
+    auto slices = body.getPullReply().getTables();
+    unsigned k = 0;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      if (ids[s][i].empty()) continue;
+      if (k >= slices.size()) return Status::InvalidArgument("pull reply lacks a table");
+      const uint32_t dim = options_.dims[tables[i].table];
+      auto values = r.BulkAs<float>(slices[k].getValuesFrame());
+      if (!values.ok()) return values.status();
+      if (values->size() != ids[s][i].size() * dim) return Status::InvalidArgument("pull reply has the wrong number of values");
+      for (size_t j = 0; j < ids[s][i].size(); ++j)
+        std::copy_n(values->data() + j * dim, dim, unique_rows[i].data() + size_t{pos[s][i][j]} * dim);
+      ++k;
+    }
+    return Status::Ok();
+  };
+  TANDEM_RETURN_IF_ERROR(CallShards(targets, build, on_reply, Clock::now() + options_.timeout));
+  rows->resize(tables.size());
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const uint32_t dim = options_.dims[tables[i].table];
+    auto& out = (*rows)[i];
+    out.resize(tables[i].ids.size() * dim);
+    for (size_t j = 0; j < tables[i].ids.size(); ++j) {
+      const uint32_t u = dedupe_[i].Find(tables[i].ids[j]);
+      std::copy_n(unique_rows[i].data() + size_t{u} * dim, dim, out.data() + j * dim);
+    }
+  }
+  return Status::Ok();
+}
+
+wire::OutMessage PsClient::BuildPush(int64_t step, const Payload& p) const {
+  wire::OutMessage m;
+  auto req = m.envelope().getBody().initPushRequest();
+  req.setStep(step);
+  req.setRank(rpc_.identity().index);
+  req.setSkip(p.skip);
+  auto slices = req.initTables(static_cast<unsigned>(p.tables.size()));
+  for (size_t k = 0; k < p.tables.size(); ++k) {
+    slices[k].setTableId(p.tables[k]);
+    slices[k].setCount(static_cast<uint32_t>(p.ids[k].size()));
+    slices[k].setDim(options_.dims[p.tables[k]]);
+    slices[k].setIdsFrame(static_cast<uint16_t>(2 * k));
+    slices[k].setValuesFrame(static_cast<uint16_t>(2 * k + 1));
+    m.AddBulkCopy(p.ids[k].data(), p.ids[k].size() * sizeof(uint64_t));
+    m.AddBulkCopy(p.grads[k].data(), p.grads[k].size() * sizeof(float));
+  }
+  return m;
+}
+
+Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool skip) {
+  const size_t n_shards = shards_.size();
+  std::vector<Payload> payloads(n_shards);
+  for (auto& p : payloads) p.skip = skip;
+  for (const auto& t : tables) {
+    if (t.table >= options_.dims.size()) return Status::InvalidArgument("unknown table " + std::to_string(t.table));
+    const uint32_t dim = options_.dims[t.table];
+    if (t.grads.size() != t.ids.size() * dim) return Status::InvalidArgument("ids and gradients disagree");
+    std::vector<int> slot(n_shards, -1);
+    for (size_t j = 0; j < t.ids.size(); ++j) {
+      const uint32_t s = ShardOf(t.table, t.ids[j], static_cast<uint32_t>(n_shards));
+      Payload& p = payloads[s];
+      if (slot[s] < 0) {
+        slot[s] = static_cast<int>(p.tables.size());
+        p.tables.push_back(t.table);
+        p.ids.emplace_back();
+        p.grads.emplace_back();
+      }
+      p.ids[slot[s]].push_back(t.ids[j]);
+      p.grads[slot[s]].insert(p.grads[slot[s]].end(), t.grads.begin() + j * dim, t.grads.begin() + (j + 1) * dim);
+    }
+  }
+  std::vector<size_t> targets;
+  for (size_t s = 0; s < n_shards; ++s) {
+    shards_[s].retained[step] = std::move(payloads[s]);
+    targets.push_back(s);
+  }
+  auto on_reply = [](size_t, wire::InMessage& r) -> Status {
+    if (r.envelope().getBody().which() != wire::Envelope::Body::PUSH_REPLY)
+      return Status::InvalidArgument("push answered without a push reply");
+    return Status::Ok();
+  };
+  // Observe() may drop the retained payload as soon as the shard reports `step` applied, so
+  // build from a copy kept alive for the whole call.
+  std::vector<Payload> copies(n_shards);
+  for (size_t s = 0; s < n_shards; ++s) copies[s] = shards_[s].retained.at(step);
+  auto build_copy = [&](size_t s) { return BuildPush(step, copies[s]); };
+  return CallShards(targets, build_copy, on_reply, Clock::now() + options_.timeout);
+}
+
+Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {
+  // Copy: replies may drop entries from `retained` while we iterate.
+  std::map<int64_t, Payload> pending = shards_[shard].retained;
+  for (const auto& [step, payload] : pending) {
+    if (step <= shards_[shard].applied) continue;
+    stats_.resent_pushes++;
+    TANDEM_RETURN_IF_ERROR(CallShards(
+        {shard}, [&](size_t) { return BuildPush(step, payload); },
+        [](size_t, wire::InMessage&) { return Status::Ok(); }, deadline));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem

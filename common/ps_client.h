@@ -1,0 +1,96 @@
+// PsClient: the worker's view of the sharded embedding tables (DESIGN §3-§4, PROTOCOLS §2, §6,
+// §9). Pull de-duplicates ids per table, fans them out to every shard in parallel and
+// reassembles the rows in request order; Push sends exactly one push per shard per step (empty
+// where the worker has no rows there). Both retry until their timeout: NOT_READY is resent at
+// once (a parked pull, never a timeout), RETRY / OVERLOADED / unreachable after a back-off.
+// Push payloads are kept until each shard reports the step applied and are resent to a shard
+// that comes back with a new incarnation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/flat_id_index.h"
+#include "common/status.h"
+#include "common/wire/rpc_client.h"
+
+namespace tandem {
+
+struct PsClientOptions {
+  std::vector<std::string> shards;           // shard endpoints, index = shard id
+  std::vector<uint32_t> dims;                // embedding dim per table id
+  std::chrono::milliseconds attempt_budget{5000};  // per request attempt
+  std::chrono::milliseconds timeout{120000};       // a whole Pull or Push
+};
+
+struct TableIds {
+  uint32_t table = 0;
+  std::span<const uint64_t> ids;  // may repeat
+};
+
+struct TableGrads {
+  uint32_t table = 0;
+  std::span<const uint64_t> ids;  // unique within the table
+  std::span<const float> grads;   // ids.size() * dim
+};
+
+struct PsClientStats {
+  uint64_t attempts = 0;
+  uint64_t not_ready = 0;
+  uint64_t retries = 0;
+  uint64_t resent_pushes = 0;
+};
+
+// Requires external synchronization (one thread).
+class PsClient {
+ public:
+  PsClient(zmq::context_t* context, wire::Identity identity, PsClientOptions options);
+
+  // rows->at(i) gets tables[i].ids.size() * dim floats, row j for tables[i].ids[j].
+  // kAborted when a shard answers STALE; kInvalidArgument for INVALID; kDeadlineExceeded.
+  Status Pull(int64_t step, std::span<const TableIds> tables,
+              std::vector<std::vector<float>>* rows, bool from_pre_images = false);
+  // One push per shard for `step`, keyed (timeline, step, rank = identity.index).
+  Status Push(int64_t step, std::span<const TableGrads> tables, bool skip = false);
+
+  void SetIdentity(const wire::Identity& identity) { rpc_.SetIdentity(identity); }
+  int64_t shard_applied_step(size_t shard) const { return shards_[shard].applied; }
+  size_t retained_pushes() const;
+  PsClientStats stats() const { return stats_; }
+
+ private:
+  struct Payload {
+    bool skip = false;
+    std::vector<uint32_t> tables;
+    std::vector<std::vector<uint64_t>> ids;
+    std::vector<std::vector<float>> grads;
+  };
+  struct ShardState {
+    int handle = -1;
+    uint64_t incarnation = 0;  // last seen in a reply header
+    int64_t applied = -1;
+    std::map<int64_t, Payload> retained;  // push payloads not yet reported applied
+  };
+  using OnReply = std::function<Status(size_t shard, wire::InMessage&)>;
+  // Sends build(shard) for every shard in `targets`, retrying as the class comment says, and
+  // hands each successful reply to on_reply.
+  Status CallShards(const std::vector<size_t>& targets, const std::function<wire::OutMessage(size_t)>& build,
+                    const OnReply& on_reply, std::chrono::steady_clock::time_point deadline);
+  // Updates incarnation/applied from a reply; returns true if the shard restarted.
+  bool Observe(size_t shard, const wire::InMessage& reply);
+  wire::OutMessage BuildPush(int64_t step, const Payload& payload) const;
+  Status ResendRetained(size_t shard, std::chrono::steady_clock::time_point deadline);
+
+  PsClientOptions options_;
+  wire::RpcClient rpc_;
+  std::vector<ShardState> shards_;
+  PsClientStats stats_;
+  std::vector<FlatIdIndex> dedupe_;  // per request table, reused
+};
+
+}  // namespace tandem

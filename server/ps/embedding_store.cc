@@ -1,0 +1,628 @@
+#include "server/ps/embedding_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/file_checksum.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "common/embedding/initializer.h"
+#include "common/sync.h"
+#include "server/ps/row_cache.h"
+
+namespace tandem::ps {
+namespace {
+
+using embedding::RowMeta;
+using embedding::RowRef;
+using internal::CounterCache;
+using internal::KeyHash;
+using internal::RowCache;
+
+constexpr uint32_t kCounterPrefix = 0xFFFFFFFFu;
+constexpr size_t kRowKeyBytes = 12;
+constexpr size_t kCounterKeyBytes = 16;
+// FlushDirty writes in WriteBatches of about this size, bounding their memory.
+constexpr size_t kFlushBatchBytes = 4 << 20;
+constexpr int kBloomBitsPerKey = 10;
+constexpr int kMaxOpenFiles = 256;
+
+void PutBig32(char* p, uint32_t v) {
+  for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
+}
+void PutBig64(char* p, uint64_t v) {
+  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
+}
+uint64_t GetBig(const char* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = v << 8 | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// RocksDB key of a row: big-endian table then id, so one table's rows are contiguous.
+struct RowKey {
+  char bytes[kRowKeyBytes];
+  RowKey(uint32_t table, uint64_t id) {
+    PutBig32(bytes, table);
+    PutBig64(bytes + 4, id);
+  }
+  rocksdb::Slice slice() const { return {bytes, sizeof(bytes)}; }
+};
+
+// RocksDB key of an admission counter: 0xFFFFFFFF, table, id (sorts after every row).
+struct CounterKey {
+  char bytes[kCounterKeyBytes];
+  CounterKey(uint32_t table, uint64_t id) {
+    PutBig32(bytes, kCounterPrefix);
+    PutBig32(bytes + 4, table);
+    PutBig64(bytes + 8, id);
+  }
+  rocksdb::Slice slice() const { return {bytes, sizeof(bytes)}; }
+};
+
+// Counter values are u64 little-endian (RocksDB's own fixed64 convention).
+std::string EncodeCount(uint64_t count) {
+  std::string value(8, '\0');
+  for (int i = 0; i < 8; ++i) value[i] = static_cast<char>(count >> (8 * i) & 0xFF);
+  return value;
+}
+uint64_t DecodeCount(const rocksdb::Slice& value) {
+  uint64_t count = 0;
+  for (int i = 7; i >= 0; --i) count = count << 8 | static_cast<uint8_t>(value[i]);
+  return count;
+}
+
+// The one place where rocksdb::Status becomes a tandem Status (STYLE §2).
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  const std::string msg = std::string(what) + ": " + s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::DataLoss(msg);
+  if (s.IsNoSpace()) return Status::ResourceExhausted(msg);
+  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut() || s.IsIncomplete()) {
+    return Status::Unavailable(msg);
+  }
+  if (s.IsInvalidArgument() || s.IsNotSupported()) return Status::InvalidArgument(msg);
+  return Status::Internal(msg);
+}
+
+rocksdb::Options RocksOptions() {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.IncreaseParallelism(2);
+  options.max_open_files = kMaxOpenFiles;
+  // Checkpoints later verify SST files against these checksums.
+  options.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
+  rocksdb::BlockBasedTableOptions table;
+  // Most misses of a growing table are for absent rows; the filter answers them in memory.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(kBloomBitsPerKey));
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+Status ValidateOptions(const StoreOptions& options) {
+  if (options.db_dir.empty()) return Status::InvalidArgument("store: empty db_dir");
+  if (options.stripes < 1) return Status::InvalidArgument("store: stripes must be >= 1");
+  if (!options.memory_only && options.cache_bytes == 0) {
+    return Status::InvalidArgument("store: cache_bytes must be > 0 unless memory_only");
+  }
+  if (options.tables.size() > 0x10000) return Status::InvalidArgument("store: too many tables");
+  std::vector<uint32_t> sizes;
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    if (options.tables[t].table_id != t) {
+      return Status::InvalidArgument("store: tables must be indexed by table_id");
+    }
+    sizes.push_back(options.tables[t].row_bytes());
+  }
+  std::sort(sizes.begin(), sizes.end());
+  if (std::unique(sizes.begin(), sizes.end()) - sizes.begin() > RowCache::kMaxClasses) {
+    return Status::InvalidArgument("store: too many distinct row sizes");
+  }
+  return Status::Ok();
+}
+
+// One lock stripe: its cached rows and counters.
+struct Stripe {
+  Stripe(std::vector<uint32_t> row_bytes, uint64_t budget_bytes)
+      : cache(RowCache::Options{
+            std::move(row_bytes), budget_bytes,
+            [batch = &writebacks](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
+              batch
+                  ->Put(RowKey(table, id).slice(),
+                        rocksdb::Slice(reinterpret_cast<const char*>(row), n))
+                  .PermitUncheckedError();
+            }}) {}
+
+  Mutex mu;
+  RowCache cache GUARDED_BY(mu);
+  CounterCache counters GUARDED_BY(mu);
+  // Evicted dirty rows (filled by `cache`) and erasures, written before `mu` is released so
+  // that a row is always in the cache or in RocksDB for anyone holding `mu`. Holding the lock
+  // across that write is cheap: with the WAL off and no sync it only touches the memtable.
+  // (The other RocksDB calls under a stripe lock are point reads: a re-read after a racing
+  // writeback, and admission counters.)
+  rocksdb::WriteBatch writebacks GUARDED_BY(mu);
+  uint64_t hits GUARDED_BY(mu) = 0;
+  uint64_t misses GUARDED_BY(mu) = 0;
+};
+
+// The ids of one call that its first pass could not serve from the cache, in call order, and
+// their RocksDB values, read by one MultiGet without any lock.
+struct Pending {
+  std::vector<uint32_t> index;     // position in the call's ids
+  std::vector<uint32_t> seen_seq;  // the stripe's change_seq() at the first pass
+  std::vector<int32_t> fetched;    // position in keys/values/statuses, or -1 (a hit then)
+  std::vector<RowKey> keys;
+  std::vector<rocksdb::Slice> key_slices;
+  std::vector<rocksdb::PinnableSlice> values;
+  std::vector<rocksdb::Status> statuses;
+  rocksdb::PinnableSlice reread;  // a point read under the stripe lock
+
+  void Add(size_t i, uint32_t seq, bool fetch, uint32_t table, uint64_t id) {
+    index.push_back(static_cast<uint32_t>(i));
+    seen_seq.push_back(seq);
+    fetched.push_back(fetch ? static_cast<int32_t>(keys.size()) : -1);
+    if (fetch) keys.emplace_back(table, id);
+  }
+};
+
+// What Read, ReadRows and Update do with each row; called under the row's stripe lock.
+struct ReadOp {
+  static constexpr bool kWrites = false;
+  uint64_t seed;
+  const embedding::TableSpec& spec;
+  float* out;
+  void Cached(size_t i, const uint8_t* row, bool /*existed*/) {
+    std::memcpy(out + i * spec.dim, row + sizeof(RowMeta), spec.dim * sizeof(float));
+  }
+  void Absent(size_t i, uint64_t id) {
+    embedding::InitialEmbedding(seed, spec, id, out + i * spec.dim);
+  }
+};
+
+struct ReadRowsOp {
+  static constexpr bool kWrites = false;
+  uint64_t seed;
+  const embedding::TableSpec& spec;
+  uint8_t* out;
+  std::vector<bool>* present;
+  void Cached(size_t i, const uint8_t* row, bool /*existed*/) {
+    std::memcpy(out + i * spec.row_bytes(), row, spec.row_bytes());
+    (*present)[i] = true;
+  }
+  void Absent(size_t i, uint64_t id) {
+    embedding::InitialRow(seed, spec, id, RowRef{out + i * spec.row_bytes()});
+    (*present)[i] = false;
+  }
+};
+
+// fn runs under the row's stripe lock, so it must not call back into the store.
+struct UpdateOp {
+  static constexpr bool kWrites = true;
+  const EmbeddingStore::RowFn& fn;
+  void Cached(size_t i, uint8_t* row, bool existed) { fn(i, RowRef{row}, existed); }
+  void Absent(size_t, uint64_t) {}  // never called: Update materialises absent rows
+};
+
+}  // namespace
+
+struct EmbeddingStore::Impl {
+  StoreOptions options;
+  std::vector<uint32_t> row_bytes;  // by table
+  std::unique_ptr<rocksdb::DB> db;
+  rocksdb::ReadOptions read_options;
+  rocksdb::WriteOptions write_options;
+  std::vector<std::unique_ptr<Stripe>> stripes;
+
+  size_t StripeIndex(uint64_t hash) const { return ((hash >> 32) * stripes.size()) >> 32; }
+  Stripe& StripeOf(uint64_t hash) { return *stripes[StripeIndex(hash)]; }
+
+  Status CheckTable(uint32_t table) const {
+    if (table < row_bytes.size()) return Status::Ok();
+    return Status::InvalidArgument("store: unknown table " + std::to_string(table));
+  }
+
+  Status Write(rocksdb::WriteBatch* batch) {
+    if (batch->Count() == 0) return Status::Ok();
+    rocksdb::Status s = db->Write(write_options, batch);
+    batch->Clear();
+    return FromRocks(s, "store: write");
+  }
+
+  template <typename Op>
+  Status Apply(uint32_t table, std::span<const uint64_t> ids, Op& op);
+  template <typename Op>
+  void FirstPass(uint32_t table, std::span<const uint64_t> ids, Op& op, Pending* pending);
+  Status Fetch(Pending* pending);
+  template <typename Op>
+  Status Finish(uint32_t table, uint64_t id, Pending* pending, size_t k, Op& op);
+  Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
+                     const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  Status FlushStripe(Stripe& s) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  Status EraseInStripe(Stripe& s, uint32_t table, std::span<const uint64_t> ids)
+      EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  Status Scan(
+      const rocksdb::Slice& from, const rocksdb::Slice* until,
+      const std::function<Status(const rocksdb::Slice& key, const rocksdb::Slice& value)>& fn);
+};
+
+// Three passes, so that misses cost one MultiGet and no lock is held while RocksDB reads:
+// (1) serve hits under each stripe's lock, noting misses; (2) MultiGet the misses;
+// (3) under the lock again, serve each pending id from the cache (another call may have cached
+// it meanwhile) or from what was read, inserting it.
+template <typename Op>
+Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids, Op& op) {
+  TANDEM_RETURN_IF_ERROR(CheckTable(table));
+  Pending pending;
+  FirstPass(table, ids, op, &pending);
+  if (pending.index.empty()) return Status::Ok();
+  TANDEM_RETURN_IF_ERROR(Fetch(&pending));
+  for (size_t k = 0; k < pending.index.size(); ++k) {
+    TANDEM_RETURN_IF_ERROR(Finish(table, ids[pending.index[k]], &pending, k, op));
+  }
+  return Status::Ok();
+}
+
+template <typename Op>
+void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> ids, Op& op,
+                                     Pending* pending) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint64_t hash = KeyHash(table, ids[i]);
+    Stripe& s = StripeOf(hash);
+    MutexLock lock(&s.mu);
+    // Update calls fn in id order, so after its first miss even hits wait for pass 3.
+    const bool now = !Op::kWrites || pending->index.empty();
+    uint8_t* row = s.cache.Find(table, ids[i], hash, Op::kWrites && now);
+    if (row != nullptr) {
+      ++s.hits;
+    } else {
+      ++s.misses;
+    }
+    if (row != nullptr && now) {
+      op.Cached(i, row, true);
+      continue;
+    }
+    pending->Add(i, s.cache.change_seq(), row == nullptr, table, ids[i]);
+  }
+}
+
+Status EmbeddingStore::Impl::Fetch(Pending* pending) {
+  const size_t n = pending->keys.size();
+  if (n == 0) return Status::Ok();
+  pending->key_slices.reserve(n);
+  for (const RowKey& key : pending->keys) pending->key_slices.push_back(key.slice());
+  pending->values.resize(n);
+  pending->statuses.resize(n);
+  db->MultiGet(read_options, db->DefaultColumnFamily(), n, pending->key_slices.data(),
+               pending->values.data(), pending->statuses.data());
+  for (const rocksdb::Status& s : pending->statuses) {
+    if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "store: multiget");
+  }
+  return Status::Ok();
+}
+
+template <typename Op>
+Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pending, size_t k,
+                                    Op& op) {
+  const size_t i = pending->index[k];
+  const uint64_t hash = KeyHash(table, id);
+  Stripe& s = StripeOf(hash);
+  MutexLock lock(&s.mu);
+  if (uint8_t* row = s.cache.Find(table, id, hash, Op::kWrites)) {
+    op.Cached(i, row, true);
+    return Status::Ok();
+  }
+  const rocksdb::Slice* value = nullptr;
+  TANDEM_RETURN_IF_ERROR(StoredValue(s, table, id, pending, k, &value));
+  if (value == nullptr && !Op::kWrites) {
+    op.Absent(i, id);  // reads never store anything for an absent row (PROTOCOLS §4)
+    return Status::Ok();
+  }
+  uint8_t* row = s.cache.Insert(table, id, hash, Op::kWrites);
+  if (row == nullptr) return Status::ResourceExhausted("store: stripe slab limit reached");
+  if (value != nullptr) {
+    std::memcpy(row, value->data(), value->size());
+  } else {
+    embedding::InitialRow(options.seed, options.tables[table], id, RowRef{row});
+  }
+  op.Cached(i, row, value != nullptr);
+  return Write(&s.writebacks);
+}
+
+// The stored value of a pending id, or nullptr if absent. The MultiGet result is used only if
+// no writeback, flush or erasure of this key can have happened since the first pass saw it
+// missing; otherwise the row is read again, under the lock that orders those writes.
+Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending,
+                                         size_t k, const rocksdb::Slice** value) {
+  const int32_t f = pending->fetched[k];
+  if (f >= 0 && !s.cache.MaybeChangedSince(KeyHash(table, id), pending->seen_seq[k])) {
+    *value = pending->statuses[f].ok() ? &pending->values[f] : nullptr;
+  } else {
+    pending->reread.Reset();
+    rocksdb::Status st = db->Get(read_options, db->DefaultColumnFamily(), RowKey(table, id).slice(),
+                                 &pending->reread);
+    if (!st.ok() && !st.IsNotFound()) return FromRocks(st, "store: get");
+    *value = st.ok() ? &pending->reread : nullptr;
+  }
+  if (*value != nullptr && (*value)->size() != row_bytes[table]) {
+    return Status::DataLoss("store: row of table " + std::to_string(table) + " id " +
+                            std::to_string(id) + " has " + std::to_string((*value)->size()) +
+                            " bytes, expected " + std::to_string(row_bytes[table]));
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingStore::Impl::FlushStripe(Stripe& s) {
+  rocksdb::WriteBatch batch;
+  Status status;
+  s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
+    batch.Put(RowKey(table, id).slice(), rocksdb::Slice(reinterpret_cast<const char*>(row), n))
+        .PermitUncheckedError();
+    if (batch.GetDataSize() >= kFlushBatchBytes && status.ok()) status = Write(&batch);
+  });
+  TANDEM_RETURN_IF_ERROR(status);
+  s.counters.ForEach([&](const CounterCache::Entry& e) {
+    if (e.state != CounterCache::kDirty) return;
+    const CounterKey key(e.table, e.id);
+    if (e.count == 0) {
+      batch.Delete(key.slice()).PermitUncheckedError();
+    } else {
+      batch.Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
+    }
+  });
+  TANDEM_RETURN_IF_ERROR(Write(&batch));
+  // Stored now; dropping them bounds the map to the counters touched between two flushes.
+  s.counters.Clear();
+  return Status::Ok();
+}
+
+Status EmbeddingStore::Impl::EraseInStripe(Stripe& s, uint32_t table,
+                                           std::span<const uint64_t> ids) {
+  for (uint64_t id : ids) {
+    const uint64_t hash = KeyHash(table, id);
+    s.cache.Erase(table, id, hash);
+    s.cache.NoteChanged(hash);
+    s.writebacks.Delete(RowKey(table, id).slice()).PermitUncheckedError();
+  }
+  return Write(&s.writebacks);
+}
+
+// Visits [from, until) (until == nullptr: to the end) with an implicit snapshot.
+Status EmbeddingStore::Impl::Scan(
+    const rocksdb::Slice& from, const rocksdb::Slice* until,
+    const std::function<Status(const rocksdb::Slice&, const rocksdb::Slice&)>& fn) {
+  rocksdb::ReadOptions ro = read_options;
+  ro.iterate_upper_bound = until;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (it->Seek(from); it->Valid(); it->Next()) {
+    TANDEM_RETURN_IF_ERROR(fn(it->key(), it->value()));
+  }
+  return FromRocks(it->status(), "store: scan");
+}
+
+// ---- EmbeddingStore.
+
+EmbeddingStore::EmbeddingStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+// Dirty rows are written so that a closed store reopens with everything it held. (After a
+// crash nothing is lost either way: recovery rebuilds the live DB from a restore point and
+// replays the push log, PROTOCOLS §6.)
+EmbeddingStore::~EmbeddingStore() { FlushDirty().IgnoreError(); }
+
+StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOptions& options) {
+  TANDEM_RETURN_IF_ERROR(ValidateOptions(options));
+  std::error_code ec;
+  std::filesystem::create_directories(options.db_dir, ec);
+  if (ec)
+    return Status::FailedPrecondition("store: create " + options.db_dir + ": " + ec.message());
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  for (const embedding::TableSpec& spec : options.tables)
+    impl->row_bytes.push_back(spec.row_bytes());
+  rocksdb::DB* db = nullptr;
+  TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(RocksOptions(), options.db_dir, &db),
+                                   "store: open " + options.db_dir));
+  impl->db.reset(db);
+  // Durability comes from the push log and restore points (PROTOCOLS §6), not the WAL.
+  impl->write_options.disableWAL = true;
+  const uint64_t budget =
+      options.memory_only ? 0 : std::max<uint64_t>(1, options.cache_bytes / options.stripes);
+  for (int i = 0; i < options.stripes; ++i) {
+    impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget));
+  }
+  // `new` because the constructor is private (make_unique cannot reach it).
+  return std::unique_ptr<EmbeddingStore>(new EmbeddingStore(std::move(impl)));
+}
+
+Status EmbeddingStore::Read(uint32_t table, std::span<const uint64_t> ids, float* out) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  ReadOp op{impl_->options.seed, impl_->options.tables[table], out};
+  return impl_->Apply(table, ids, op);
+}
+
+Status EmbeddingStore::ReadRows(uint32_t table, std::span<const uint64_t> ids, uint8_t* out,
+                                std::vector<bool>* present) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  if (present == nullptr) return Status::InvalidArgument("store: ReadRows needs `present`");
+  present->assign(ids.size(), false);
+  ReadRowsOp op{impl_->options.seed, impl_->options.tables[table], out, present};
+  return impl_->Apply(table, ids, op);
+}
+
+Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn) {
+  UpdateOp op{fn};
+  return impl_->Apply(table, ids, op);
+}
+
+// Ids are grouped by stripe, so each stripe's deletions reach RocksDB in one batch, written
+// while its lock is held (a concurrent miss then sees the row in neither place).
+Status EmbeddingStore::Erase(uint32_t table, std::span<const uint64_t> ids) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  std::vector<std::pair<size_t, uint64_t>> by_stripe;
+  by_stripe.reserve(ids.size());
+  for (uint64_t id : ids) by_stripe.emplace_back(impl_->StripeIndex(KeyHash(table, id)), id);
+  std::sort(by_stripe.begin(), by_stripe.end());
+  std::vector<uint64_t> group;
+  for (size_t begin = 0; begin < by_stripe.size();) {
+    size_t end = begin;
+    group.clear();
+    while (end < by_stripe.size() && by_stripe[end].first == by_stripe[begin].first) {
+      group.push_back(by_stripe[end++].second);
+    }
+    Stripe& s = *impl_->stripes[by_stripe[begin].first];
+    MutexLock lock(&s.mu);
+    TANDEM_RETURN_IF_ERROR(impl_->EraseInStripe(s, table, group));
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+// Counters reach RocksDB only in FlushDirty, under the stripe lock held here, so a read of a
+// counter not in the map is current.
+StatusOr<uint64_t> EmbeddingStore::AdmissionCount(uint32_t table, uint64_t id) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  const uint64_t hash = KeyHash(table, id);
+  Stripe& s = impl_->StripeOf(hash);
+  MutexLock lock(&s.mu);
+  if (const CounterCache::Entry* e = s.counters.Find(table, id, hash)) return e->count;
+  std::string value;
+  rocksdb::Status st = impl_->db->Get(impl_->read_options, CounterKey(table, id).slice(), &value);
+  if (!st.ok() && !st.IsNotFound()) return FromRocks(st, "store: get admission count");
+  uint64_t count = 0;
+  if (st.ok()) {
+    if (value.size() != 8) return Status::DataLoss("store: bad admission counter value");
+    count = DecodeCount(value);
+  }
+  s.counters.Insert(table, id, hash, count, CounterCache::kClean);
+  return count;
+}
+
+Status EmbeddingStore::SetAdmissionCount(uint32_t table, uint64_t id, uint64_t count) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  const uint64_t hash = KeyHash(table, id);
+  Stripe& s = impl_->StripeOf(hash);
+  MutexLock lock(&s.mu);
+  if (CounterCache::Entry* e = s.counters.Find(table, id, hash)) {
+    e->count = count;
+    e->state = CounterCache::kDirty;
+  } else {
+    s.counters.Insert(table, id, hash, count, CounterCache::kDirty);
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingStore::FlushDirty() {
+  for (const std::unique_ptr<Stripe>& s : impl_->stripes) {
+    MutexLock lock(&s->mu);
+    TANDEM_RETURN_IF_ERROR(impl_->FlushStripe(*s));
+  }
+  return Status::Ok();
+}
+
+// REQUIRES: no concurrent Update/Erase/SetAdmissionCount (restore points are taken after a fully
+// applied step), or the checkpoint may hold part of them.
+Status EmbeddingStore::CreateCheckpoint(const std::string& dir) {
+  TANDEM_RETURN_IF_ERROR(FlushDirty());
+  rocksdb::Checkpoint* raw = nullptr;
+  TANDEM_RETURN_IF_ERROR(
+      FromRocks(rocksdb::Checkpoint::Create(impl_->db.get(), &raw), "store: checkpoint"));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // log_size_for_flush = 0 flushes the memtable first: with the WAL off it holds rows that
+  // exist nowhere else on disk.
+  return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                   "store: checkpoint " + dir);
+}
+
+// Flushing first makes RocksDB hold every row's newest version, so one scan visits each once.
+Status EmbeddingStore::ForEachRow(
+    const std::function<void(uint32_t table, uint64_t id, const uint8_t* row)>& fn) {
+  TANDEM_RETURN_IF_ERROR(FlushDirty());
+  char end_bytes[4];
+  PutBig32(end_bytes, kCounterPrefix);
+  const rocksdb::Slice end(end_bytes, sizeof(end_bytes));
+  std::vector<uint64_t> aligned;  // RocksDB values are not aligned for RowMeta's fields
+  return impl_->Scan(
+      rocksdb::Slice(), &end, [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
+        const uint32_t table = static_cast<uint32_t>(GetBig(key.data(), 4));
+        if (key.size() != kRowKeyBytes || table >= impl_->row_bytes.size() ||
+            value.size() != impl_->row_bytes[table]) {
+          return Status::DataLoss("store: malformed row entry in RocksDB");
+        }
+        aligned.resize((value.size() + 7) / 8);
+        std::memcpy(aligned.data(), value.data(), value.size());
+        fn(table, GetBig(key.data() + 4, 8), reinterpret_cast<const uint8_t*>(aligned.data()));
+        return Status::Ok();
+      });
+}
+
+Status EmbeddingStore::ForEachAdmissionCount(
+    const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn) {
+  TANDEM_RETURN_IF_ERROR(FlushDirty());
+  char begin_bytes[4];
+  PutBig32(begin_bytes, kCounterPrefix);
+  return impl_->Scan(rocksdb::Slice(begin_bytes, sizeof(begin_bytes)), nullptr,
+                     [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
+                       if (key.size() != kCounterKeyBytes || value.size() != 8) {
+                         return Status::DataLoss("store: malformed admission counter");
+                       }
+                       fn(static_cast<uint32_t>(GetBig(key.data() + 4, 4)),
+                          GetBig(key.data() + 8, 8), DecodeCount(value));
+                       return Status::Ok();
+                     });
+}
+
+StoreStats EmbeddingStore::stats() const {
+  StoreStats total;
+  for (const std::unique_ptr<Stripe>& s : impl_->stripes) {
+    MutexLock lock(&s->mu);
+    total.cached_rows += s->cache.rows();
+    total.cache_bytes_used += s->cache.bytes_used();
+    total.hits += s->hits;
+    total.misses += s->misses;
+    total.evictions += s->cache.evictions();
+    total.writebacks += s->cache.writebacks();
+  }
+  return total;
+}
+
+// SST and blob files are immutable, so they are hard-linked; the small rest (MANIFEST, CURRENT,
+// OPTIONS, WAL) is copied, because RocksDB may write to those in place and a write through a
+// link would alter the checkpoint.
+Status RebuildLiveDb(const std::string& checkpoint_dir, const std::string& live_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(checkpoint_dir, ec)) {
+    return Status::NotFound("rebuild: no checkpoint at " + checkpoint_dir);
+  }
+  std::error_code missing;  // a live dir that does not exist yet is fine
+  if (fs::equivalent(checkpoint_dir, live_dir, missing)) {
+    return Status::InvalidArgument("rebuild: live dir is the checkpoint " + checkpoint_dir);
+  }
+  fs::remove_all(live_dir, ec);
+  if (!ec) fs::create_directories(live_dir, ec);
+  if (ec) return Status::Internal("rebuild: reset " + live_dir + ": " + ec.message());
+  fs::directory_iterator it(checkpoint_dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    const fs::path from = it->path();
+    const fs::path to = fs::path(live_dir) / from.filename();
+    const std::string ext = from.extension().string();
+    const bool immutable = ext == ".sst" || ext == ".blob";
+    std::error_code link_ec;
+    if (immutable) fs::create_hard_link(from, to, link_ec);
+    // A link fails across file systems; then, as for mutable files, copy.
+    if (!immutable || link_ec) fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  }
+  if (ec)
+    return Status::Internal("rebuild: " + checkpoint_dir + " -> " + live_dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace tandem::ps

@@ -1,0 +1,602 @@
+#include "server/ps/embedding_store.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/embedding/initializer.h"
+#include "server/ps/row_cache.h"
+
+namespace tandem::ps {
+namespace {
+
+using embedding::InitialRow;
+using embedding::OptimizerKind;
+using embedding::RowRef;
+using embedding::TableSpec;
+using Rows = std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>>;
+
+constexpr uint64_t kSeed = 42;
+
+TableSpec MakeTable(uint32_t id, uint32_t dim, OptimizerKind optimizer) {
+  TableSpec spec;
+  spec.table_id = id;
+  spec.name = "C" + std::to_string(id + 1);
+  spec.dim = dim;
+  spec.optimizer = optimizer;
+  return spec;
+}
+
+// A fresh directory, removed on destruction.
+class ScopedDir {
+ public:
+  ScopedDir() {
+    std::string pattern = ::testing::TempDir() + "/embedding_store_test.XXXXXX";
+    path_ = mkdtemp(pattern.data());
+  }
+  ~ScopedDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+StoreOptions Options(const std::string& dir, std::vector<TableSpec> tables) {
+  StoreOptions options;
+  options.db_dir = dir;
+  options.tables = std::move(tables);
+  options.seed = kSeed;
+  return options;
+}
+
+std::unique_ptr<EmbeddingStore> OpenOrDie(const StoreOptions& options) {
+  auto store = EmbeddingStore::Open(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+Rows Dump(EmbeddingStore& store, const std::vector<TableSpec>& tables) {
+  Rows rows;
+  Status s = store.ForEachRow([&](uint32_t table, uint64_t id, const uint8_t* row) {
+    EXPECT_TRUE(rows.emplace(std::pair(table, id),
+                             std::vector<uint8_t>(row, row + tables[table].row_bytes()))
+                    .second)
+        << "row visited twice: " << table << "/" << id;
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return rows;
+}
+
+// Keys in the RocksDB directory, read after the store is closed.
+size_t CountRocksDbKeys(const std::string& dir) {
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir, &raw);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return 0;
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  size_t n = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
+  return n;
+}
+
+// A deterministic, non-commutative change, so a lost or reordered update shows.
+void Mutate(const TableSpec& spec, RowRef row, int64_t round) {
+  row.meta()->last_updated_step = round;
+  row.meta()->frequency += 1;
+  for (uint32_t j = 0; j < spec.dim; ++j) {
+    row.embedding()[j] = row.embedding()[j] * 0.5f + static_cast<float>(round % 97 + j);
+  }
+  for (uint32_t j = 0; j < spec.state_floats(); ++j) row.state(spec.dim)[j] += 1.0f;
+}
+
+// Applies Mutate to the store and to an in-test reference, checking each row as it goes.
+class Churn {
+ public:
+  Churn(EmbeddingStore* store, const TableSpec& spec) : store_(store), spec_(spec) {}
+
+  void Update(const std::vector<uint64_t>& ids, int64_t round) {
+    Status s = store_->Update(spec_.table_id, ids, [&](size_t i, RowRef row, bool existed) {
+      auto [it, inserted] = ref_.try_emplace(ids[i]);
+      EXPECT_EQ(existed, !inserted) << "id " << ids[i];
+      if (inserted) {
+        it->second.resize(spec_.row_bytes());
+        InitialRow(kSeed, spec_, ids[i], RowRef{it->second.data()});
+      }
+      ASSERT_EQ(std::memcmp(row.bytes, it->second.data(), spec_.row_bytes()), 0) << ids[i];
+      Mutate(spec_, row, round);
+      Mutate(spec_, RowRef{it->second.data()}, round);
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  // Every id of `ids` reads back exactly (absent ids as their initial row).
+  void ExpectRows(const std::vector<uint64_t>& ids) {
+    std::vector<uint8_t> out(ids.size() * spec_.row_bytes());
+    std::vector<bool> present;
+    ASSERT_TRUE(store_->ReadRows(spec_.table_id, ids, out.data(), &present).ok());
+    std::vector<uint8_t> expected(spec_.row_bytes());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = ref_.find(ids[i]);
+      ASSERT_EQ(present[i], it != ref_.end()) << ids[i];
+      if (it == ref_.end()) InitialRow(kSeed, spec_, ids[i], RowRef{expected.data()});
+      const uint8_t* want = it != ref_.end() ? it->second.data() : expected.data();
+      ASSERT_EQ(std::memcmp(out.data() + i * spec_.row_bytes(), want, spec_.row_bytes()), 0)
+          << "id " << ids[i];
+    }
+  }
+
+  void set_store(EmbeddingStore* store) { store_ = store; }
+
+ private:
+  EmbeddingStore* store_;
+  TableSpec spec_;
+  std::unordered_map<uint64_t, std::vector<uint8_t>> ref_;
+};
+
+std::vector<uint64_t> SpreadIds(size_t n) {
+  std::vector<uint64_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = i * 1000003 + (i << 40);
+  return ids;
+}
+
+TEST(EmbeddingStoreTest, ReadOfAbsentRowsReturnsInitialAndStoresNothing) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);
+  {
+    auto store = OpenOrDie(Options(dir.File("db"), {spec}));
+    ASSERT_NE(store, nullptr);
+    const std::vector<uint64_t> ids = {1, 2, 3, 1ull << 40, ~0ull};
+    std::vector<float> out(ids.size() * spec.dim);
+    ASSERT_TRUE(store->Read(0, ids, out.data()).ok());
+    std::vector<float> want(spec.dim);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      embedding::InitialEmbedding(kSeed, spec, ids[i], want.data());
+      EXPECT_EQ(std::memcmp(out.data() + i * spec.dim, want.data(), spec.dim * sizeof(float)), 0);
+    }
+    std::vector<uint8_t> rows(ids.size() * spec.row_bytes());
+    std::vector<bool> present;
+    ASSERT_TRUE(store->ReadRows(0, ids, rows.data(), &present).ok());
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_FALSE(present[i]);
+    EXPECT_EQ(store->stats().cached_rows, 0u);
+    EXPECT_TRUE(Dump(*store, {spec}).empty());
+  }
+  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), 0u);
+}
+
+TEST(EmbeddingStoreTest, UpdateMaterialisesAndPersists) {
+  ScopedDir dir;
+  const std::vector<TableSpec> tables = {MakeTable(0, 8, OptimizerKind::kSgd),
+                                         MakeTable(1, 16, OptimizerKind::kAdam)};
+  const std::vector<uint64_t> ids = {5, 9, 5};  // a repeated id is applied twice, in order
+  Rows before_close;
+  {
+    auto store = OpenOrDie(Options(dir.File("db"), tables));
+    ASSERT_NE(store, nullptr);
+    std::vector<bool> existed;
+    ASSERT_TRUE(store
+                    ->Update(1, ids,
+                             [&](size_t, RowRef row, bool e) {
+                               existed.push_back(e);
+                               Mutate(tables[1], row, 3);
+                             })
+                    .ok());
+    EXPECT_EQ(existed, (std::vector<bool>{false, false, true}));
+    std::vector<uint8_t> out(2 * tables[1].row_bytes());
+    std::vector<uint8_t> want(tables[1].row_bytes());
+    std::vector<bool> present;
+    const std::vector<uint64_t> check = {9, 10};
+    ASSERT_TRUE(store->ReadRows(1, check, out.data(), &present).ok());
+    EXPECT_EQ(present, (std::vector<bool>{true, false}));
+    InitialRow(kSeed, tables[1], 9, RowRef{want.data()});
+    Mutate(tables[1], RowRef{want.data()}, 3);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0);
+    before_close = Dump(*store, tables);
+    EXPECT_EQ(before_close.size(), 2u);
+    EXPECT_EQ(before_close.count({0, 5}), 0u);  // other tables untouched
+  }
+  auto store = OpenOrDie(Options(dir.File("db"), tables));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Dump(*store, tables), before_close);
+  ASSERT_TRUE(
+      store->Update(1, std::vector<uint64_t>{9}, [](size_t, RowRef, bool e) { EXPECT_TRUE(e); })
+          .ok());
+}
+
+TEST(EmbeddingStoreTest, TableTenTimesLargerThanCacheReadsBackExactlyAfterChurn) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);  // 144-byte rows
+  const std::vector<uint64_t> ids = SpreadIds(200000);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.cache_bytes = ids.size() * spec.row_bytes() / 10;
+  options.stripes = 16;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> shuffled = ids;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  for (size_t b = 0; b < shuffled.size(); b += 1000) {
+    churn.Update({shuffled.begin() + b, shuffled.begin() + b + 1000}, 1);
+  }
+  std::uniform_int_distribution<size_t> pick(0, ids.size() - 1);
+  std::vector<uint64_t> batch(2000);
+  for (int round = 2; round < 100; ++round) {
+    for (uint64_t& id : batch) id = ids[pick(rng)];
+    churn.Update(batch, round);
+    if (round % 10 == 0) churn.ExpectRows(batch);
+  }
+  for (size_t b = 0; b < ids.size(); b += 5000) {
+    churn.ExpectRows({ids.begin() + b, ids.begin() + b + 5000});
+  }
+  const StoreStats stats = store->stats();
+  EXPECT_GT(stats.evictions, 0u);
+  EXPECT_GT(stats.writebacks, 0u);
+  EXPECT_LE(stats.cache_bytes_used, options.cache_bytes);
+  EXPECT_LT(stats.cached_rows, ids.size() / 5);
+}
+
+TEST(EmbeddingStoreTest, EvictionWritesBackDirtyRowsAndReopenReadsEveryRow) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 32, OptimizerKind::kRowwiseAdagrad);
+  const std::vector<uint64_t> ids = SpreadIds(20000);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.cache_bytes = ids.size() * spec.row_bytes() / 10;
+  options.stripes = 8;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  for (int round = 1; round <= 3; ++round) {
+    for (size_t b = 0; b < ids.size(); b += 500) {
+      churn.Update({ids.begin() + b, ids.begin() + b + 500}, round);
+    }
+  }
+  EXPECT_GT(store->stats().writebacks, ids.size());  // most rows were evicted dirty
+  store.reset();
+  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), ids.size());
+  options.cache_bytes = 1 << 20;
+  store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  churn.set_store(store.get());
+  churn.ExpectRows(ids);
+  EXPECT_EQ(Dump(*store, {spec}).size(), ids.size());
+}
+
+TEST(EmbeddingStoreTest, MemoryOnlyKeepsEveryRowAndFlushPersists) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kFtrl);
+  const std::vector<uint64_t> ids = SpreadIds(20000);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.memory_only = true;
+  options.cache_bytes = 4096;  // ignored
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  for (size_t b = 0; b < ids.size(); b += 1000) {
+    churn.Update({ids.begin() + b, ids.begin() + b + 1000}, 1);
+  }
+  StoreStats stats = store->stats();
+  EXPECT_EQ(stats.cached_rows, ids.size());
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.writebacks, 0u);
+  ASSERT_TRUE(store->FlushDirty().ok());
+  churn.ExpectRows(ids);
+  store.reset();
+  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), ids.size());
+  store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  churn.set_store(store.get());
+  churn.ExpectRows(ids);
+  EXPECT_EQ(store->stats().cached_rows, ids.size());  // read misses were cached
+}
+
+TEST(EmbeddingStoreTest, CheckpointRebuildGivesIdenticalRowsAndStaysIndependent) {
+  ScopedDir dir;
+  const std::vector<TableSpec> tables = {MakeTable(0, 16, OptimizerKind::kAdagrad),
+                                         MakeTable(1, 4, OptimizerKind::kSgd)};
+  StoreOptions options = Options(dir.File("live"), tables);
+  options.cache_bytes = 64 << 10;  // most rows on disk, some dirty in the cache
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn0(store.get(), tables[0]), churn1(store.get(), tables[1]);
+  const std::vector<uint64_t> ids = SpreadIds(5000);
+  churn0.Update(ids, 1);
+  churn1.Update({ids.begin(), ids.begin() + 100}, 1);
+  ASSERT_TRUE(store->SetAdmissionCount(1, 77, 3).ok());
+  ASSERT_TRUE(store->CreateCheckpoint(dir.File("cp")).ok());
+  const Rows snapshot = Dump(*store, tables);
+  EXPECT_EQ(snapshot.size(), 5100u);
+
+  ASSERT_TRUE(RebuildLiveDb(dir.File("cp"), dir.File("rebuilt")).ok());
+  options.db_dir = dir.File("rebuilt");
+  auto rebuilt = OpenOrDie(options);
+  ASSERT_NE(rebuilt, nullptr);
+  EXPECT_EQ(Dump(*rebuilt, tables), snapshot);
+  EXPECT_EQ(rebuilt->AdmissionCount(1, 77).value(), 3u);
+
+  // Later writes to either store change neither the other nor the checkpoint.
+  churn0.Update(ids, 2);
+  ASSERT_TRUE(store->FlushDirty().ok());
+  EXPECT_EQ(Dump(*rebuilt, tables), snapshot);
+  ASSERT_TRUE(rebuilt
+                  ->Update(0, ids,
+                           [&](size_t, RowRef row, bool existed) {
+                             EXPECT_TRUE(existed);
+                             Mutate(tables[0], row, 5);
+                           })
+                  .ok());
+  rebuilt.reset();  // flushes, so new SST files appear beside the linked ones
+  ASSERT_TRUE(RebuildLiveDb(dir.File("cp"), dir.File("again")).ok());
+  options.db_dir = dir.File("again");
+  auto again = OpenOrDie(options);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(Dump(*again, tables), snapshot);
+  EXPECT_FALSE(RebuildLiveDb(dir.File("missing"), dir.File("x")).ok());
+}
+
+TEST(EmbeddingStoreTest, EraseRemovesFromCacheAndRocksDb) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  const std::vector<uint64_t> ids = SpreadIds(100);
+  churn.Update(ids, 1);
+  ASSERT_TRUE(store->FlushDirty().ok());             // half on disk and cached clean,
+  churn.Update({ids.begin(), ids.begin() + 50}, 2);  // half of those dirty again
+  const std::vector<uint64_t> erased(ids.begin() + 25, ids.begin() + 75);
+  ASSERT_TRUE(store->Erase(0, erased).ok());
+  std::vector<uint8_t> out(erased.size() * spec.row_bytes());
+  std::vector<bool> present;
+  ASSERT_TRUE(store->ReadRows(0, erased, out.data(), &present).ok());
+  for (size_t i = 0; i < erased.size(); ++i) EXPECT_FALSE(present[i]);
+  EXPECT_EQ(Dump(*store, {spec}).size(), 50u);
+  store.reset();
+  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), 50u);
+}
+
+TEST(EmbeddingStoreTest, AdmissionCountersRoundTripThroughFlushAndReopen) {
+  ScopedDir dir;
+  const std::vector<TableSpec> tables = {MakeTable(0, 8, OptimizerKind::kSgd),
+                                         MakeTable(1, 8, OptimizerKind::kSgd)};
+  StoreOptions options = Options(dir.File("db"), tables);
+  {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->AdmissionCount(0, 5).value(), 0u);
+    ASSERT_TRUE(store->SetAdmissionCount(0, 5, 2).ok());
+    ASSERT_TRUE(store->SetAdmissionCount(1, 5, 7).ok());
+    ASSERT_TRUE(store->SetAdmissionCount(1, ~0ull, 1).ok());
+    ASSERT_TRUE(store->SetAdmissionCount(0, 6, 4).ok());
+    ASSERT_TRUE(store->SetAdmissionCount(0, 6, 0).ok());  // erased before it was ever stored
+    EXPECT_EQ(store->AdmissionCount(0, 5).value(), 2u);
+    EXPECT_EQ(store->AdmissionCount(1, 5).value(), 7u);
+    ASSERT_TRUE(store->FlushDirty().ok());
+    EXPECT_EQ(store->AdmissionCount(1, 5).value(), 7u);  // reloaded from RocksDB
+    std::map<std::pair<uint32_t, uint64_t>, uint64_t> counts;
+    ASSERT_TRUE(store
+                    ->ForEachAdmissionCount([&](uint32_t t, uint64_t id, uint64_t c) {
+                      counts[{t, id}] = c;
+                    })
+                    .ok());
+    const std::map<std::pair<uint32_t, uint64_t>, uint64_t> want = {
+        {{0, 5}, 2}, {{1, 5}, 7}, {{1, ~0ull}, 1}};
+    EXPECT_EQ(counts, want);
+    EXPECT_TRUE(Dump(*store, tables).empty());  // counters are not rows
+  }
+  {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->AdmissionCount(0, 5).value(), 2u);
+    EXPECT_EQ(store->AdmissionCount(1, ~0ull).value(), 1u);
+    EXPECT_EQ(store->AdmissionCount(0, 6).value(), 0u);
+    ASSERT_TRUE(store->SetAdmissionCount(0, 5, 0).ok());
+  }
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->AdmissionCount(0, 5).value(), 0u);
+  EXPECT_FALSE(store->AdmissionCount(2, 5).ok());  // unknown table
+}
+
+// Each thread updates its own ids and ids shared by all, with a cache small enough that rows
+// are evicted and re-read while other threads use them. Every update adds 1 to element 0 and to
+// the frequency, so any interleaving must give exactly the serial result.
+TEST(EmbeddingStoreTest, ConcurrentUpdatesAndReadsMatchSerialApplication) {
+  constexpr int kThreads = 4, kRounds = 150, kBatch = 64;
+  constexpr uint64_t kShared = 800, kOwn = 800;
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kSgd);
+  std::vector<std::vector<std::vector<uint64_t>>> batches(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    std::mt19937_64 rng(100 + t);
+    for (int r = 0; r < kRounds; ++r) {
+      std::vector<uint64_t> batch(kBatch);
+      for (int i = 0; i < kBatch; ++i) {
+        batch[i] = i % 2 ? rng() % kShared : kShared * (t + 1) + rng() % kOwn;
+      }
+      batches[t].push_back(batch);
+    }
+  }
+  auto add_one = [](size_t, RowRef row, bool) {
+    row.embedding()[0] += 1.0f;
+    row.meta()->frequency += 1;
+  };
+  StoreOptions options = Options(dir.File("concurrent"), {spec});
+  options.cache_bytes = 64 << 10;
+  options.stripes = 4;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> out(kBatch * spec.dim);
+      for (int r = 0; r < kRounds; ++r) {
+        EXPECT_TRUE(store->Update(0, batches[t][r], add_one).ok());
+        EXPECT_TRUE(store->Read(0, batches[t][r], out.data()).ok());
+        // Flushed rows may then be evicted clean while another call holds a stale read.
+        if (t == 0 && r % 8 == 0) {
+          EXPECT_TRUE(store->FlushDirty().ok());
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_GT(store->stats().evictions, 0u);
+
+  options.db_dir = dir.File("serial");
+  auto serial = OpenOrDie(options);
+  ASSERT_NE(serial, nullptr);
+  std::map<uint64_t, uint64_t> updates;
+  for (int t = 0; t < kThreads; ++t) {
+    for (const std::vector<uint64_t>& batch : batches[t]) {
+      ASSERT_TRUE(serial->Update(0, batch, add_one).ok());
+      for (uint64_t id : batch) ++updates[id];
+    }
+  }
+  const Rows got = Dump(*store, {spec});
+  EXPECT_EQ(got, Dump(*serial, {spec}));
+  ASSERT_EQ(got.size(), updates.size());
+  for (const auto& [id, n] : updates) {
+    const auto& row = got.at({0, id});
+    embedding::RowMeta meta;
+    std::memcpy(&meta, row.data(), sizeof(meta));
+    EXPECT_EQ(meta.frequency, n) << id;
+  }
+}
+
+double BytesPerCachedRow(const TableSpec& spec, size_t rows, uint64_t cache_bytes) {
+  ScopedDir dir;
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.cache_bytes = cache_bytes;
+  auto store = OpenOrDie(options);
+  if (store == nullptr) return 1e9;
+  const std::vector<uint64_t> ids = SpreadIds(rows);
+  for (size_t b = 0; b < ids.size(); b += 1000) {
+    EXPECT_TRUE(
+        store->Update(0, {ids.begin() + b, ids.begin() + b + 1000}, [](size_t, RowRef, bool) {})
+            .ok());
+  }
+  const StoreStats stats = store->stats();
+  EXPECT_LE(stats.cache_bytes_used, cache_bytes);
+  EXPECT_GT(stats.cached_rows, rows / 4);
+  const double per_row = static_cast<double>(stats.cache_bytes_used) / stats.cached_rows;
+  std::cout << "dim " << spec.dim << " row_bytes " << spec.row_bytes() << ": " << per_row
+            << " bytes per cached row (" << stats.cached_rows << " rows, " << stats.cache_bytes_used
+            << " bytes)\n";
+  return per_row;
+}
+
+TEST(EmbeddingStoreTest, MemoryPerCachedRowIsCloseToRowSize) {
+  // A full 8 MiB cache (64 stripes, 128 KiB each) in front of about twice as many rows.
+  const TableSpec adagrad = MakeTable(0, 64, OptimizerKind::kAdagrad);
+  EXPECT_LE(BytesPerCachedRow(adagrad, 30000, 8 << 20), 1.25 * 512 + 16);
+  const TableSpec sgd = MakeTable(0, 16, OptimizerKind::kSgd);  // 80-byte rows
+  EXPECT_LE(BytesPerCachedRow(sgd, 200000, 8 << 20), 1.5 * 80);
+}
+
+// RowCache against a map standing in for RocksDB: each row holds its version in every byte.
+class RowCacheHarness {
+ public:
+  RowCacheHarness(std::vector<uint32_t> row_bytes, uint64_t budget) : row_bytes_(row_bytes) {
+    internal::RowCache::Options options;
+    options.row_bytes = std::move(row_bytes);
+    options.budget_bytes = budget;
+    options.writeback = [this](uint32_t t, uint64_t id, const uint8_t* row, uint32_t n) {
+      backing_[{t, id}].assign(row, row + n);
+    };
+    cache_ = std::make_unique<internal::RowCache>(std::move(options));
+  }
+
+  // Checks the row's current version, then writes the next one.
+  void Touch(uint32_t t, uint64_t id) {
+    const uint64_t hash = internal::KeyHash(t, id);
+    uint8_t* row = cache_->Find(t, id, hash, /*mark_dirty=*/true);
+    if (row == nullptr) {
+      row = cache_->Insert(t, id, hash, /*dirty=*/true);
+      ASSERT_NE(row, nullptr);
+      auto it = backing_.find({t, id});
+      if (it != backing_.end()) {
+        std::memcpy(row, it->second.data(), row_bytes_[t]);
+      } else {
+        std::memset(row, 0, row_bytes_[t]);
+      }
+    }
+    uint8_t& version = versions_[{t, id}];
+    for (uint32_t b = 0; b < row_bytes_[t]; ++b) ASSERT_EQ(row[b], version) << t << "/" << id;
+    std::memset(row, ++version, row_bytes_[t]);
+  }
+
+  size_t CachedOf(uint32_t t, uint64_t ids) {
+    size_t n = 0;
+    for (uint64_t id = 0; id < ids; ++id) {
+      n += cache_->Find(t, id, internal::KeyHash(t, id), false) != nullptr;
+    }
+    return n;
+  }
+
+  internal::RowCache& cache() { return *cache_; }
+  const std::map<std::pair<uint32_t, uint64_t>, uint8_t>& versions() const { return versions_; }
+
+ private:
+  std::vector<uint32_t> row_bytes_;
+  std::unique_ptr<internal::RowCache> cache_;
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>> backing_;
+  std::map<std::pair<uint32_t, uint64_t>, uint8_t> versions_;
+};
+
+// Memory filled by one table's slab class is handed to another class when the workload moves
+// (its chunks are compacted and released), and no row is lost on the way.
+TEST(RowCacheTest, MemoryMovesBetweenSlabClassesAndRowsSurvive) {
+  constexpr uint64_t kBudget = 256 << 10;
+  RowCacheHarness h({48, 200}, kBudget);
+  std::mt19937_64 rng(3);
+  for (int phase = 0; phase < 3; ++phase) {
+    const uint32_t t = phase % 2;
+    for (int i = 0; i < 30000; ++i) h.Touch(t, rng() % 8000);
+    EXPECT_LE(h.cache().bytes_used(), kBudget);
+  }
+  // Slots cost row + 11 bytes; with the index, rows fill well over 60% of the budget.
+  EXPECT_GT(h.CachedOf(0, 8000), kBudget * 6 / 10 / (48 + 11));
+  EXPECT_LT(h.CachedOf(1, 8000), 50u);
+  for (int i = 0; i < 30000; ++i) h.Touch(1, rng() % 8000);
+  EXPECT_GT(h.CachedOf(1, 8000), kBudget * 6 / 10 / (200 + 11));
+  EXPECT_LT(h.CachedOf(0, 8000), 50u);
+  EXPECT_GT(h.cache().evictions(), 0u);
+  for (const auto& [key, version] : h.versions()) h.Touch(key.first, key.second);
+}
+
+// Erasing most rows of an unbounded cache gives chunks back; the rows that stay are moved
+// into the remaining chunks intact.
+TEST(RowCacheTest, EraseReleasesChunksAndKeepsTheRest) {
+  RowCacheHarness h({100}, /*budget=*/0);
+  for (uint64_t id = 0; id < 20000; ++id) h.Touch(0, id);
+  const uint64_t full = h.cache().bytes_used();
+  for (uint64_t id = 0; id < 20000; ++id) {
+    if (id % 4 != 0) {
+      EXPECT_TRUE(h.cache().Erase(0, id, internal::KeyHash(0, id)));
+    }
+  }
+  EXPECT_FALSE(h.cache().Erase(0, 1, internal::KeyHash(0, 1)));
+  EXPECT_EQ(h.cache().rows(), 5000u);
+  EXPECT_LT(h.cache().bytes_used(), full / 2);
+  for (uint64_t id = 0; id < 20000; id += 4) h.Touch(0, id);
+  size_t dirty = 0;
+  h.cache().TakeDirty([&](uint32_t, uint64_t, const uint8_t*, uint32_t) { ++dirty; });
+  EXPECT_EQ(dirty, 5000u);
+  h.cache().TakeDirty([&](uint32_t, uint64_t, const uint8_t*, uint32_t) { ++dirty; });
+  EXPECT_EQ(dirty, 5000u);  // all clean now
+}
+
+}  // namespace
+}  // namespace tandem::ps

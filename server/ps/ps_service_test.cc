@@ -1,0 +1,246 @@
+// The PS service over loopback in one process: PsClient <-> RpcServer + PsService + Shard.
+#include "server/ps/ps_service.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/ps_client.h"
+#include "server/ps/shard_test_util.h"
+
+namespace tandem::ps {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+using ::tandem::testing::TempDir;
+using std::chrono::milliseconds;
+
+wire::Identity Worker(uint32_t rank, uint64_t incarnation = 1) {
+  wire::Identity id;
+  id.role = wire::Role::WORKER;
+  id.index = rank;
+  id.incarnation = incarnation;
+  return id;
+}
+
+class PsServiceTest : public ::testing::Test {
+ protected:
+  void Start(uint32_t workers, int handler_threads = 4, int64_t k = 0) {
+    options_ = SmallShard(dir_.path(), workers, k);
+    auto s = Shard::Open(options_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    shard_ = std::move(s).value();
+    wire::ServerOptions so;
+    so.lanes = PsLanes(handler_threads);
+    server_ = std::make_unique<wire::RpcServer>(&context_, so, wire::Identity{});
+    service_ = std::make_unique<PsService>(shard_.get(), server_.get());
+    service_->Register();
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  PsClient Client(uint32_t rank, uint64_t incarnation = 1) {
+    PsClientOptions o;
+    o.shards = {server_->endpoint()};
+    for (const auto& t : options_.tables) o.dims.push_back(t.dim);
+    o.timeout = milliseconds(20000);
+    return PsClient(&context_, Worker(rank, incarnation), o);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  TempDir dir_;
+  ShardOptions options_;
+  zmq::context_t context_{2};
+  std::unique_ptr<Shard> shard_;
+  std::unique_ptr<wire::RpcServer> server_;
+  std::unique_ptr<PsService> service_;
+};
+
+// A worker-side client trains embeddings through the service: rows move toward a target.
+TEST_F(PsServiceTest, ClientTrainsEmbeddingsTowardATarget) {
+  Start(1);
+  PsClient client = Client(0);
+  std::vector<uint64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};  // repeats are de-duplicated by the client
+  std::vector<uint64_t> unique = {3, 1, 4, 5, 9, 2, 6};
+  auto loss = [&](const std::vector<float>& rows) {
+    double l = 0;
+    for (float v : rows) l += (v - 1.0) * (v - 1.0);
+    return l;
+  };
+  double first = -1, last = -1;
+  for (int64_t step = 0; step < 60; ++step) {
+    std::vector<std::vector<float>> rows;
+    TableIds t{1, ids};
+    ASSERT_TRUE(client.Pull(step, {&t, 1}, &rows).ok());
+    ASSERT_EQ(rows[0].size(), ids.size() * 8);
+    // Repeated ids come back identical, in request order.
+    EXPECT_TRUE(std::equal(rows[0].begin() + 8, rows[0].begin() + 16, rows[0].begin() + 24));
+    if (first < 0) first = loss(rows[0]);
+    last = loss(rows[0]);
+    std::vector<float> grads;
+    std::vector<std::vector<float>> unique_rows;
+    TableIds u{1, unique};
+    ASSERT_TRUE(client.Pull(step, {&u, 1}, &unique_rows).ok());
+    for (float v : unique_rows[0]) grads.push_back(2 * (v - 1.0f));
+    TableGrads g{1, unique, grads};
+    ASSERT_TRUE(client.Push(step, {&g, 1}).ok());
+  }
+  EXPECT_LT(last, first * 0.01) << "first loss " << first << ", last " << last;
+  EXPECT_EQ(shard_->applied_step(), 59);
+  EXPECT_LE(client.retained_pushes(), 1u);
+}
+
+// Scenario 4: eight workers, four handler threads; seven pull early for step s+1 while one push
+// for step s is late. Parked pulls hold no thread, so the late push gets in and all finish.
+TEST_F(PsServiceTest, EarlyPullsDoNotBlockALatePush) {
+  Start(8, /*handler_threads=*/4);
+  std::vector<std::thread> threads;
+  std::atomic<int> done{0};
+  for (uint32_t r = 0; r < 8; ++r) {
+    threads.emplace_back([&, r] {
+      PsClient c = Client(r);
+      std::vector<uint64_t> ids = {r + 1u, 100};
+      for (int64_t step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> rows;
+        TableIds t{0, ids};
+        ASSERT_TRUE(c.Pull(step, {&t, 1}, &rows).ok());
+        if (r == 7) std::this_thread::sleep_for(milliseconds(300));  // the late one
+        std::vector<float> grads(ids.size() * 4, 0.01f);
+        TableGrads g{0, ids, grads};
+        ASSERT_TRUE(c.Push(step, {&g, 1}).ok());
+      }
+      done++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(done, 8);
+  EXPECT_EQ(shard_->applied_step(), 2);
+  EXPECT_GT(service_->stats().parked, 0u);
+}
+
+TEST_F(PsServiceTest, ZombieIncarnationIsAnsweredStale) {
+  Start(1);
+  PsClient fresh = Client(0, /*incarnation=*/2);
+  std::vector<uint64_t> ids = {1};
+  std::vector<float> grads(4, 1.0f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(fresh.Push(0, {&g, 1}).ok());
+  PsClient zombie = Client(0, /*incarnation=*/1);
+  Status s = zombie.Push(1, {&g, 1});
+  EXPECT_TRUE(s.IsAborted()) << s;
+  std::vector<std::vector<float>> rows;
+  TableIds t{0, ids};
+  EXPECT_TRUE(zombie.Pull(1, {&t, 1}, &rows).IsAborted());
+  EXPECT_EQ(shard_->stats().pushes_logged, 1u);
+  EXPECT_EQ(shard_->applied_step(), 0);
+}
+
+// Only a logged push raises the fencing bar: a stray pull claiming a huge incarnation must not
+// fence the live worker out.
+TEST_F(PsServiceTest, StrayRequestCannotFenceOutALiveWorker) {
+  Start(1);
+  PsClient stray = Client(0, /*incarnation=*/1ull << 62);
+  std::vector<uint64_t> ids = {1};
+  std::vector<std::vector<float>> rows;
+  TableIds t{0, ids};
+  ASSERT_TRUE(stray.Pull(0, {&t, 1}, &rows).ok());
+  PsClient live = Client(0, /*incarnation=*/1);
+  std::vector<float> grads(4, 1.0f);
+  TableGrads g{0, ids, grads};
+  EXPECT_TRUE(live.Push(0, {&g, 1}).ok());
+}
+
+TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
+  Start(1);
+  wire::RpcClient raw(&context_, Worker(0));
+  int h = *raw.Connect(server_->endpoint());
+  auto send = [&](std::function<void(wire::OutMessage&)> fill) {
+    wire::OutMessage m;
+    fill(m);
+    auto r = raw.Call(h, std::move(m), milliseconds(5000));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->reply_code() : wire::ReplyCode::OK;
+  };
+  std::vector<uint64_t> ids = {1, 2};
+  // Push whose slice points at a frame that does not exist.
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setDim(4);
+              t[0].setIdsFrame(5);
+              t[0].setValuesFrame(6);
+            }),
+            wire::ReplyCode::INVALID);
+  // Count disagrees with the ids frame.
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(3);
+              t[0].setDim(4);
+              t[0].setIdsFrame(0);
+              t[0].setValuesFrame(1);
+              m.AddBulkCopy(ids.data(), 16);
+              std::vector<float> g(8, 0.f);
+              m.AddBulkCopy(g.data(), 32);
+            }),
+            wire::ReplyCode::INVALID);
+  // Gradient frame of 7 bytes.
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setDim(4);
+              t[0].setIdsFrame(0);
+              t[0].setValuesFrame(1);
+              m.AddBulkCopy(ids.data(), 16);
+              m.AddBulkCopy("1234567", 7);
+            }),
+            wire::ReplyCode::INVALID);
+  // Pull of an unknown table, and a pull with a wrong dim.
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPullRequest().initTables(1);
+              t[0].setTableId(77);
+              t[0].setCount(2);
+              t[0].setIdsFrame(0);
+              m.AddBulkCopy(ids.data(), 16);
+            }),
+            wire::ReplyCode::INVALID);
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPullRequest().initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setDim(5);
+              t[0].setIdsFrame(0);
+              m.AddBulkCopy(ids.data(), 16);
+            }),
+            wire::ReplyCode::INVALID);
+  // A push claiming another rank than its sender.
+  EXPECT_EQ(send([&](wire::OutMessage& m) { m.envelope().getBody().initPushRequest().setRank(3); }),
+            wire::ReplyCode::INVALID);
+  EXPECT_TRUE(Rows(shard_.get()).empty());
+  EXPECT_EQ(shard_->stats().pushes_logged, 0u);
+  // Still serving.
+  PsClient c = Client(0);
+  std::vector<float> grads(8, 0.5f);
+  TableGrads g{0, ids, grads};
+  EXPECT_TRUE(c.Push(0, {&g, 1}).ok());
+}
+
+TEST_F(PsServiceTest, PullOfAPastStepAtK0IsStale) {
+  Start(1);
+  PsClient c = Client(0);
+  std::vector<uint64_t> ids = {1};
+  std::vector<float> grads(4, 0.5f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(c.Push(0, {&g, 1}).ok());
+  ASSERT_TRUE(c.Push(1, {&g, 1}).ok());
+  std::vector<std::vector<float>> rows;
+  TableIds t{0, ids};
+  EXPECT_TRUE(c.Pull(1, {&t, 1}, &rows).IsAborted());
+  EXPECT_TRUE(c.Pull(2, {&t, 1}, &rows).ok());
+  EXPECT_TRUE(c.Pull(1, {&t, 1}, &rows, /*from_pre_images=*/true).ok());
+}
+
+}  // namespace
+}  // namespace tandem::ps

@@ -1,0 +1,167 @@
+// The in-memory tier of one EmbeddingStore stripe (DESIGN §3): rows live in slab chunks of
+// fixed-size slots, are found through an open-addressing index, and are evicted by CLOCK when
+// the stripe's byte budget is reached. Also the stripe's admission-counter cache. Internal to
+// server/ps; EmbeddingStore is the public API.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace tandem::ps::internal {
+
+// A fixed 64-bit mix of a key (murmur3's fmix64 over table and id; a bijection of id for a fixed
+// table). The store picks the stripe from the high half; the caches probe with the low half.
+inline uint64_t KeyHash(uint32_t table, uint64_t id) {
+  uint64_t x = id ^ (uint64_t{table} * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// Cached rows of one stripe. Tables whose rows have the same size share one slab class; each
+// class owns chunks of `rows_per_chunk` slots (row bytes, then per-slot id, table and flags, in
+// one allocation, so nothing is allocated per row). The index maps a key to (class, slot) in 8
+// bytes (slot ref + 32 hash bits), comparing the full key against the slot's stored id/table.
+// With a budget, when a class needs a slot and no chunk fits, CLOCK evicts rows of any class;
+// a class whose free slots reach a chunk gives that chunk back (moving its last chunk's rows
+// down), so memory flows between classes.
+//
+// Requires external synchronization (EmbeddingStore holds the stripe's mutex).
+class RowCache {
+ public:
+  // Receives each dirty row when it is evicted, before its slot is reused.
+  using RowFn =
+      std::function<void(uint32_t table, uint64_t id, const uint8_t* row, uint32_t row_bytes)>;
+
+  struct Options {
+    std::vector<uint32_t> row_bytes;  // by table id (TableSpec::row_bytes()), each > 0
+    uint64_t budget_bytes = 0;        // bound on bytes_used(); 0 = unbounded, never evicts
+    RowFn writeback;                  // called for dirty victims
+  };
+
+  // Most slots one class may have in one stripe (the index packs class and slot into 32 bits).
+  static constexpr uint32_t kMaxSlotsPerClass = (1u << 26) - 1;
+  static constexpr uint32_t kMaxClasses = 63;
+
+  // REQUIRES: at most kMaxClasses distinct slot sizes among options.row_bytes.
+  explicit RowCache(Options options);
+  ~RowCache();
+  RowCache(const RowCache&) = delete;
+  RowCache& operator=(const RowCache&) = delete;
+
+  // The cached row of (table, id) or nullptr. Sets its CLOCK reference bit, and its dirty bit
+  // when `mark_dirty`. The pointer is valid until the next Insert or Erase.
+  uint8_t* Find(uint32_t table, uint64_t id, uint64_t hash, bool mark_dirty);
+
+  // Caches (table, id), which must not be cached, and returns its (uninitialised) row bytes for
+  // the caller to fill. May evict other rows. Returns nullptr only when an unbounded cache hits
+  // kMaxSlotsPerClass.
+  uint8_t* Insert(uint32_t table, uint64_t id, uint64_t hash, bool dirty);
+
+  // Drops (table, id), dirty or not, without a writeback (the caller deletes the stored copy and
+  // calls NoteChanged). Returns whether it was cached.
+  bool Erase(uint32_t table, uint64_t id, uint64_t hash);
+
+  // Calls fn for every dirty row (for the caller to write to RocksDB), then marks it clean.
+  void TakeDirty(const RowFn& fn);
+
+  // Change tracking, so that a row read from RocksDB without the stripe lock can be checked for
+  // staleness: RocksDB's copy of a row changes only through writebacks, TakeDirty and erasures,
+  // each stamped here with a sequence number in a small table of hash buckets.
+  //
+  // Records that the stored row with this key hash changes now (the store calls it on erasure).
+  void NoteChanged(uint64_t hash) { changed_[ChangeBucket(hash)] = ++change_seq_; }
+  uint32_t change_seq() const { return change_seq_; }
+  // False only if no row with this hash changed since change_seq() returned `seq`.
+  bool MaybeChangedSince(uint64_t hash, uint32_t seq) const {
+    return static_cast<int32_t>(changed_[ChangeBucket(hash)] - seq) > 0;
+  }
+
+  uint64_t rows() const { return rows_; }
+  // Slab chunks + index, the bytes the budget bounds.
+  uint64_t bytes_used() const {
+    return slab_bytes_ + index_.size() * sizeof(IndexEntry) + sizeof(changed_);
+  }
+  uint64_t evictions() const { return evictions_; }
+  uint64_t writebacks() const { return writebacks_; }
+
+ private:
+  struct IndexEntry {
+    uint32_t ref;  // class << kClassShift | slot, or kEmpty
+    uint32_t tag;  // low 32 bits of the key hash; its low bits are the home position
+  };
+  struct SlabClass;
+
+  static constexpr uint32_t kClassShift = 26;
+  // Enough buckets that the few dozen rows a call changes in one stripe rarely collide with
+  // the ones it is about to read; a collision only costs one extra point read.
+  static constexpr uint32_t kChangeBuckets = 1024;
+  static uint32_t ChangeBucket(uint64_t hash) { return (hash >> 20) & (kChangeBuckets - 1); }
+  static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+
+  // Index.
+  size_t FindPos(uint32_t table, uint64_t id, uint32_t tag) const;
+  void IndexInsert(uint32_t ref, uint32_t tag);
+  void IndexEraseAt(size_t pos);
+  void GrowIndex();
+  void EnsureIndexRoom();
+
+  // Slabs and eviction.
+  uint32_t AllocSlot(uint32_t cls);
+  bool AddChunk(uint32_t cls);
+  void FreeSlot(SlabClass& c, uint32_t slot);
+  void EvictOne();
+  void EvictBatch();
+  void ReleaseLastChunk(uint32_t cls);
+  bool Fits(uint64_t extra_bytes) const;
+
+  Options options_;
+  std::vector<uint32_t> class_of_table_;
+  std::vector<SlabClass> classes_;
+  std::vector<IndexEntry> index_;
+  uint64_t index_count_ = 0;
+  uint64_t slab_bytes_ = 0;
+  uint64_t rows_ = 0;
+  uint32_t hand_class_ = 0;  // CLOCK hand: (class, slot)
+  uint32_t hand_slot_ = 0;
+  uint64_t evictions_ = 0;
+  uint64_t writebacks_ = 0;
+  uint32_t change_seq_ = 0;  // wraps; compared as a signed difference
+  uint32_t changed_[kChangeBuckets] = {};
+};
+
+// Admission counters of one stripe that were read or set since the last flush: an
+// open-addressing map that only grows until Clear(), so it never deletes one key.
+// Requires external synchronization.
+class CounterCache {
+ public:
+  struct Entry {
+    uint64_t id = 0;
+    uint32_t table = 0;
+    uint32_t state = kEmptyEntry;  // kEmptyEntry, kClean or kDirty
+    uint64_t count = 0;
+  };
+  static constexpr uint32_t kEmptyEntry = 0, kClean = 1, kDirty = 2;
+
+  CounterCache();
+  // The entry of (table, id) or nullptr.
+  Entry* Find(uint32_t table, uint64_t id, uint64_t hash);
+  // Adds (table, id), which must be absent.
+  Entry* Insert(uint32_t table, uint64_t id, uint64_t hash, uint64_t count, uint32_t state);
+  // Visits every entry (state != kEmptyEntry).
+  void ForEach(const std::function<void(const Entry&)>& fn) const;
+  void Clear();
+  uint64_t bytes_used() const { return entries_.size() * sizeof(Entry); }
+
+ private:
+  void Grow();
+  std::vector<Entry> entries_;
+  uint64_t count_ = 0;
+};
+
+}  // namespace tandem::ps::internal

@@ -1,0 +1,523 @@
+#include "server/ps/shard.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "common/embedding/initializer.h"
+#include "common/embedding/sparse_optimizer.h"
+#include "common/flat_id_index.h"
+#include "common/log.h"
+#include "common/slot_map.h"
+
+namespace tandem::ps {
+
+namespace fs = std::filesystem;
+using embedding::RowRef;
+using embedding::TableSpec;
+
+// A logged k = 0 push waiting for the other ranks of its step (owns copies of its rows).
+struct Shard::BufferedPush {
+  uint64_t lsn = 0;
+  bool skip = false;
+  std::vector<PushTable> tables;
+  uint64_t bytes = 0;
+};
+
+namespace {
+
+uint64_t PayloadHash(const PushInput& p) {
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  uint32_t skip = p.skip;
+  XXH3_64bits_update(&st, &skip, sizeof(skip));
+  for (const auto& t : p.tables) {
+    uint32_t head[3] = {t.table_id, t.dim, static_cast<uint32_t>(t.ids.size())};
+    XXH3_64bits_update(&st, head, sizeof(head));
+    XXH3_64bits_update(&st, t.ids.data(), t.ids.size_bytes());
+    XXH3_64bits_update(&st, t.grads.data(), t.grads.size_bytes());
+  }
+  return XXH3_64bits_digest(&st);
+}
+
+bool AllFinite(const float* g, uint32_t dim) {
+  for (uint32_t j = 0; j < dim; ++j)
+    if (!std::isfinite(g[j])) return false;
+  return true;
+}
+
+struct RestoreMarker {
+  std::string name;
+  uint64_t timeline = 0;
+  int64_t step = -1;
+  uint64_t replay_from_lsn = 1;
+  // k >= 1: (step, rank) pushes already applied for steps beyond `step`, so that a resent push
+  // is recognised as a duplicate after recovery.
+  std::vector<std::pair<int64_t, uint32_t>> partial;
+};
+
+std::vector<RestoreMarker> ListRestorePoints(const std::string& dir) {
+  std::vector<RestoreMarker> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir + "/restore", ec)) {
+    const std::string file = e.path().filename().string();
+    if (!file.ends_with(".done")) continue;
+    std::ifstream in(e.path());
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("step")) continue;  // a torn marker: not complete
+    RestoreMarker m;
+    m.name = file.substr(0, file.size() - 5);
+    m.timeline = j.value("timeline", 0ull);
+    m.step = j.value("step", -1ll);
+    m.replay_from_lsn = j.value("replay_from_lsn", 1ull);
+    if (j.contains("partial"))
+      for (const auto& pr : j["partial"]) m.partial.emplace_back(pr[0].get<int64_t>(), pr[1].get<uint32_t>());
+    if (fs::exists(dir + "/restore/" + m.name)) out.push_back(m);
+  }
+  std::sort(out.begin(), out.end(), [](const RestoreMarker& a, const RestoreMarker& b) {
+    return std::tie(a.timeline, a.step, a.replay_from_lsn) <
+           std::tie(b.timeline, b.step, b.replay_from_lsn);
+  });
+  return out;
+}
+
+Status SyncPath(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Status::Unavailable("open " + path + ": " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? Status::Ok() : Status::Unavailable("fsync " + path);
+}
+
+Status WriteMarker(const std::string& path, const RestoreMarker& m) {
+  nlohmann::json j = {{"timeline", m.timeline}, {"step", m.step},
+                      {"replay_from_lsn", m.replay_from_lsn}, {"partial", nlohmann::json::array()}};
+  for (const auto& [step, rank] : m.partial) j["partial"].push_back({step, rank});
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump() << "\n";
+    out.flush();
+    if (!out) return Status::Unavailable("cannot write " + tmp);
+  }
+  TANDEM_RETURN_IF_ERROR(SyncPath(tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Unavailable("rename " + tmp);
+  return SyncPath(fs::path(path).parent_path().string());
+}
+
+}  // namespace
+
+Shard::Shard(const ShardOptions& options) : options_(options) {
+  pre_images_.resize(options_.tables.size());
+}
+
+Shard::~Shard() {
+  store_.reset();
+  log_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options) {
+  std::unique_ptr<Shard> shard(new Shard(options));
+  std::error_code ec;
+  fs::create_directories(options.dir + "/restore", ec);
+  if (ec) return Status::Unavailable("cannot create " + options.dir + ": " + ec.message());
+  const std::string lock_path = options.dir + "/LOCK";
+  shard->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (shard->lock_fd_ < 0) return Status::Unavailable("cannot open " + lock_path);
+  if (::flock(shard->lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    return Status::FailedPrecondition(options.dir + " is in use by another process");
+  TANDEM_RETURN_IF_ERROR(shard->Recover());
+  return shard;
+}
+
+Status Shard::Recover() {
+  PushLogOptions lo;
+  lo.dir = options_.dir + "/log";
+  lo.durability = options_.durability;
+  lo.group = options_.group_commit;
+  lo.max_bytes = options_.push_log_max_bytes;
+  TANDEM_ASSIGN_OR_RETURN(log_, PushLog::Open(lo));
+
+  // Never trust the live DB after a crash: rebuild it from the newest complete restore point.
+  const std::string live = options_.dir + "/live";
+  auto points = ListRestorePoints(options_.dir);
+  uint64_t replay_from = 1;
+  MutexLock lock(&mu_);
+  if (points.empty()) {
+    std::error_code ec;
+    fs::remove_all(live, ec);
+  } else {
+    const RestoreMarker& rp = points.back();
+    TANDEM_RETURN_IF_ERROR(RebuildLiveDb(options_.dir + "/restore/" + rp.name, live));
+    timeline_ = rp.timeline;
+    applied_ = rp.step;
+    replay_from = rp.replay_from_lsn;
+    for (const auto& [step, rank] : rp.partial) k1_ranks_[step].insert(rank);
+  }
+  StoreOptions so;
+  so.db_dir = live;
+  so.tables = options_.tables;
+  so.seed = options_.seed;
+  so.cache_bytes = options_.cache_bytes;
+  so.memory_only = options_.memory_only;
+  TANDEM_ASSIGN_OR_RETURN(store_, EmbeddingStore::Open(so));
+
+  uint64_t replayed = 0;
+  Status s = log_->Replay(replay_from - 1, [&](const PushRecord& r) -> Status {
+    PushInput in;
+    in.timeline = r.header.timeline;
+    in.step = r.header.step;
+    in.rank = r.header.rank;
+    in.incarnation = r.header.incarnation;
+    in.skip = r.header.flags & 1;
+    for (const auto& t : r.tables) in.tables.push_back({t.table_id, t.dim, t.ids, t.grads});
+    ++replayed;
+    auto ack = PushLocked(in, /*replaying=*/true, r.header.lsn);
+    return ack.ok() ? Status::Ok() : ack.status().WithContext("replay of lsn " + std::to_string(r.header.lsn));
+  });
+  TANDEM_RETURN_IF_ERROR(s);
+  stats_.replayed_records = replayed;
+  TLOG_INFO("shard {} recovered: restore point step {}, {} log records replayed, applied step {}",
+            options_.shard_index, points.empty() ? -1 : points.back().step, replayed, applied_);
+  return TakeRestorePointLocked();
+}
+
+Status Shard::ValidatePull(uint32_t table, std::span<const uint64_t> ids) const {
+  if (table >= options_.tables.size())
+    return Status::InvalidArgument("unknown table " + std::to_string(table));
+  if (ids.size() > options_.max_rows_per_push)
+    return Status::InvalidArgument("too many ids: " + std::to_string(ids.size()));
+  for (uint64_t id : ids) {
+    if (ShardOf(table, id, options_.num_shards) != options_.shard_index)
+      return Status::InvalidArgument("table " + std::to_string(table) + " id " +
+                                     std::to_string(id) + " does not belong to shard " +
+                                     std::to_string(options_.shard_index));
+  }
+  return Status::Ok();
+}
+
+Status Shard::ValidatePush(const PushInput& p) const {
+  if (p.rank >= options_.num_workers)
+    return Status::InvalidArgument("rank " + std::to_string(p.rank) + " >= " +
+                                   std::to_string(options_.num_workers) + " workers");
+  if (p.step < 0) return Status::InvalidArgument("negative step");
+  std::vector<bool> seen(options_.tables.size(), false);
+  for (const auto& t : p.tables) {
+    const std::string where = "step " + std::to_string(p.step) + " table " + std::to_string(t.table_id);
+    if (t.table_id >= options_.tables.size()) return Status::InvalidArgument("unknown " + where);
+    if (seen[t.table_id]) return Status::InvalidArgument(where + " appears twice in one push");
+    seen[t.table_id] = true;
+    const TableSpec& spec = options_.tables[t.table_id];
+    if (t.dim != spec.dim)
+      return Status::InvalidArgument(where + ": dim " + std::to_string(t.dim) + ", table has " +
+                                     std::to_string(spec.dim));
+    if (t.ids.size() > options_.max_rows_per_push)
+      return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) + " rows is too many");
+    if (t.grads.size() != t.ids.size() * t.dim)
+      return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) + " ids but " +
+                                     std::to_string(t.grads.size()) + " gradient values");
+    TANDEM_RETURN_IF_ERROR(ValidatePull(t.table_id, t.ids).WithContext(where));
+    if (options_.nan_policy == NanPolicy::kReject) {
+      for (size_t i = 0; i < t.ids.size(); ++i) {
+        if (!AllFinite(&t.grads[i * t.dim], t.dim))
+          return Status::InvalidArgument(where + " id " + std::to_string(t.ids[i]) +
+                                         ": NaN or Inf gradient");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<PushAck> Shard::Push(const PushInput& push) {
+  TANDEM_RETURN_IF_ERROR(ValidatePush(push));
+  MutexLock lock(&mu_);
+  return PushLocked(push, /*replaying=*/false, 0);
+}
+
+StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint64_t lsn) {
+  if (push.timeline != timeline_)
+    return Status::FailedPrecondition("push of timeline " + std::to_string(push.timeline) +
+                                      ", shard is at timeline " + std::to_string(timeline_));
+  const uint64_t hash = PayloadHash(push);
+  const auto key = std::make_pair(push.step, push.rank);
+  const bool k0 = options_.staleness == 0;
+  bool duplicate = push.step <= applied_;
+  if (!duplicate && k0) duplicate = pending_.count(push.step) && pending_[push.step].count(push.rank);
+  if (!duplicate && !k0) duplicate = k1_ranks_.count(push.step) && k1_ranks_[push.step].count(push.rank);
+  if (duplicate) {
+    auto it = logged_.find(key);
+    if (k0 && it != logged_.end() && it->second != hash)
+      return Status::DataLoss("determinism violation: step " + std::to_string(push.step) +
+                              " rank " + std::to_string(push.rank) + " shard " +
+                              std::to_string(options_.shard_index) +
+                              " was resent with a different payload");
+    stats_.duplicates++;
+    return PushAck{true, applied_};
+  }
+  uint64_t bytes = 0;
+  for (const auto& t : push.tables) bytes += t.ids.size_bytes() + t.grads.size_bytes();
+  if (k0 && pending_bytes_ + bytes > options_.max_buffered_bytes && !pending_.empty())
+    return Status::ResourceExhausted("k = 0 push buffer full (ps.max_buffered_bytes)");
+  if (!replaying && options_.push_log_enabled_for_bench) {
+    PushHeader h;
+    h.timeline = push.timeline;
+    h.step = push.step;
+    h.rank = push.rank;
+    h.shard = options_.shard_index;
+    h.incarnation = push.incarnation;
+    h.flags = push.skip ? 1 : 0;
+    TANDEM_RETURN_IF_ERROR(log_->Append(&h, push.tables));
+    lsn = h.lsn;
+    stats_.pushes_logged++;
+    bytes_since_restore_point_ += bytes;
+  }
+  logged_[key] = hash;
+  if (k0) {
+    auto b = std::make_unique<BufferedPush>();
+    b->lsn = lsn;
+    b->skip = push.skip;
+    b->bytes = bytes;
+    for (const auto& t : push.tables)
+      b->tables.push_back({t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
+    pending_bytes_ += bytes;
+    pending_[push.step][push.rank] = std::move(b);
+    TANDEM_RETURN_IF_ERROR(ApplyReadySteps());
+  } else {
+    if (!push.skip) {
+      for (const auto& t : push.tables) TANDEM_RETURN_IF_ERROR(ApplyTable(push.step, t.table_id, t.ids, t.grads));
+    }
+    k1_ranks_[push.step].insert(push.rank);
+    AdvanceAppliedK1(push.step);
+  }
+  // Exactly-once needs payload hashes only for steps that can still be resent.
+  logged_.erase(logged_.begin(), logged_.lower_bound({applied_ - 1, 0}));
+  if (!replaying && bytes_since_restore_point_ >= options_.restore_point_every_bytes)
+    TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked());
+  return PushAck{false, applied_};
+}
+
+void Shard::AdvanceAppliedK1(int64_t step) {
+  (void)step;
+  for (auto it = k1_ranks_.find(applied_ + 1);
+       it != k1_ranks_.end() && it->first == applied_ + 1 && it->second.size() == options_.num_workers;
+       it = k1_ranks_.find(applied_ + 1)) {
+    ++applied_;
+    stats_.steps_applied++;
+    k1_ranks_.erase(it);
+  }
+}
+
+Status Shard::ApplyReadySteps() {
+  for (;;) {
+    auto it = pending_.find(applied_ + 1);
+    if (it == pending_.end() || it->second.size() < options_.num_workers) return Status::Ok();
+    std::vector<const BufferedPush*> by_rank;
+    for (const auto& [rank, push] : it->second) by_rank.push_back(push.get());  // rank order
+    TANDEM_RETURN_IF_ERROR(ApplyStep(it->first, by_rank));
+    for (const auto& [rank, push] : it->second) pending_bytes_ -= push->bytes;
+    applied_ = it->first;
+    stats_.steps_applied++;
+    pending_.erase(it);
+  }
+}
+
+// k = 0: per table, the rows of all ranks are summed in rank order (ranks lacking a row are
+// skipped), then the optimizer runs once per row.
+Status Shard::ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by_rank) {
+  for (auto& p : pre_images_) {
+    p.ids.clear();
+    p.rows.clear();
+  }
+  FlatIdIndex index;
+  std::vector<uint64_t> ids;
+  std::vector<float> sums;
+  for (uint32_t table = 0; table < options_.tables.size(); ++table) {
+    const uint32_t dim = options_.tables[table].dim;
+    size_t bound = 0;
+    for (const BufferedPush* p : by_rank)
+      for (const auto& t : p->tables)
+        if (t.table_id == table && !p->skip) bound += t.ids.size();
+    if (bound == 0) continue;
+    index.Reset(bound);
+    ids.clear();
+    sums.clear();
+    for (const BufferedPush* p : by_rank) {
+      if (p->skip) continue;
+      for (const auto& t : p->tables) {
+        if (t.table_id != table) continue;
+        for (size_t i = 0; i < t.ids.size(); ++i) {
+          auto [slot, inserted] = index.Insert(t.ids[i]);
+          const float* g = &t.grads[i * dim];
+          if (inserted) {
+            ids.push_back(t.ids[i]);
+            sums.insert(sums.end(), g, g + dim);
+          } else {
+            float* s = &sums[static_cast<size_t>(slot) * dim];
+            for (uint32_t j = 0; j < dim; ++j) s[j] += g[j];
+          }
+        }
+      }
+    }
+    TANDEM_RETURN_IF_ERROR(ApplyTable(step, table, ids, sums));
+  }
+  return Status::Ok();
+}
+
+Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
+                         std::span<const float> grads) {
+  const TableSpec& spec = options_.tables[table];
+  const uint32_t dim = spec.dim;
+  const uint32_t row_bytes = spec.row_bytes();
+  std::vector<uint8_t> rows(ids.size() * row_bytes);
+  std::vector<bool> present;
+  TANDEM_RETURN_IF_ERROR(store_->ReadRows(table, ids, rows.data(), &present));
+
+  std::vector<uint64_t> apply_ids;
+  std::vector<uint32_t> apply_src;  // index into ids/grads
+  std::vector<uint32_t> order;      // apply_ids positions, for the pre-images
+  std::vector<bool> expired;
+  apply_ids.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!AllFinite(&grads[i * dim], dim)) {  // only reachable with nan_policy skip_rows
+      stats_.rows_nan_skipped++;
+      continue;
+    }
+    bool admitted = true;
+    bool is_expired = false;
+    if (present[i]) {
+      const auto* meta = reinterpret_cast<const embedding::RowMeta*>(&rows[i * row_bytes]);
+      is_expired = spec.ttl_steps > 0 && meta->last_updated_step < step - spec.ttl_steps;
+      if (is_expired) stats_.rows_expired++;
+    } else if (spec.admission_min_count > 1) {
+      TANDEM_ASSIGN_OR_RETURN(uint64_t count, store_->AdmissionCount(table, ids[i]));
+      ++count;
+      admitted = count >= static_cast<uint64_t>(spec.admission_min_count);
+      TANDEM_RETURN_IF_ERROR(store_->SetAdmissionCount(table, ids[i], admitted ? 0 : count));
+      if (admitted) stats_.rows_admitted++;
+      else stats_.rows_not_admitted++;
+    }
+    if (!admitted) continue;
+    order.push_back(static_cast<uint32_t>(apply_ids.size()));
+    apply_ids.push_back(ids[i]);
+    apply_src.push_back(static_cast<uint32_t>(i));
+    expired.push_back(is_expired);
+  }
+  // Pre-images (k = 0 only: roll-forward recovery): the embedding each applied row had before
+  // this apply, sorted by id for lookup.
+  PreImages& pre = pre_images_[table];
+  if (options_.staleness != 0) order.clear();
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return apply_ids[a] < apply_ids[b]; });
+  for (uint32_t o : order) {
+    pre.ids.push_back(apply_ids[o]);
+    const float* emb = reinterpret_cast<const float*>(&rows[apply_src[o] * size_t{row_bytes} + sizeof(embedding::RowMeta)]);
+    pre.rows.insert(pre.rows.end(), emb, emb + dim);
+  }
+  if (apply_ids.empty()) return Status::Ok();
+  stats_.rows_applied += apply_ids.size();
+  const uint64_t seed = options_.seed;
+  return store_->Update(table, apply_ids, [&](size_t k, RowRef row, bool) {
+    if (expired[k]) embedding::InitialRow(seed, spec, apply_ids[k], row);  // TTL: as if absent
+    embedding::ApplySparseUpdate(spec, &grads[apply_src[k] * size_t{dim}], row);
+    row.meta()->last_updated_step = step;
+    row.meta()->frequency++;
+  });
+}
+
+int64_t Shard::RequiredVersion(int64_t step) const {
+  return step - 1 - options_.staleness;
+}
+
+PullVerdict Shard::CheckPull(uint64_t timeline, int64_t step, bool from_pre_images) const {
+  MutexLock lock(&mu_);
+  if (timeline != timeline_) return PullVerdict::kStale;
+  const int64_t need = RequiredVersion(step);
+  if (applied_ < need) return PullVerdict::kPark;
+  if (options_.staleness == 0 && applied_ > need && !(from_pre_images && applied_ == step))
+    return PullVerdict::kStale;
+  return PullVerdict::kReady;
+}
+
+Status Shard::Read(uint32_t table, std::span<const uint64_t> ids, float* out) {
+  return store_->Read(table, ids, out);
+}
+
+Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float* out) {
+  TANDEM_RETURN_IF_ERROR(store_->Read(table, ids, out));
+  MutexLock lock(&mu_);
+  const PreImages& pre = pre_images_.at(table);
+  const uint32_t dim = options_.tables[table].dim;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = std::lower_bound(pre.ids.begin(), pre.ids.end(), ids[i]);
+    if (it == pre.ids.end() || *it != ids[i]) continue;
+    const float* src = &pre.rows[static_cast<size_t>(it - pre.ids.begin()) * dim];
+    std::copy(src, src + dim, out + i * dim);
+  }
+  return Status::Ok();
+}
+
+int64_t Shard::applied_step() const {
+  MutexLock lock(&mu_);
+  return applied_;
+}
+
+ShardStats Shard::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+Status Shard::TakeRestorePoint() {
+  MutexLock lock(&mu_);
+  return TakeRestorePointLocked();
+}
+
+// Replay after a restore point must start at the oldest logged push it does not contain: at
+// k = 0 pushes of steps not yet complete are logged but not applied.
+uint64_t Shard::ReplayFromLsn() const {
+  uint64_t from = log_->last_lsn() + 1;
+  for (const auto& [step, ranks] : pending_)
+    for (const auto& [rank, push] : ranks) from = std::min(from, push->lsn);
+  return from;
+}
+
+Status Shard::TakeRestorePointLocked() {
+  RestoreMarker m;
+  m.timeline = timeline_;
+  m.step = applied_;
+  m.replay_from_lsn = ReplayFromLsn();
+  for (const auto& [step, ranks] : k1_ranks_)
+    for (uint32_t rank : ranks) m.partial.emplace_back(step, rank);
+  m.name = "t" + std::to_string(m.timeline) + "-s" + std::to_string(m.step) + "-l" +
+           std::to_string(m.replay_from_lsn);
+  const std::string base = options_.dir + "/restore/" + m.name;
+  if (fs::exists(base + ".done")) return Status::Ok();
+  std::error_code ec;
+  fs::remove_all(base, ec);  // a checkpoint left half-made by a crash
+  TANDEM_RETURN_IF_ERROR(store_->CreateCheckpoint(base));
+  TANDEM_RETURN_IF_ERROR(WriteMarker(base + ".done", m));
+  TANDEM_RETURN_IF_ERROR(log_->Roll());
+  bytes_since_restore_point_ = 0;
+  stats_.restore_points++;
+  // Keep the newest two; the log is needed from the older one's replay point on.
+  auto points = ListRestorePoints(options_.dir);
+  while (points.size() > 2) {
+    fs::remove(options_.dir + "/restore/" + points.front().name + ".done", ec);
+    fs::remove_all(options_.dir + "/restore/" + points.front().name, ec);
+    points.erase(points.begin());
+  }
+  if (!points.empty() && points.front().replay_from_lsn > 1)
+    TANDEM_RETURN_IF_ERROR(log_->DeleteThrough(points.front().replay_from_lsn - 1));
+  return Status::Ok();
+}
+
+}  // namespace tandem::ps

@@ -1,0 +1,175 @@
+// One parameter-server shard's state machine (PROTOCOLS §2-§6), in plain C++ types so tests
+// drive it without messages: exactly-once pushes logged before they are acknowledged, the k = 0
+// step assembly (apply step s once all M ranks pushed it, summing per row in rank order), the
+// k >= 1 apply-on-arrival in log order, admission and TTL in the apply path, pull versioning,
+// pre-images of the last apply, restore points and crash recovery from restore point + log.
+//
+// Data directory layout (`ps.data_dir/shard-<i>/`):
+//   LOCK                      flock'ed while a process runs on the directory
+//   live/                     the RocksDB the store runs on (never read after a crash)
+//   restore/<name>/           RocksDB checkpoints (hard links); <name> = t<timeline>-s<step>
+//   restore/<name>.done       marker written after the checkpoint is complete: JSON with
+//                             timeline, step and the LSN replay must start from
+//   log/                      push-log segments
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/embedding/table_spec.h"
+#include "common/status.h"
+#include "common/sync.h"
+#include "server/ps/embedding_store.h"
+#include "server/ps/push_log.h"
+
+namespace tandem::ps {
+
+enum class NanPolicy { kReject, kSkipRows };
+
+struct ShardOptions {
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  uint32_t num_workers = 1;                // M
+  int64_t staleness = 0;                   // k
+  std::vector<embedding::TableSpec> tables;
+  uint64_t seed = 1;
+  std::string dir;                         // this shard's data directory
+  uint64_t cache_bytes = 256ull << 20;
+  bool memory_only = false;
+  Durability durability = Durability::kProcess;
+  std::chrono::milliseconds group_commit{10};
+  NanPolicy nan_policy = NanPolicy::kReject;
+  uint64_t max_rows_per_push = 1u << 22;   // per table slice
+  uint64_t max_buffered_bytes = 256ull << 20;  // k = 0 pushes waiting for their step
+  uint64_t restore_point_every_bytes = 1ull << 30;
+  uint64_t push_log_max_bytes = 16ull << 30;
+  // Benchmarks only: skip the push log, to measure what it costs. Voids every durability
+  // promise; the config has no key for it.
+  bool push_log_enabled_for_bench = true;
+};
+
+// A push as received: views into the message's frames (valid during the Push call only).
+struct PushInput {
+  uint64_t timeline = 0;
+  int64_t step = 0;
+  uint32_t rank = 0;
+  uint64_t incarnation = 0;
+  bool skip = false;  // fp16 overflow: an explicit push that applies nothing
+  std::vector<PushTableView> tables;
+};
+
+struct PushAck {
+  bool duplicate = false;     // already logged: acknowledged, not applied again
+  int64_t applied_step = -1;  // the shard's applied step after this push
+};
+
+enum class PullVerdict { kReady, kPark, kStale };
+
+struct ShardStats {
+  uint64_t pushes_logged = 0;
+  uint64_t duplicates = 0;
+  uint64_t steps_applied = 0;
+  uint64_t rows_applied = 0;
+  uint64_t rows_admitted = 0;       // materialised after reaching admission.min_count
+  uint64_t rows_not_admitted = 0;   // gradients dropped: id below admission.min_count
+  uint64_t rows_expired = 0;        // treated as absent by eviction.ttl_steps
+  uint64_t rows_nan_skipped = 0;    // nan_policy skip_rows
+  uint64_t replayed_records = 0;    // at the last recovery
+  uint64_t restore_points = 0;
+};
+
+// Safe for concurrent use. Pushes and applies are serialized by one mutex (they are ordered by
+// the log anyway); reads run concurrently on the store.
+class Shard {
+ public:
+  // Locks the directory (kFailedPrecondition if another process holds it), then recovers: the
+  // newest complete restore point is hard-linked into a fresh live DB and the log after it is
+  // replayed. A fresh directory starts empty with a restore point at step -1.
+  static StatusOr<std::unique_ptr<Shard>> Open(const ShardOptions& options);
+  ~Shard();
+
+  // Validates (kInvalidArgument naming the problem; nothing is logged or stored), then logs,
+  // then buffers (k = 0) or applies (k >= 1). Returns once the push is logged.
+  // kFailedPrecondition for another timeline; kResourceExhausted when the log or the k = 0
+  // buffer is full; kDataLoss for a determinism violation (a logged (step, rank) resent with a
+  // different payload at k = 0).
+  StatusOr<PushAck> Push(const PushInput& push);
+
+  // Whether a pull for `step` of `timeline` can be answered now (k = 0: applied == step - 1;
+  // k >= 1: applied >= step - 1 - k), must wait, or is stale (k = 0: applied > step - 1, or
+  // another timeline). With `from_pre_images` a k = 0 pull for step s is also ready when
+  // applied == s (recovery of a lost worker, PROTOCOLS §8).
+  PullVerdict CheckPull(uint64_t timeline, int64_t step, bool from_pre_images) const;
+  // The version a pull for `step` waits for (k = 0: step - 1; k >= 1: step - 1 - k).
+  int64_t RequiredVersion(int64_t step) const;
+
+  // Embeddings of ids (current values; absent rows read as their initial value).
+  Status Read(uint32_t table, std::span<const uint64_t> ids, float* out);
+  // Embeddings as they were before the last apply (rows the last apply did not change read
+  // their current value).
+  Status ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float* out);
+
+  // Validates a pull's table and ids (kInvalidArgument).
+  Status ValidatePull(uint32_t table, std::span<const uint64_t> ids) const;
+
+  // Takes a restore point after the current applied step (flush + RocksDB checkpoint + marker),
+  // rolls the log, and keeps the newest two restore points.
+  Status TakeRestorePoint();
+
+  int64_t applied_step() const;
+  uint64_t timeline() const { return timeline_; }
+  const ShardOptions& options() const { return options_; }
+  ShardStats stats() const;
+  EmbeddingStore* store() { return store_.get(); }
+
+ private:
+  struct BufferedPush;
+  struct StepBuffer;
+  explicit Shard(const ShardOptions& options);
+  Status Recover();
+  Status ValidatePush(const PushInput& push) const;
+  StatusOr<PushAck> PushLocked(const PushInput& push, bool replaying, uint64_t lsn)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyReadySteps() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by_rank)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
+                    std::span<const float> grads) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceAppliedK1(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status TakeRestorePointLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ReplayFromLsn() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ShardOptions options_;
+  int lock_fd_ = -1;
+  uint64_t timeline_ = 0;
+  std::unique_ptr<EmbeddingStore> store_;
+  std::unique_ptr<PushLog> log_;
+
+  mutable Mutex mu_;
+  int64_t applied_ GUARDED_BY(mu_) = -1;
+  // k = 0: pushes logged but not yet applied, by step then rank.
+  std::map<int64_t, std::map<uint32_t, std::unique_ptr<BufferedPush>>> pending_ GUARDED_BY(mu_);
+  uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;
+  // k >= 1: ranks applied per step not yet complete; steps complete beyond applied_.
+  std::map<int64_t, std::set<uint32_t>> k1_ranks_ GUARDED_BY(mu_);
+  // Exactly-once: (step, rank) -> payload hash, for steps above the oldest retained bound.
+  std::map<std::pair<int64_t, uint32_t>, uint64_t> logged_ GUARDED_BY(mu_);
+  // Pre-images of the last apply, per table: sorted ids and their embeddings before it.
+  struct PreImages {
+    std::vector<uint64_t> ids;
+    std::vector<float> rows;
+  };
+  std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
+  uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
+  ShardStats stats_ GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::ps

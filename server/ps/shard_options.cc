@@ -1,0 +1,25 @@
+#include "server/ps/shard_options.h"
+
+namespace tandem::ps {
+
+ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index) {
+  ShardOptions o;
+  o.shard_index = index;
+  o.num_shards = static_cast<uint32_t>(job.cluster.ps.size());
+  o.num_workers = static_cast<uint32_t>(job.cluster.workers.size());
+  o.staleness = job.train.embedding_staleness;
+  o.tables = embedding::TableSpecsFromConfig(job);
+  o.seed = job.train.seed;
+  o.dir = job.ps.data_dir + "/shard-" + std::to_string(index);
+  o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
+  o.memory_only = job.ps.storage == "memory";
+  o.durability = job.ps.push_log_durability == "machine" ? Durability::kMachine : Durability::kProcess;
+  o.group_commit = std::chrono::milliseconds(job.ps.push_log_group_ms);
+  o.nan_policy = job.ps.nan_policy == "skip_rows" ? NanPolicy::kSkipRows : NanPolicy::kReject;
+  o.max_buffered_bytes = static_cast<uint64_t>(job.ps.max_buffered_bytes);
+  o.restore_point_every_bytes = static_cast<uint64_t>(job.ps.restore_point_every_bytes);
+  o.push_log_max_bytes = static_cast<uint64_t>(job.ps.push_log_max_bytes);
+  return o;
+}
+
+}  // namespace tandem::ps

@@ -1,0 +1,374 @@
+// The shard's rules (PROTOCOLS §2-§6 and the scenarios of §15) without sockets.
+#include "server/ps/shard.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+
+#include "server/ps/shard_test_util.h"
+
+namespace tandem::ps {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+using ::tandem::testing::TempDir;
+
+std::unique_ptr<Shard> OpenShard(const ShardOptions& o) {
+  auto s = Shard::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+TEST(ShardTest, AbsentRowsReadAsInitialValueAndPullsStoreNothing) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  auto shard = OpenShard(o);
+  std::vector<uint64_t> ids = {1, 2, 3, 99};
+  std::vector<float> out(ids.size() * 4);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(shard->Read(0, ids, out.data()).ok());
+  std::vector<float> expect(4);
+  embedding::InitialEmbedding(o.seed, o.tables[0], 99, expect.data());
+  EXPECT_TRUE(std::equal(expect.begin(), expect.end(), out.begin() + 12));
+  EXPECT_TRUE(Rows(shard.get()).empty());  // scenario 5: reads leave no trace
+}
+
+// Scenario 1: one push carries two tables; both apply.
+TEST(ShardTest, OnePushWithTwoTablesAppliesBoth) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  auto shard = OpenShard(o);
+  auto p = MakePush(0, 0, {{0, {5, 6}}, {1, {7}}}, o);
+  auto ack = shard->Push(p.input());
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  EXPECT_EQ(ack->applied_step, 0);
+  auto rows = Rows(shard.get());
+  EXPECT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows.count({0, 5}) && rows.count({0, 6}) && rows.count({1, 7}));
+  // SGD on table 1: w = init - lr * g.
+  std::vector<float> init(8), now(8);
+  embedding::InitialEmbedding(o.seed, o.tables[1], 7, init.data());
+  uint64_t id7 = 7;
+  ASSERT_TRUE(shard->Read(1, {&id7, 1}, now.data()).ok());
+  auto g = Grad(0, 0, 1, 7, 8);
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(now[j], init[j] - 0.1f * g[j]);
+}
+
+// Scenario 3: a worker with no rows on the shard still pushes (empty); the step completes.
+TEST(ShardTest, EmptyPushCompletesTheStep) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2);
+  auto shard = OpenShard(o);
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1, 2}}}, o).input()).ok());
+  EXPECT_EQ(shard->applied_step(), -1);
+  OwnedPush empty;
+  empty.step = 0;
+  empty.rank = 1;
+  auto ack = shard->Push(empty.input());
+  ASSERT_TRUE(ack.ok());
+  EXPECT_EQ(ack->applied_step, 0);
+}
+
+// k = 0: pushes arriving in every order give bit-identical rows (sum in rank order).
+TEST(ShardTest, ArrivalOrderDoesNotChangeBits) {
+  std::vector<uint32_t> perm = {0, 1, 2};
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>> first;
+  do {
+    TempDir dir;
+    auto o = SmallShard(dir.path(), 3);
+    auto shard = OpenShard(o);
+    for (int64_t step = 0; step < 4; ++step)
+      for (uint32_t r : perm)
+        ASSERT_TRUE(shard->Push(MakePush(step, r, {{0, {1, 2, 3}}, {1, {2, 4}}}, o).input()).ok());
+    EXPECT_EQ(shard->applied_step(), 3);
+    auto rows = Rows(shard.get());
+    if (first.empty()) first = rows;
+    EXPECT_EQ(rows, first);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+}
+
+TEST(ShardTest, DuplicatePushIsAcknowledgedAndAppliedOnce) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2);
+  auto shard = OpenShard(o);
+  auto p0 = MakePush(0, 0, {{0, {1}}}, o);
+  ASSERT_FALSE(shard->Push(p0.input())->duplicate);
+  EXPECT_TRUE(shard->Push(p0.input())->duplicate);  // buffered, not yet applied
+  ASSERT_TRUE(shard->Push(MakePush(0, 1, {{0, {1}}}, o).input()).ok());
+  auto after = Rows(shard.get());
+  EXPECT_TRUE(shard->Push(p0.input())->duplicate);  // already applied
+  EXPECT_EQ(Rows(shard.get()), after);
+  EXPECT_EQ(shard->stats().duplicates, 2u);
+}
+
+TEST(ShardTest, ResendWithDifferentPayloadIsADeterminismViolation) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2);
+  auto shard = OpenShard(o);
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1}}}, o).input()).ok());
+  auto other = MakePush(0, 0, {{0, {2}}}, o);
+  auto r = shard->Push(other.input());
+  EXPECT_TRUE(r.status().IsDataLoss()) << r.status();
+  EXPECT_NE(r.status().message().find("step 0 rank 0"), std::string::npos);
+}
+
+TEST(ShardTest, InvalidPushesChangeNothing) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.num_shards = 2;
+  auto shard = OpenShard(o);
+  uint64_t mine = 0, theirs = 0;
+  for (uint64_t id = 1; !mine || !theirs; ++id) (ShardOf(0, id, 2) == 0 ? mine : theirs) = id;
+  auto good = [&] {
+    OwnedPush p;
+    p.tables.push_back({0, 4, {mine}, {0.1f, 0.2f, 0.3f, 0.4f}});
+    return p;
+  };
+  std::vector<std::pair<std::string, OwnedPush>> bad;
+  {
+    auto p = good();
+    p.tables[0].dim = 3;
+    p.tables[0].grads.resize(3);
+    bad.push_back({"dim 3", p});
+  }
+  {
+    auto p = good();
+    p.tables[0].table_id = 9;
+    bad.push_back({"unknown", p});
+  }
+  {
+    auto p = good();
+    p.tables[0].grads.push_back(1);
+    bad.push_back({"gradient values", p});
+  }
+  {
+    auto p = good();
+    p.tables[0].grads[2] = std::nanf("");
+    bad.push_back({"NaN", p});
+  }
+  {
+    auto p = good();
+    p.tables[0].ids[0] = theirs;
+    bad.push_back({"does not belong", p});
+  }
+  {
+    auto p = good();
+    p.rank = 5;
+    bad.push_back({"rank 5", p});
+  }
+  {
+    auto p = good();
+    p.tables.push_back(p.tables[0]);
+    bad.push_back({"twice", p});
+  }
+  for (const auto& [what, p] : bad) {
+    auto r = shard->Push(p.input());
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << what << ": " << r.status();
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  }
+  EXPECT_TRUE(Rows(shard.get()).empty());
+  EXPECT_EQ(shard->applied_step(), -1);
+  EXPECT_EQ(shard->stats().pushes_logged, 0u);
+  EXPECT_TRUE(shard->Push(good().input()).ok());  // and it still serves
+}
+
+TEST(ShardTest, NanSkipRowsDropsOnlyTheBadRows) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.nan_policy = NanPolicy::kSkipRows;
+  auto shard = OpenShard(o);
+  OwnedPush p;
+  p.tables.push_back({0, 4, {1, 2}, {0.1f, 0.1f, 0.1f, 0.1f, INFINITY, 0.f, 0.f, 0.f}});
+  ASSERT_TRUE(shard->Push(p.input()).ok());
+  auto rows = Rows(shard.get());
+  EXPECT_TRUE(rows.count({0, 1}));
+  EXPECT_FALSE(rows.count({0, 2}));
+  EXPECT_EQ(shard->stats().rows_nan_skipped, 1u);
+}
+
+TEST(ShardTest, PullVersioningAtK0) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  auto shard = OpenShard(o);
+  EXPECT_EQ(shard->CheckPull(0, 0, false), PullVerdict::kReady);  // version -1
+  EXPECT_EQ(shard->CheckPull(0, 1, false), PullVerdict::kPark);
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1}}}, o).input()).ok());
+  EXPECT_EQ(shard->CheckPull(0, 0, false), PullVerdict::kStale);
+  EXPECT_EQ(shard->CheckPull(0, 0, true), PullVerdict::kReady);  // recovery: pre-images
+  EXPECT_EQ(shard->CheckPull(0, 1, false), PullVerdict::kReady);
+  EXPECT_EQ(shard->CheckPull(7, 1, false), PullVerdict::kStale);  // another timeline
+}
+
+TEST(ShardTest, PreImagesAreTheRowsBeforeTheLastApply) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  auto shard = OpenShard(o);
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1, 2}}}, o).input()).ok());
+  std::vector<uint64_t> ids = {1, 2};
+  std::vector<float> after0(8), pre(8), after1(8);
+  ASSERT_TRUE(shard->Read(0, ids, after0.data()).ok());
+  ASSERT_TRUE(shard->Push(MakePush(1, 0, {{0, {1}}}, o).input()).ok());
+  ASSERT_TRUE(shard->ReadPreImages(0, ids, pre.data()).ok());
+  ASSERT_TRUE(shard->Read(0, ids, after1.data()).ok());
+  EXPECT_EQ(pre, after0);      // id 1 as before step 1, id 2 untouched by step 1
+  EXPECT_NE(after1, after0);
+}
+
+TEST(ShardTest, AdmissionNeedsMinCountStepsAndLeavesPullsAlone) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.tables[0].admission_min_count = 3;
+  auto shard = OpenShard(o);
+  std::vector<uint64_t> id = {42};
+  std::vector<float> out(4), init(4);
+  embedding::InitialEmbedding(o.seed, o.tables[0], 42, init.data());
+  for (int64_t step = 0; step < 2; ++step) {
+    ASSERT_TRUE(shard->Push(MakePush(step, 0, {{0, {42}}}, o).input()).ok());
+    // Scenario 6: retried pulls do not change admission counts.
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(shard->Read(0, id, out.data()).ok());
+    EXPECT_EQ(out, init) << "not admitted yet at step " << step;
+  }
+  uint64_t count = 0;
+  ASSERT_TRUE(shard->store()->ForEachAdmissionCount([&](uint32_t, uint64_t, uint64_t c) { count = c; }).ok());
+  EXPECT_EQ(count, 2u);
+  ASSERT_TRUE(shard->Push(MakePush(2, 0, {{0, {42}}}, o).input()).ok());
+  ASSERT_TRUE(shard->Read(0, id, out.data()).ok());
+  EXPECT_NE(out, init);
+  EXPECT_EQ(shard->stats().rows_admitted, 1u);
+  EXPECT_EQ(shard->stats().rows_not_admitted, 2u);
+}
+
+TEST(ShardTest, TtlTreatsStaleRowsAsAbsentAtTheirNextApply) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.tables[1].ttl_steps = 2;
+  auto shard = OpenShard(o);
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{1, {9}}}, o).input()).ok());
+  for (int64_t step = 1; step < 5; ++step) ASSERT_TRUE(shard->Push(MakePush(step, 0, {}, o).input()).ok());
+  ASSERT_TRUE(shard->Push(MakePush(5, 0, {{1, {9}}}, o).input()).ok());
+  // Expired at step 5 (last update 0 < 5 - 2): reset to its initial value, then one update.
+  std::vector<float> init(8), now(8);
+  embedding::InitialEmbedding(o.seed, o.tables[1], 9, init.data());
+  uint64_t id = 9;
+  ASSERT_TRUE(shard->Read(1, {&id, 1}, now.data()).ok());
+  auto g = Grad(5, 0, 1, 9, 8);
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(now[j], init[j] - 0.1f * g[j]);
+  EXPECT_EQ(shard->stats().rows_expired, 1u);
+}
+
+TEST(ShardTest, KGreaterThanZeroAppliesOnArrivalAndGatesPulls) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2, /*k=*/1);
+  auto shard = OpenShard(o);
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1}}}, o).input()).ok());
+  EXPECT_EQ(Rows(shard.get()).size(), 1u);  // applied without waiting for rank 1
+  EXPECT_EQ(shard->applied_step(), -1);     // step 0 is not complete yet
+  EXPECT_EQ(shard->CheckPull(0, 1, false), PullVerdict::kReady);  // needs step -1
+  EXPECT_EQ(shard->CheckPull(0, 2, false), PullVerdict::kPark);   // needs step 0
+  ASSERT_TRUE(shard->Push(MakePush(0, 1, {{0, {1}}}, o).input()).ok());
+  EXPECT_EQ(shard->applied_step(), 0);
+  EXPECT_EQ(shard->CheckPull(0, 2, false), PullVerdict::kReady);
+}
+
+TEST(ShardTest, SecondProcessOnTheSameDirectoryIsRefused) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  auto shard = OpenShard(o);
+  auto second = Shard::Open(o);
+  EXPECT_TRUE(second.status().IsFailedPrecondition()) << second.status();
+}
+
+// Scenario 2: a push logged before a crash is not lost, and its resend is a duplicate.
+TEST(ShardTest, LoggedPushSurvivesRestartAndItsResendIsADuplicate) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2);
+  auto p0 = MakePush(0, 0, {{0, {1, 2}}}, o);
+  {
+    auto shard = OpenShard(o);
+    ASSERT_TRUE(shard->Push(p0.input()).ok());
+  }  // dies with rank 0's push logged but step 0 not applied (no restore point taken after it)
+  auto shard = OpenShard(o);
+  EXPECT_TRUE(shard->Push(p0.input())->duplicate);
+  auto ack = shard->Push(MakePush(0, 1, {{0, {2}}}, o).input());
+  ASSERT_TRUE(ack.ok());
+  EXPECT_EQ(ack->applied_step, 0);
+  EXPECT_EQ(Rows(shard.get()).size(), 2u);
+}
+
+// Scenarios 7 and 8: whatever the cache wrote back before a crash, recovery rebuilds from the
+// restore point and replays the log: every logged push applied exactly once.
+TEST(ShardTest, RecoveryAfterEvictionAndCrashAppliesEveryPushOnce) {
+  TempDir ref_dir, dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.cache_bytes = 4096;  // tiny: rows are evicted (written back) all the time
+  auto ref_o = SmallShard(ref_dir.path(), 1);
+  ref_o.memory_only = true;
+  auto ref = OpenShard(ref_o);
+  std::map<uint32_t, std::vector<uint64_t>> ids;
+  for (uint64_t i = 0; i < 200; ++i) ids[i % 2].push_back(i * 31 + 7);
+  {
+    auto shard = OpenShard(o);
+    for (int64_t step = 0; step < 30; ++step) {
+      auto p = MakePush(step, 0, ids, o);
+      ASSERT_TRUE(shard->Push(p.input()).ok());
+      ASSERT_TRUE(ref->Push(p.input()).ok());
+      if (step == 12) {
+        ASSERT_TRUE(shard->TakeRestorePoint().ok());
+      }
+    }
+  }  // crash: the live DB holds an arbitrary mix of written-back rows
+  auto shard = OpenShard(o);
+  EXPECT_EQ(shard->applied_step(), 29);
+  EXPECT_GT(shard->stats().replayed_records, 0u);
+  EXPECT_EQ(Rows(shard.get()), Rows(ref.get()));
+}
+
+// Scenario 10: at k >= 1, pushes from many threads touching the same rows replay to the same
+// bits, because they are applied in log order.
+TEST(ShardTest, ConcurrentPushesAtK1ReplayToTheSameBits) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 4, /*k=*/2);
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>> before;
+  {
+    auto shard = OpenShard(o);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < 4; ++r) {
+      threads.emplace_back([&, r] {
+        for (int64_t step = 0; step < 20; ++step) {
+          auto p = MakePush(step, r, {{0, {1, 2, 3}}, {1, {1}}}, o);
+          ASSERT_TRUE(shard->Push(p.input()).ok());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    before = Rows(shard.get());
+  }
+  auto shard = OpenShard(o);
+  EXPECT_EQ(Rows(shard.get()), before);
+  EXPECT_EQ(shard->applied_step(), 19);
+}
+
+TEST(ShardTest, RestorePointsBoundReplayAndOldOnesAreDeleted) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.restore_point_every_bytes = 1000;  // a push here is 120 bytes
+  auto shard = OpenShard(o);
+  for (int64_t step = 0; step < 40; ++step)
+    ASSERT_TRUE(shard->Push(MakePush(step, 0, {{0, {1, 2, 3, 4, 5}}}, o).input()).ok());
+  EXPECT_GT(shard->stats().restore_points, 3u);
+  int markers = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/restore"))
+    markers += e.path().extension() == ".done";
+  EXPECT_EQ(markers, 2);
+  auto before = Rows(shard.get());
+  shard.reset();
+  shard = OpenShard(o);
+  EXPECT_EQ(Rows(shard.get()), before);
+  EXPECT_LT(shard->stats().replayed_records, 40u);
+}
+
+}  // namespace
+}  // namespace tandem::ps
