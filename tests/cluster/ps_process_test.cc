@@ -111,7 +111,14 @@ TEST(PsProcessTest, KillNineMidStreamLosesNothingAndAppliesOnce) {
     ASSERT_TRUE(ref->Push(in).ok());
   }
   killer.join();
-  EXPECT_NE(ReadFile(dir.File("ps.log")).find("log records replayed"), std::string::npos);
+  // The second incarnation recovered by replaying the pushes logged since its restore point.
+  const std::string log = ReadFile(dir.File("ps.log"));
+  const size_t second = log.find("inc=2");
+  ASSERT_NE(second, std::string::npos) << log;
+  const size_t rec = log.find("log records replayed", second);
+  ASSERT_NE(rec, std::string::npos) << log;
+  const size_t comma = log.rfind(", ", rec);
+  EXPECT_GT(std::stoul(log.substr(comma + 2, rec - comma - 2)), 0u) << log.substr(second, 400);
 
   std::vector<uint64_t> every(5000);
   for (uint64_t i = 0; i < every.size(); ++i) every[i] = i;
