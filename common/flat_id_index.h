@@ -33,6 +33,7 @@ class FlatIdIndex {
     }
   }
   uint32_t Find(uint64_t id) const {
+    if (slots_.empty()) return kAbsent;
     for (size_t i = Mix(id) & mask_;; i = (i + 1) & mask_) {
       if (slots_[i].index == kAbsent) return kAbsent;
       if (slots_[i].id == id) return slots_[i].index;

@@ -8,6 +8,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -157,6 +158,7 @@ struct Stripe {
 // their RocksDB values, read by one MultiGet without any lock.
 struct Pending {
   std::vector<uint32_t> index;     // position in the call's ids
+  std::vector<uint64_t> hash;      // KeyHash of the id
   std::vector<uint32_t> seen_seq;  // the stripe's change_seq() at the first pass
   std::vector<int32_t> fetched;    // position in keys/values/statuses, or -1 (a hit then)
   std::vector<RowKey> keys;
@@ -165,8 +167,9 @@ struct Pending {
   std::vector<rocksdb::Status> statuses;
   rocksdb::PinnableSlice reread;  // a point read under the stripe lock
 
-  void Add(size_t i, uint32_t seq, bool fetch, uint32_t table, uint64_t id) {
+  void Add(size_t i, uint64_t h, uint32_t seq, bool fetch, uint32_t table, uint64_t id) {
     index.push_back(static_cast<uint32_t>(i));
+    hash.push_back(h);
     seen_seq.push_back(seq);
     fetched.push_back(fetch ? static_cast<int32_t>(keys.size()) : -1);
     if (fetch) keys.emplace_back(table, id);
@@ -179,6 +182,7 @@ struct ReadOp {
   uint64_t seed;
   const embedding::TableSpec& spec;
   float* out;
+  uint32_t PrefetchBytes() const { return sizeof(RowMeta) + spec.dim * sizeof(float); }
   void Cached(size_t i, const uint8_t* row, bool /*existed*/) {
     std::memcpy(out + i * spec.dim, row + sizeof(RowMeta), spec.dim * sizeof(float));
   }
@@ -193,6 +197,7 @@ struct ReadRowsOp {
   const embedding::TableSpec& spec;
   uint8_t* out;
   std::vector<bool>* present;
+  uint32_t PrefetchBytes() const { return spec.row_bytes(); }
   void Cached(size_t i, const uint8_t* row, bool /*existed*/) {
     std::memcpy(out + i * spec.row_bytes(), row, spec.row_bytes());
     (*present)[i] = true;
@@ -207,9 +212,26 @@ struct ReadRowsOp {
 struct UpdateOp {
   static constexpr bool kWrites = true;
   const EmbeddingStore::RowFn& fn;
+  uint32_t row_bytes;
+  uint32_t PrefetchBytes() const { return row_bytes; }
   void Cached(size_t i, uint8_t* row, bool existed) { fn(i, RowRef{row}, existed); }
   void Absent(size_t, uint64_t) {}  // never called: Update materialises absent rows
 };
+
+// Batched calls lock the stripes of up to this many ids at a time (see LockWindow).
+constexpr size_t kWindow = 512;
+// Prefetch distance, in ids: index slots are prefetched 2 * kAhead ids ahead, rows kAhead.
+constexpr size_t kAhead = 8;
+
+// Per-thread scratch of the batched calls, reused so that a call allocates nothing per id.
+// (No call re-enters the store on the same thread: RowFn must not call back into it.)
+struct Scratch {
+  std::vector<uint64_t> hashes;       // KeyHash of ids[i]
+  std::vector<uint32_t> order;        // positions in ids, grouped by stripe (reads)
+  std::vector<uint32_t> starts;       // counting sort: first position of each stripe's group
+  std::vector<uint64_t> stripe_bits;  // LockWindow's set of stripes; all zero between uses
+};
+thread_local Scratch t_scratch;
 
 }  // namespace
 
@@ -239,10 +261,16 @@ struct EmbeddingStore::Impl {
   template <typename Op>
   Status Apply(uint32_t table, std::span<const uint64_t> ids, Op& op);
   template <typename Op>
-  void FirstPass(uint32_t table, std::span<const uint64_t> ids, Op& op, Pending* pending);
+  void FirstPass(uint32_t table, std::span<const uint64_t> ids, const uint64_t* hashes,
+                 const uint32_t* order, Op& op, Pending* pending);
   Status Fetch(Pending* pending);
   template <typename Op>
+  Status FinishAll(uint32_t table, std::span<const uint64_t> ids, Pending* pending, Op& op);
+  template <typename Op>
   Status Finish(uint32_t table, uint64_t id, Pending* pending, size_t k, Op& op);
+  template <typename HashAt>
+  size_t LockWindow(size_t begin, size_t end, HashAt hash_at, uint32_t* locked);
+  Status UnlockWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
                      const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   Status FlushStripe(Stripe& s) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
@@ -257,39 +285,124 @@ struct EmbeddingStore::Impl {
 // (1) serve hits under each stripe's lock, noting misses; (2) MultiGet the misses;
 // (3) under the lock again, serve each pending id from the cache (another call may have cached
 // it meanwhile) or from what was read, inserting it.
+//
+// Passes 1 and 3 go through ids in windows of kWindow, taking the lock of every stripe the
+// window touches once (LockWindow), and prefetch each id's index slot and row a few ids before
+// looking it up. Reads first group the ids by stripe (a stable counting sort), so a window
+// holds one or two stripes; Update keeps the call order (fn is called in id order), so its
+// windows hold up to kWindow stripes at once.
 template <typename Op>
 Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids, Op& op) {
   TANDEM_RETURN_IF_ERROR(CheckTable(table));
+  if (ids.size() > 0xFFFFFFFFu) return Status::InvalidArgument("store: too many ids in one call");
+  Scratch& scratch = t_scratch;
+  const size_t n = ids.size();
+  scratch.hashes.resize(n);
+  uint64_t* hashes = scratch.hashes.data();
+  const uint32_t* order = nullptr;
+  if (!Op::kWrites && stripes.size() > 1 && n > kWindow) {
+    std::vector<uint32_t>& starts = scratch.starts;
+    starts.assign(stripes.size(), 0);
+    for (size_t i = 0; i < n; ++i) {
+      hashes[i] = KeyHash(table, ids[i]);
+      ++starts[StripeIndex(hashes[i])];
+    }
+    uint32_t sum = 0;
+    for (uint32_t& s : starts) sum += std::exchange(s, sum);
+    scratch.order.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      scratch.order[starts[StripeIndex(hashes[i])]++] = static_cast<uint32_t>(i);
+    }
+    order = scratch.order.data();
+  } else {
+    for (size_t i = 0; i < n; ++i) hashes[i] = KeyHash(table, ids[i]);
+  }
   Pending pending;
-  FirstPass(table, ids, op, &pending);
+  FirstPass(table, ids, hashes, order, op, &pending);
   if (pending.index.empty()) return Status::Ok();
   TANDEM_RETURN_IF_ERROR(Fetch(&pending));
-  for (size_t k = 0; k < pending.index.size(); ++k) {
-    TANDEM_RETURN_IF_ERROR(Finish(table, ids[pending.index[k]], &pending, k, op));
+  return FinishAll(table, ids, &pending, op);
+}
+
+// Locks, in ascending order (so that concurrent calls cannot deadlock), the stripes of
+// hash_at(q) for q in [begin, end); writes their indexes to `locked` and returns how many.
+template <typename HashAt>
+size_t EmbeddingStore::Impl::LockWindow(size_t begin, size_t end, HashAt hash_at,
+                                        uint32_t* locked) NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<uint64_t>& bits = t_scratch.stripe_bits;
+  if (bits.size() * 64 < stripes.size()) bits.resize((stripes.size() + 63) / 64);
+  size_t lo = bits.size(), hi = 0;
+  for (size_t q = begin; q < end; ++q) {
+    const size_t s = StripeIndex(hash_at(q));
+    bits[s / 64] |= uint64_t{1} << (s % 64);
+    lo = std::min(lo, s / 64);
+    hi = std::max(hi, s / 64);
   }
-  return Status::Ok();
+  size_t count = 0;
+  for (size_t w = lo; w <= hi && w < bits.size(); ++w) {
+    for (uint64_t word = std::exchange(bits[w], 0); word != 0; word &= word - 1) {
+      locked[count++] = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
+    }
+  }
+  for (size_t k = 0; k < count; ++k) stripes[locked[k]]->mu.Lock();
+  return count;
+}
+
+// Writes what the window's stripes have left to write back, then releases them.
+Status EmbeddingStore::Impl::UnlockWindow(const uint32_t* locked,
+                                          size_t count) NO_THREAD_SAFETY_ANALYSIS {
+  Status status;
+  for (size_t k = count; k-- > 0;) {
+    Stripe& s = *stripes[locked[k]];
+    Status written = Write(&s.writebacks);
+    if (status.ok()) status = std::move(written);
+    s.mu.Unlock();
+  }
+  return status;
 }
 
 template <typename Op>
-void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> ids, Op& op,
-                                     Pending* pending) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const uint64_t hash = KeyHash(table, ids[i]);
-    Stripe& s = StripeOf(hash);
-    MutexLock lock(&s.mu);
-    // Update calls fn in id order, so after its first miss even hits wait for pass 3.
-    const bool now = !Op::kWrites || pending->index.empty();
-    uint8_t* row = s.cache.Find(table, ids[i], hash, Op::kWrites && now);
-    if (row != nullptr) {
-      ++s.hits;
-    } else {
-      ++s.misses;
+void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> ids,
+                                     const uint64_t* hashes, const uint32_t* order, Op& op,
+                                     Pending* pending) NO_THREAD_SAFETY_ANALYSIS {
+  const size_t n = ids.size();
+  const uint32_t prefetch_bytes = op.PrefetchBytes();
+  auto pos = [order](size_t q) -> size_t { return order != nullptr ? order[q] : q; };
+  uint32_t locked[kWindow];
+  for (size_t begin = 0; begin < n; begin += kWindow) {
+    const size_t end = std::min(n, begin + kWindow);
+    const size_t num_locked =
+        LockWindow(begin, end, [&](size_t q) { return hashes[pos(q)]; }, locked);
+    for (size_t q = begin; q < std::min(end, begin + 2 * kAhead); ++q) {
+      StripeOf(hashes[pos(q)]).cache.PrefetchSlot(hashes[pos(q)]);
     }
-    if (row != nullptr && now) {
-      op.Cached(i, row, true);
-      continue;
+    for (size_t q = begin; q < end; ++q) {
+      if (q + 2 * kAhead < end) {
+        const uint64_t h = hashes[pos(q + 2 * kAhead)];
+        StripeOf(h).cache.PrefetchSlot(h);
+      }
+      if (q + kAhead < end) {
+        const uint64_t h = hashes[pos(q + kAhead)];
+        StripeOf(h).cache.PrefetchRow(h, prefetch_bytes);
+      }
+      const size_t i = pos(q);
+      const uint64_t hash = hashes[i];
+      Stripe& s = StripeOf(hash);
+      // Update calls fn in id order, so after its first miss even hits wait for pass 3.
+      const bool now = !Op::kWrites || pending->index.empty();
+      uint8_t* row = s.cache.Find(table, ids[i], hash, Op::kWrites && now);
+      if (row != nullptr) {
+        ++s.hits;
+      } else {
+        ++s.misses;
+      }
+      if (row != nullptr && now) {
+        op.Cached(i, row, true);
+        continue;
+      }
+      pending->Add(i, hash, s.cache.change_seq(), row == nullptr, table, ids[i]);
     }
-    pending->Add(i, s.cache.change_seq(), row == nullptr, table, ids[i]);
+    UnlockWindow(locked, num_locked).IgnoreError();  // lookups never evict: nothing to write
   }
 }
 
@@ -308,13 +421,34 @@ Status EmbeddingStore::Impl::Fetch(Pending* pending) {
   return Status::Ok();
 }
 
+// Pass 3 in windows (in pending order: call order for Update, stripe order for reads).
+template <typename Op>
+Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t> ids,
+                                       Pending* pending, Op& op) {
+  const size_t m = pending->index.size();
+  uint32_t locked[kWindow];
+  for (size_t begin = 0; begin < m; begin += kWindow) {
+    const size_t end = std::min(m, begin + kWindow);
+    const size_t num_locked =
+        LockWindow(begin, end, [&](size_t k) { return pending->hash[k]; }, locked);
+    Status status;
+    for (size_t k = begin; k < end && status.ok(); ++k) {
+      status = Finish(table, ids[pending->index[k]], pending, k, op);
+    }
+    Status unlocked = UnlockWindow(locked, num_locked);
+    TANDEM_RETURN_IF_ERROR(status);
+    TANDEM_RETURN_IF_ERROR(unlocked);
+  }
+  return Status::Ok();
+}
+
+// One pending id; its stripe is locked (by FinishAll).
 template <typename Op>
 Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pending, size_t k,
-                                    Op& op) {
+                                    Op& op) NO_THREAD_SAFETY_ANALYSIS {
   const size_t i = pending->index[k];
-  const uint64_t hash = KeyHash(table, id);
+  const uint64_t hash = pending->hash[k];
   Stripe& s = StripeOf(hash);
-  MutexLock lock(&s.mu);
   if (uint8_t* row = s.cache.Find(table, id, hash, Op::kWrites)) {
     op.Cached(i, row, true);
     return Status::Ok();
@@ -333,6 +467,8 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
     embedding::InitialRow(options.seed, options.tables[table], id, RowRef{row});
   }
   op.Cached(i, row, value != nullptr);
+  // Now, not at the window's end: a later id of this window may be the row just written back,
+  // and StoredValue then re-reads it from RocksDB.
   return Write(&s.writebacks);
 }
 
@@ -342,7 +478,7 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
 Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending,
                                          size_t k, const rocksdb::Slice** value) {
   const int32_t f = pending->fetched[k];
-  if (f >= 0 && !s.cache.MaybeChangedSince(KeyHash(table, id), pending->seen_seq[k])) {
+  if (f >= 0 && !s.cache.MaybeChangedSince(pending->hash[k], pending->seen_seq[k])) {
     *value = pending->statuses[f].ok() ? &pending->values[f] : nullptr;
   } else {
     pending->reread.Reset();
@@ -457,7 +593,8 @@ Status EmbeddingStore::ReadRows(uint32_t table, std::span<const uint64_t> ids, u
 }
 
 Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn) {
-  UpdateOp op{fn};
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  UpdateOp op{fn, impl_->row_bytes[table]};
   return impl_->Apply(table, ids, op);
 }
 

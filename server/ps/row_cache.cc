@@ -9,12 +9,9 @@
 namespace tandem::ps::internal {
 namespace {
 
-constexpr uint8_t kLive = 1, kDirty = 2, kRef = 4;
-constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
-constexpr uint32_t kSlotMask = RowCache::kMaxSlotsPerClass;
-constexpr size_t kNoPos = ~size_t{0};
-// Chunks are a sixteenth of the stripe's budget within these bounds: small enough that a class
-// holding one chunk wastes little, large enough that allocations are rare.
+// Chunks are at most a sixteenth of the stripe's budget within these bounds (rounded down to a
+// power of two slots): small enough that a class holding one chunk wastes little, large enough
+// that allocations are rare.
 constexpr uint64_t kMinChunkBytes = 4 << 10;
 constexpr uint64_t kMaxChunkBytes = 64 << 10;
 constexpr size_t kInitialIndexSize = 64;  // a power of two
@@ -28,47 +25,6 @@ constexpr int kEvictBatch = 16;
 }
 
 }  // namespace
-
-// A slab class: chunks of `rows_per_chunk` slots. One chunk is a single allocation laid out as
-// [rows: rpc x stride][ids: rpc x u64][tables: rpc x u16][flags: rpc x u8]. Free slots form a
-// list threaded through their own row bytes.
-struct RowCache::SlabClass {
-  uint32_t row_bytes = 0;
-  uint32_t stride = 0;  // row_bytes rounded up to 8, so each RowMeta stays aligned
-  uint32_t rows_per_chunk = 0;
-  size_t ids_offset = 0, tables_offset = 0, flags_offset = 0, chunk_bytes = 0;
-  std::vector<std::unique_ptr<uint8_t[]>> chunks;
-  uint32_t free_head = kNoSlot;
-  uint32_t free_count = 0;
-
-  uint32_t capacity() const { return static_cast<uint32_t>(chunks.size()) * rows_per_chunk; }
-  uint8_t* chunk(uint32_t s) const { return chunks[s / rows_per_chunk].get(); }
-  uint8_t* row(uint32_t s) const { return chunk(s) + size_t{s % rows_per_chunk} * stride; }
-  uint64_t* id(uint32_t s) const {
-    return reinterpret_cast<uint64_t*>(chunk(s) + ids_offset) + s % rows_per_chunk;
-  }
-  uint16_t* table(uint32_t s) const {
-    return reinterpret_cast<uint16_t*>(chunk(s) + tables_offset) + s % rows_per_chunk;
-  }
-  uint8_t* flags(uint32_t s) const { return chunk(s) + flags_offset + s % rows_per_chunk; }
-
-  void PushFree(uint32_t s) {
-    std::memcpy(row(s), &free_head, sizeof(free_head));
-    free_head = s;
-    ++free_count;
-  }
-  uint32_t PopFree() {
-    uint32_t s = free_head;
-    std::memcpy(&free_head, row(s), sizeof(free_head));
-    --free_count;
-    return s;
-  }
-  uint32_t NextFree(uint32_t s) const {
-    uint32_t next;
-    std::memcpy(&next, row(s), sizeof(next));
-    return next;
-  }
-};
 
 RowCache::RowCache(Options options) : options_(std::move(options)) {
   if (options_.row_bytes.size() > 0x10000) Die("more than 65536 tables");
@@ -86,7 +42,10 @@ RowCache::RowCache(Options options) : options_(std::move(options)) {
     c.row_bytes = bytes;
     c.stride = (bytes + 7) / 8 * 8;
     const uint64_t per_slot = c.stride + sizeof(uint64_t) + sizeof(uint16_t) + 1;
-    c.rows_per_chunk = static_cast<uint32_t>(std::max<uint64_t>(1, target / per_slot));
+    // A power of two, so that a slot's chunk and position are a shift and a mask.
+    const uint64_t fit = std::max<uint64_t>(1, target / per_slot);
+    while ((uint64_t{1} << (c.chunk_shift + 1)) <= fit) ++c.chunk_shift;
+    c.rows_per_chunk = 1u << c.chunk_shift;
     c.ids_offset = size_t{c.rows_per_chunk} * c.stride;
     c.tables_offset = c.ids_offset + size_t{c.rows_per_chunk} * sizeof(uint64_t);
     c.flags_offset = c.tables_offset + size_t{c.rows_per_chunk} * sizeof(uint16_t);
@@ -98,16 +57,6 @@ RowCache::RowCache(Options options) : options_(std::move(options)) {
 }
 
 RowCache::~RowCache() = default;
-
-uint8_t* RowCache::Find(uint32_t table, uint64_t id, uint64_t hash, bool mark_dirty) {
-  size_t pos = FindPos(table, id, static_cast<uint32_t>(hash));
-  if (pos == kNoPos) return nullptr;
-  const uint32_t ref = index_[pos].ref;
-  SlabClass& c = classes_[ref >> kClassShift];
-  const uint32_t slot = ref & kSlotMask;
-  *c.flags(slot) |= kRef | (mark_dirty ? kDirty : 0);
-  return c.row(slot);
-}
 
 uint8_t* RowCache::Insert(uint32_t table, uint64_t id, uint64_t hash, bool dirty) {
   EnsureIndexRoom();
@@ -150,18 +99,6 @@ void RowCache::TakeDirty(const RowFn& fn) {
 }
 
 // ---- Index: linear probing with backward-shift deletion (no tombstones), load <= 3/4.
-
-size_t RowCache::FindPos(uint32_t table, uint64_t id, uint32_t tag) const {
-  const size_t mask = index_.size() - 1;
-  for (size_t pos = tag & mask;; pos = (pos + 1) & mask) {
-    const IndexEntry& e = index_[pos];
-    if (e.ref == kEmpty) return kNoPos;
-    if (e.tag != tag) continue;
-    const SlabClass& c = classes_[e.ref >> kClassShift];
-    const uint32_t slot = e.ref & kSlotMask;
-    if (*c.id(slot) == id && *c.table(slot) == table) return pos;
-  }
-}
 
 void RowCache::IndexInsert(uint32_t ref, uint32_t tag) {
   const size_t mask = index_.size() - 1;

@@ -4,7 +4,9 @@
 // server/ps; EmbeddingStore is the public API.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -56,7 +58,40 @@ class RowCache {
 
   // The cached row of (table, id) or nullptr. Sets its CLOCK reference bit, and its dirty bit
   // when `mark_dirty`. The pointer is valid until the next Insert or Erase.
-  uint8_t* Find(uint32_t table, uint64_t id, uint64_t hash, bool mark_dirty);
+  uint8_t* Find(uint32_t table, uint64_t id, uint64_t hash, bool mark_dirty) {
+    const size_t pos = FindPos(table, id, static_cast<uint32_t>(hash));
+    if (pos == kNoPos) return nullptr;
+    const uint32_t ref = index_[pos].ref;
+    SlabClass& c = classes_[ref >> kClassShift];
+    const uint32_t slot = ref & kSlotMask;
+    *c.flags(slot) |= kRef | (mark_dirty ? kDirty : 0);
+    return c.row(slot);
+  }
+
+  // Hints for batched lookups, no effect on state: a caller about to Find keys ahead of time
+  // prefetches each key's index slot, and a few keys later (once that slot is likely cached)
+  // the first `row_prefix` bytes of its row and the slot's key.
+  void PrefetchSlot(uint64_t hash) const {
+    __builtin_prefetch(&index_[hash & (index_.size() - 1)]);
+  }
+  void PrefetchRow(uint64_t hash, uint32_t row_prefix) const {
+    const size_t mask = index_.size() - 1;
+    const uint32_t tag = static_cast<uint32_t>(hash);
+    // Looks at the first few entries of the probe sequence only; a miss just goes unprefetched.
+    for (size_t pos = tag & mask, n = 0; n < 4; pos = (pos + 1) & mask, ++n) {
+      const IndexEntry e = index_[pos];
+      if (e.ref == kEmpty) return;
+      if (e.tag != tag) continue;
+      const SlabClass& c = classes_[e.ref >> kClassShift];
+      const uint32_t slot = e.ref & kSlotMask;
+      const uint8_t* row = c.row(slot);
+      for (uint32_t off = 0; off < row_prefix; off += 64) __builtin_prefetch(row + off, 1);
+      __builtin_prefetch(row + row_prefix - 1, 1);
+      __builtin_prefetch(c.id(slot));
+      __builtin_prefetch(c.flags(slot), 1);
+      return;
+    }
+  }
 
   // Caches (table, id), which must not be cached, and returns its (uninitialised) row bytes for
   // the caller to fill. May evict other rows. Returns nullptr only when an unbounded cache hits
@@ -95,7 +130,53 @@ class RowCache {
     uint32_t ref;  // class << kClassShift | slot, or kEmpty
     uint32_t tag;  // low 32 bits of the key hash; its low bits are the home position
   };
-  struct SlabClass;
+  static constexpr uint8_t kLive = 1, kDirty = 2, kRef = 4;
+  static constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
+  static constexpr uint32_t kSlotMask = kMaxSlotsPerClass;
+  static constexpr size_t kNoPos = ~size_t{0};
+
+  // A slab class: chunks of `rows_per_chunk` (a power of two) slots. One chunk is a single
+  // allocation laid out as [rows: rpc x stride][ids: rpc x u64][tables: rpc x u16]
+  // [flags: rpc x u8]. Free slots form a list threaded through their own row bytes.
+  struct SlabClass {
+    uint32_t row_bytes = 0;
+    uint32_t stride = 0;  // row_bytes rounded up to 8, so each RowMeta stays aligned
+    uint32_t rows_per_chunk = 0;
+    uint32_t chunk_shift = 0;  // log2(rows_per_chunk)
+    size_t ids_offset = 0, tables_offset = 0, flags_offset = 0, chunk_bytes = 0;
+    std::vector<std::unique_ptr<uint8_t[]>> chunks;
+    uint32_t free_head = kNoSlot;
+    uint32_t free_count = 0;
+
+    uint32_t capacity() const { return static_cast<uint32_t>(chunks.size()) * rows_per_chunk; }
+    uint8_t* chunk(uint32_t s) const { return chunks[s >> chunk_shift].get(); }
+    uint32_t in_chunk(uint32_t s) const { return s & (rows_per_chunk - 1); }
+    uint8_t* row(uint32_t s) const { return chunk(s) + size_t{in_chunk(s)} * stride; }
+    uint64_t* id(uint32_t s) const {
+      return reinterpret_cast<uint64_t*>(chunk(s) + ids_offset) + in_chunk(s);
+    }
+    uint16_t* table(uint32_t s) const {
+      return reinterpret_cast<uint16_t*>(chunk(s) + tables_offset) + in_chunk(s);
+    }
+    uint8_t* flags(uint32_t s) const { return chunk(s) + flags_offset + in_chunk(s); }
+
+    void PushFree(uint32_t s) {
+      std::memcpy(row(s), &free_head, sizeof(free_head));
+      free_head = s;
+      ++free_count;
+    }
+    uint32_t PopFree() {
+      uint32_t s = free_head;
+      std::memcpy(&free_head, row(s), sizeof(free_head));
+      --free_count;
+      return s;
+    }
+    uint32_t NextFree(uint32_t s) const {
+      uint32_t next;
+      std::memcpy(&next, row(s), sizeof(next));
+      return next;
+    }
+  };
 
   static constexpr uint32_t kClassShift = 26;
   // Enough buckets that the few dozen rows a call changes in one stripe rarely collide with
@@ -105,7 +186,18 @@ class RowCache {
   static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
 
   // Index.
-  size_t FindPos(uint32_t table, uint64_t id, uint32_t tag) const;
+  // Linear probing: the 32-bit tag is compared first, the slot's key only on a tag match.
+  size_t FindPos(uint32_t table, uint64_t id, uint32_t tag) const {
+    const size_t mask = index_.size() - 1;
+    for (size_t pos = tag & mask;; pos = (pos + 1) & mask) {
+      const IndexEntry e = index_[pos];
+      if (e.ref == kEmpty) return kNoPos;
+      if (e.tag != tag) continue;
+      const SlabClass& c = classes_[e.ref >> kClassShift];
+      const uint32_t slot = e.ref & kSlotMask;
+      if (*c.id(slot) == id && *c.table(slot) == table) return pos;
+    }
+  }
   void IndexInsert(uint32_t ref, uint32_t tag);
   void IndexEraseAt(size_t pos);
   void GrowIndex();

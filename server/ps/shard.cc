@@ -280,6 +280,11 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     TANDEM_RETURN_IF_ERROR(log_->Append(&h, push.tables));
     lsn = h.lsn;
     stats_.pushes_logged++;
+    if (log_->alarm() && !log_alarm_reported_) {
+      // Checkpoints delete old segments; while they pause (chief away) the log only grows.
+      TLOG_WARN("push log holds {} bytes, above ps.push_log.max_bytes", log_->total_bytes());
+      log_alarm_reported_ = true;
+    }
     bytes_since_restore_point_ += bytes;
   }
   logged_[key] = hash;
@@ -312,7 +317,7 @@ void Shard::AdvanceAppliedK1(int64_t step) {
   for (auto it = k1_ranks_.find(applied_ + 1);
        it != k1_ranks_.end() && it->first == applied_ + 1 && it->second.size() == options_.num_workers;
        it = k1_ranks_.find(applied_ + 1)) {
-    ++applied_;
+    applied_.store(applied_ + 1);
     stats_.steps_applied++;
     k1_ranks_.erase(it);
   }
@@ -336,7 +341,7 @@ Status Shard::ApplyReadySteps() {
 // skipped), then the optimizer runs once per row.
 Status Shard::ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by_rank) {
   for (auto& p : pre_images_) {
-    p.ids.clear();
+    p.index.Reset(0);
     p.rows.clear();
   }
   FlatIdIndex index;
@@ -374,64 +379,85 @@ Status Shard::ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by
   return Status::Ok();
 }
 
+// One pass over the rows in the common case: TTL, the pre-image and the optimizer all run on
+// the row in place. Admission with min_count > 1 first needs a presence check (Admit).
 Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
                          std::span<const float> grads) {
   const TableSpec& spec = options_.tables[table];
   const uint32_t dim = spec.dim;
-  const uint32_t row_bytes = spec.row_bytes();
-  std::vector<uint8_t> rows(ids.size() * row_bytes);
-  std::vector<bool> present;
-  TANDEM_RETURN_IF_ERROR(store_->ReadRows(table, ids, rows.data(), &present));
-
+  std::vector<uint32_t> src;  // positions in ids/grads of the rows to apply
   std::vector<uint64_t> apply_ids;
-  std::vector<uint32_t> apply_src;  // index into ids/grads
-  std::vector<uint32_t> order;      // apply_ids positions, for the pre-images
-  std::vector<bool> expired;
-  apply_ids.reserve(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!AllFinite(&grads[i * dim], dim)) {  // only reachable with nan_policy skip_rows
-      stats_.rows_nan_skipped++;
-      continue;
-    }
-    bool admitted = true;
-    bool is_expired = false;
-    if (present[i]) {
-      const auto* meta = reinterpret_cast<const embedding::RowMeta*>(&rows[i * row_bytes]);
-      is_expired = spec.ttl_steps > 0 && meta->last_updated_step < step - spec.ttl_steps;
-      if (is_expired) stats_.rows_expired++;
-    } else if (spec.admission_min_count > 1) {
-      TANDEM_ASSIGN_OR_RETURN(uint64_t count, store_->AdmissionCount(table, ids[i]));
-      ++count;
-      admitted = count >= static_cast<uint64_t>(spec.admission_min_count);
-      TANDEM_RETURN_IF_ERROR(store_->SetAdmissionCount(table, ids[i], admitted ? 0 : count));
-      if (admitted) stats_.rows_admitted++;
-      else stats_.rows_not_admitted++;
-    }
-    if (!admitted) continue;
-    order.push_back(static_cast<uint32_t>(apply_ids.size()));
-    apply_ids.push_back(ids[i]);
-    apply_src.push_back(static_cast<uint32_t>(i));
-    expired.push_back(is_expired);
+  if (spec.admission_min_count > 1) {
+    TANDEM_RETURN_IF_ERROR(Admit(step, table, ids, &src));
+  } else {
+    src.resize(ids.size());
+    for (uint32_t i = 0; i < src.size(); ++i) src[i] = i;
   }
-  // Pre-images (k = 0 only: roll-forward recovery): the embedding each applied row had before
-  // this apply, sorted by id for lookup.
-  PreImages& pre = pre_images_[table];
-  if (options_.staleness != 0) order.clear();
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return apply_ids[a] < apply_ids[b]; });
-  for (uint32_t o : order) {
-    pre.ids.push_back(apply_ids[o]);
-    const float* emb = reinterpret_cast<const float*>(&rows[apply_src[o] * size_t{row_bytes} + sizeof(embedding::RowMeta)]);
-    pre.rows.insert(pre.rows.end(), emb, emb + dim);
+  if (options_.nan_policy == NanPolicy::kSkipRows) {
+    std::erase_if(src, [&](uint32_t i) {
+      const bool bad = !AllFinite(&grads[size_t{i} * dim], dim);
+      stats_.rows_nan_skipped += bad;
+      return bad;
+    });
   }
+  apply_ids.reserve(src.size());
+  for (uint32_t i : src) apply_ids.push_back(ids[i]);
   if (apply_ids.empty()) return Status::Ok();
+  // Pre-images (k = 0 only: roll-forward recovery, PROTOCOLS §8).
+  const bool keep_pre = options_.staleness == 0;
+  PreImages& pre = pre_images_[table];
+  if (keep_pre) {
+    pre.index.Reset(apply_ids.size());
+    pre.rows.resize(apply_ids.size() * size_t{dim});
+  }
   stats_.rows_applied += apply_ids.size();
   const uint64_t seed = options_.seed;
-  return store_->Update(table, apply_ids, [&](size_t k, RowRef row, bool) {
-    if (expired[k]) embedding::InitialRow(seed, spec, apply_ids[k], row);  // TTL: as if absent
-    embedding::ApplySparseUpdate(spec, &grads[apply_src[k] * size_t{dim}], row);
+  uint64_t expired = 0;
+  Status s = store_->Update(table, apply_ids, [&](size_t k, RowRef row, bool existed) {
+    if (keep_pre) {
+      const uint32_t slot = pre.index.Insert(apply_ids[k]).first;
+      std::copy_n(row.embedding(), dim, &pre.rows[size_t{slot} * dim]);
+    }
+    // TTL is logical: a row not updated for ttl_steps is treated as absent (PROTOCOLS §4).
+    if (existed && spec.ttl_steps > 0 && row.meta()->last_updated_step < step - spec.ttl_steps) {
+      embedding::InitialRow(seed, spec, apply_ids[k], row);
+      ++expired;
+    }
+    embedding::ApplySparseUpdate(spec, &grads[size_t{src[k]} * dim], row);
     row.meta()->last_updated_step = step;
     row.meta()->frequency++;
   });
+  stats_.rows_expired += expired;
+  return s;
+}
+
+Status Shard::Admit(int64_t step, uint32_t table, std::span<const uint64_t> ids,
+                    std::vector<uint32_t>* admitted) {
+  const TableSpec& spec = options_.tables[table];
+  const uint32_t row_bytes = spec.row_bytes();
+  std::unique_ptr<uint8_t[]> rows(new uint8_t[ids.size() * size_t{row_bytes}]);
+  std::vector<bool> present;
+  TANDEM_RETURN_IF_ERROR(store_->ReadRows(table, ids, rows.get(), &present));
+  for (uint32_t i = 0; i < ids.size(); ++i) {
+    if (present[i]) {
+      admitted->push_back(i);
+      continue;
+    }
+    // An id's count rises once per applied step whose pushes contain it, before that step's
+    // gradient is applied (PROTOCOLS §4).
+    TANDEM_ASSIGN_OR_RETURN(uint64_t count, store_->AdmissionCount(table, ids[i]));
+    ++count;
+    const bool ok = count >= static_cast<uint64_t>(spec.admission_min_count);
+    TANDEM_RETURN_IF_ERROR(store_->SetAdmissionCount(table, ids[i], ok ? 0 : count));
+    if (ok) {
+      stats_.rows_admitted++;
+      admitted->push_back(i);
+    } else {
+      stats_.rows_not_admitted++;
+    }
+  }
+  (void)step;
+  return Status::Ok();
 }
 
 int64_t Shard::RequiredVersion(int64_t step) const {
@@ -439,11 +465,11 @@ int64_t Shard::RequiredVersion(int64_t step) const {
 }
 
 PullVerdict Shard::CheckPull(uint64_t timeline, int64_t step, bool from_pre_images) const {
-  MutexLock lock(&mu_);
   if (timeline != timeline_) return PullVerdict::kStale;
   const int64_t need = RequiredVersion(step);
-  if (applied_ < need) return PullVerdict::kPark;
-  if (options_.staleness == 0 && applied_ > need && !(from_pre_images && applied_ == step))
+  const int64_t applied = applied_.load();
+  if (applied < need) return PullVerdict::kPark;
+  if (options_.staleness == 0 && applied > need && !(from_pre_images && applied == step))
     return PullVerdict::kStale;
   return PullVerdict::kReady;
 }
@@ -458,17 +484,15 @@ Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float
   const PreImages& pre = pre_images_.at(table);
   const uint32_t dim = options_.tables[table].dim;
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = std::lower_bound(pre.ids.begin(), pre.ids.end(), ids[i]);
-    if (it == pre.ids.end() || *it != ids[i]) continue;
-    const float* src = &pre.rows[static_cast<size_t>(it - pre.ids.begin()) * dim];
-    std::copy(src, src + dim, out + i * dim);
+    const uint32_t slot = pre.index.Find(ids[i]);
+    if (slot == FlatIdIndex::kAbsent) continue;
+    std::copy_n(&pre.rows[size_t{slot} * dim], dim, out + i * dim);
   }
   return Status::Ok();
 }
 
 int64_t Shard::applied_step() const {
-  MutexLock lock(&mu_);
-  return applied_;
+  return applied_.load();
 }
 
 ShardStats Shard::stats() const {

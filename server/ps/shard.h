@@ -13,6 +13,7 @@
 //   log/                      push-log segments
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common/embedding/table_spec.h"
+#include "common/flat_id_index.h"
 #include "common/status.h"
 #include "common/sync.h"
 #include "server/ps/embedding_store.h"
@@ -143,6 +145,10 @@ class Shard {
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
                     std::span<const float> grads) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admission (min_count > 1) needs to know which rows exist before deciding: drops the ids not
+  // admitted yet and returns the positions of the rest.
+  Status Admit(int64_t step, uint32_t table, std::span<const uint64_t> ids,
+               std::vector<uint32_t>* admitted) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdvanceAppliedK1(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status TakeRestorePointLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReplayFromLsn() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -154,7 +160,9 @@ class Shard {
   std::unique_ptr<PushLog> log_;
 
   mutable Mutex mu_;
-  int64_t applied_ GUARDED_BY(mu_) = -1;
+  // Written under mu_; read without it, so pulls never wait behind an apply.
+  std::atomic<int64_t> applied_{-1};
+  bool log_alarm_reported_ GUARDED_BY(mu_) = false;
   // k = 0: pushes logged but not yet applied, by step then rank.
   std::map<int64_t, std::map<uint32_t, std::unique_ptr<BufferedPush>>> pending_ GUARDED_BY(mu_);
   uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;
@@ -162,9 +170,9 @@ class Shard {
   std::map<int64_t, std::set<uint32_t>> k1_ranks_ GUARDED_BY(mu_);
   // Exactly-once: (step, rank) -> payload hash, for steps above the oldest retained bound.
   std::map<std::pair<int64_t, uint32_t>, uint64_t> logged_ GUARDED_BY(mu_);
-  // Pre-images of the last apply, per table: sorted ids and their embeddings before it.
+  // Pre-images of the last apply, per table: ids (indexed) and their embeddings before it.
   struct PreImages {
-    std::vector<uint64_t> ids;
+    FlatIdIndex index;
     std::vector<float> rows;
   };
   std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
