@@ -371,8 +371,8 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
   uint32_t locked[kWindow];
   for (size_t begin = 0; begin < n; begin += kWindow) {
     const size_t end = std::min(n, begin + kWindow);
-    const size_t num_locked =
-        LockWindow(begin, end, [&](size_t q) { return hashes[pos(q)]; }, locked);
+    const size_t num_locked = LockWindow(
+        begin, end, [&](size_t q) { return hashes[pos(q)]; }, locked);
     for (size_t q = begin; q < std::min(end, begin + 2 * kAhead); ++q) {
       StripeOf(hashes[pos(q)]).cache.PrefetchSlot(hashes[pos(q)]);
     }
@@ -429,8 +429,8 @@ Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t>
   uint32_t locked[kWindow];
   for (size_t begin = 0; begin < m; begin += kWindow) {
     const size_t end = std::min(m, begin + kWindow);
-    const size_t num_locked =
-        LockWindow(begin, end, [&](size_t k) { return pending->hash[k]; }, locked);
+    const size_t num_locked = LockWindow(
+        begin, end, [&](size_t k) { return pending->hash[k]; }, locked);
     Status status;
     for (size_t k = begin; k < end && status.ok(); ++k) {
       status = Finish(table, ids[pending->index[k]], pending, k, op);

@@ -213,6 +213,64 @@ TEST(EmbeddingStoreTest, UpdateMaterialisesAndPersists) {
           .ok());
 }
 
+// Batches larger than the store's lock windows, with duplicates, hits and misses interleaved
+// (the cache holds about a third of the rows): Update calls fn once per id in id order, and
+// Read / ReadRows give every position its row, whatever order the store looks them up in.
+TEST(EmbeddingStoreTest, LargeBatchesKeepOrderAndDuplicates) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.stripes = 8;
+  options.cache_bytes = 256 << 10;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  std::unordered_map<uint64_t, std::vector<uint8_t>> ref;
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<uint64_t> ids(5000);
+    for (uint64_t& id : ids) id = rng() % 6000;
+    std::vector<size_t> calls;
+    ASSERT_TRUE(store
+                    ->Update(0, ids,
+                             [&](size_t i, RowRef row, bool existed) {
+                               calls.push_back(i);
+                               auto [it, added] = ref.try_emplace(ids[i], spec.row_bytes());
+                               EXPECT_EQ(existed, !added) << ids[i];
+                               if (added)
+                                 InitialRow(kSeed, spec, ids[i], RowRef{it->second.data()});
+                               ASSERT_EQ(
+                                   std::memcmp(row.bytes, it->second.data(), spec.row_bytes()), 0);
+                               Mutate(spec, row, round * 10000 + static_cast<int64_t>(i));
+                               std::memcpy(it->second.data(), row.bytes, spec.row_bytes());
+                             })
+                    .ok());
+    ASSERT_EQ(calls.size(), ids.size());
+    for (size_t i = 0; i < calls.size(); ++i) ASSERT_EQ(calls[i], i);
+
+    for (uint64_t& id : ids) id = rng() % 7000;  // some never stored
+    std::vector<float> emb(ids.size() * spec.dim);
+    std::vector<uint8_t> rows(ids.size() * spec.row_bytes());
+    std::vector<bool> present;
+    ASSERT_TRUE(store->Read(0, ids, emb.data()).ok());
+    ASSERT_TRUE(store->ReadRows(0, ids, rows.data(), &present).ok());
+    std::vector<uint8_t> want(spec.row_bytes());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = ref.find(ids[i]);
+      ASSERT_EQ(present[i], it != ref.end()) << ids[i];
+      if (it != ref.end()) {
+        want = it->second;
+      } else {
+        InitialRow(kSeed, spec, ids[i], RowRef{want.data()});
+      }
+      ASSERT_EQ(std::memcmp(&rows[i * spec.row_bytes()], want.data(), spec.row_bytes()), 0);
+      ASSERT_EQ(std::memcmp(&emb[i * spec.dim], RowRef{want.data()}.embedding(),
+                            spec.dim * sizeof(float)),
+                0);
+    }
+  }
+  EXPECT_GT(store->stats().evictions, 0u);
+}
+
 TEST(EmbeddingStoreTest, TableTenTimesLargerThanCacheReadsBackExactlyAfterChurn) {
   ScopedDir dir;
   const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);  // 144-byte rows

@@ -1,0 +1,167 @@
+#include "worker/data/record_source.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace tandem::data {
+
+CriteoSource::~CriteoSource() {
+  for (int fd : fds_) ::close(fd);
+}
+
+StatusOr<std::unique_ptr<CriteoSource>> CriteoSource::Open(const std::vector<std::string>& paths,
+                                                           const Schema& schema,
+                                                           int64_t block_lines) {
+  std::unique_ptr<CriteoSource> s(new CriteoSource);
+  s->schema_ = schema;
+  s->paths_ = paths;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const int fd = ::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::NotFound(paths[i] + ": " + std::strerror(errno));
+    s->fds_.push_back(fd);
+    TANDEM_RETURN_IF_ERROR(s->IndexFile(static_cast<int>(i), block_lines));
+  }
+  if (s->num_records_ == 0) {
+    return Status::InvalidArgument("criteo data: no lines in " +
+                                   (paths.empty() ? std::string("(no files)") : paths[0]) +
+                                   (paths.size() > 1 ? " and the other files" : ""));
+  }
+  return s;
+}
+
+// Records where every block_lines-th line of the file starts; never parses.
+Status CriteoSource::IndexFile(int file, int64_t block_lines) {
+  LineReader reader;
+  TANDEM_RETURN_IF_ERROR(reader.Open(paths_[file]));
+  std::string_view line;
+  int64_t in_block = 0;
+  while (reader.Next(&line)) {
+    if (in_block == 0) {
+      blocks_.push_back({file, reader.line_offset(), 0, num_records_, reader.line_number(), 0});
+    }
+    ++blocks_.back().lines;
+    ++num_records_;
+    blocks_.back().end = reader.line_offset() + line.size();
+    if (++in_block == block_lines) in_block = 0;
+  }
+  return reader.status();
+}
+
+Order CriteoSource::MakeOrder(uint64_t seed) const {
+  std::vector<int64_t> sizes;
+  sizes.reserve(blocks_.size());
+  for (const Block& b : blocks_) sizes.push_back(b.lines);
+  return Order::BlockShuffled(std::move(sizes), seed);
+}
+
+Status CriteoSource::LoadBlock(size_t k) {
+  const Block& b = blocks_[k];
+  buf_.resize(b.end - b.offset);
+  for (size_t done = 0; done < buf_.size();) {
+    const ssize_t n = ::pread(fds_[b.file], buf_.data() + done, buf_.size() - done,
+                              static_cast<off_t>(b.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Unavailable(paths_[b.file] + ": read: " + std::strerror(errno));
+    if (n == 0) return Status::DataLoss(paths_[b.file] + ": file shrank while training");
+    done += static_cast<size_t>(n);
+  }
+  lines_.clear();
+  std::string_view rest(buf_.data(), buf_.size());
+  for (int64_t i = 0; i < b.lines; ++i) {
+    const size_t nl = rest.find('\n');
+    lines_.push_back(rest.substr(0, nl));
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
+  cached_ = k;
+  return Status::Ok();
+}
+
+Status CriteoSource::Read(int64_t index, Sample* out) {
+  const auto it = std::upper_bound(blocks_.begin(), blocks_.end(), index,
+                                   [](int64_t i, const Block& b) { return i < b.first_record; });
+  const size_t k = static_cast<size_t>(it - blocks_.begin()) - 1;
+  if (k != cached_) TANDEM_RETURN_IF_ERROR(LoadBlock(k));
+  const Block& b = blocks_[k];
+  const int64_t j = index - b.first_record;
+  const char* why = nullptr;
+  if (!ParseCriteoLine(lines_[j], schema_, out, &why)) {
+    bad_.Add(paths_[b.file], b.first_line + j, why);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<BinarySource>> BinarySource::Open(const std::vector<std::string>& paths,
+                                                           const Schema& schema) {
+  auto s = std::make_unique<BinarySource>();
+  s->schema_ = schema;
+  for (const auto& path : paths) {
+    TANDEM_ASSIGN_OR_RETURN(auto reader, BinaryReader::Open(path, schema));
+    s->starts_.push_back(s->starts_.back() + reader->num_records());
+    s->readers_.push_back(std::move(reader));
+  }
+  if (s->num_records() == 0) return Status::InvalidArgument("binary data: no records");
+  return s;
+}
+
+Order BinarySource::MakeOrder(uint64_t seed) const {
+  return Order::Permuted(num_records(), seed);
+}
+
+Status BinarySource::Read(int64_t index, Sample* out) {
+  const size_t f = static_cast<size_t>(
+      std::upper_bound(starts_.begin(), starts_.end(), index) - starts_.begin() - 1);
+  const int64_t n = index - starts_[f];
+  TANDEM_RETURN_IF_ERROR(readers_[f]->Read(n, out));
+  // Converted malformed lines are weight-0 records; report them like the text reader does.
+  if (out->weight == 0) bad_.Add(readers_[f]->path(), n, "weight-0 record (malformed source line)");
+  return Status::Ok();
+}
+
+Status SyntheticSource::Read(int64_t index, Sample* out) {
+  gen_.Generate(index, out);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> paths;
+  if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  ::globfree(&g);
+  if (rc == GLOB_NOMATCH || paths.empty()) return Status::NotFound("no data files match " + pattern);
+  if (rc != 0) return Status::Unavailable("glob failed for " + pattern);
+  std::sort(paths.begin(), paths.end());  // a fixed file order is part of the record order
+  return paths;
+}
+
+StatusOr<std::unique_ptr<RecordSource>> OpenSource(const DataConfig& config, uint64_t seed,
+                                                   bool eval) {
+  const Schema schema{static_cast<int>(config.num_dense), static_cast<int>(config.num_categorical)};
+  if (config.format == "synthetic") {
+    SyntheticSpec spec{seed, schema, config.synthetic_vocab, config.synthetic_zipf, eval ? 1u : 0u};
+    const int64_t n = eval ? config.synthetic_eval_rows : kSyntheticTrainRecords;
+    if (n <= 0) return Status::InvalidArgument("data: no synthetic eval rows configured");
+    return std::unique_ptr<RecordSource>(std::make_unique<SyntheticSource>(spec, n));
+  }
+  const std::string& pattern = eval ? config.eval : config.train;
+  if (pattern.empty()) return Status::InvalidArgument("data: no " + std::string(eval ? "eval" : "train") + " files configured");
+  TANDEM_ASSIGN_OR_RETURN(auto paths, ExpandGlob(pattern));
+  if (config.format == "criteo") {
+    TANDEM_ASSIGN_OR_RETURN(auto s, CriteoSource::Open(paths, schema));
+    return std::unique_ptr<RecordSource>(std::move(s));
+  }
+  if (config.format == "binary") {
+    TANDEM_ASSIGN_OR_RETURN(auto s, BinarySource::Open(paths, schema));
+    return std::unique_ptr<RecordSource>(std::move(s));
+  }
+  return Status::InvalidArgument("data.format must be criteo, binary or synthetic, not " +
+                                 config.format);
+}
+
+}  // namespace tandem::data

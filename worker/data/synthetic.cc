@@ -1,0 +1,230 @@
+#include "worker/data/synthetic.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "common/embedding/initializer.h"
+#include "worker/data/auc.h"
+#include "worker/data/binary_format.h"
+
+namespace tandem::data {
+namespace {
+
+using embedding::Philox4x32;
+
+// Philox stream tags, so no two uses of the seed share counters.
+constexpr uint32_t kRecordTag = 0x72656364;   // "recd"
+constexpr uint32_t kTeacherTag = 0x74636872;  // "tchr"
+constexpr uint32_t kDenseTag = 0x646e7365;    // "dnse"
+
+// Teacher shape. The scales put the logit's spread near Criteo's (teacher AUC ~0.8).
+constexpr double kBias = -1.0;
+constexpr double kIdWeightScale = 0.6;
+constexpr double kFmScale = 0.8;
+constexpr int kFmFields = 4;  // pairwise term over the first few fields
+constexpr int kFmDim = 3;
+constexpr double kDenseScale = 0.3;
+
+double Uniform53(uint32_t hi, uint32_t lo) {  // [0, 1), exact
+  return static_cast<double>((uint64_t{hi} << 21) ^ (lo >> 11)) * 0x1p-53;
+}
+double Signed(uint32_t x) {  // [-1, 1), exact
+  return 2.0 * (static_cast<double>(x) * 0x1p-32) - 1.0;
+}
+
+std::array<uint32_t, 4> Draw(const SyntheticSpec& s, int64_t n, uint32_t j) {
+  const auto u = static_cast<uint64_t>(n);
+  return Philox4x32({static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32),
+                     s.stream ^ kRecordTag, j},
+                    {static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)});
+}
+
+std::array<uint32_t, 4> TeacherDraw(uint64_t seed, uint32_t tag, uint32_t field, uint64_t v) {
+  return Philox4x32({static_cast<uint32_t>(v), static_cast<uint32_t>(v >> 32), field, tag},
+                    {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+}
+
+}  // namespace
+
+double DeterministicExp(double x) {
+  x = std::clamp(x, -700.0, 700.0);
+  constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
+  constexpr double kInvLn2 = 1.44269504088896338700e+00;
+  const double kd = std::floor(x * kInvLn2 + 0.5);  // floor is exact, not approximated
+  const double r = (x - kd * kLn2Hi) - kd * kLn2Lo;  // |r| <= ~0.35
+  double sum = 1.0;
+  for (int i = 17; i >= 1; --i) sum = 1.0 + sum * r / i;  // Horner form of the Taylor series
+  const uint64_t bits = static_cast<uint64_t>(static_cast<int64_t>(kd) + 1023) << 52;
+  return sum * std::bit_cast<double>(bits);
+}
+
+SyntheticGenerator::SyntheticGenerator(const SyntheticSpec& spec) : spec_(spec) {
+  // One table of doubles, built once; sampling is a binary search on a Philox uniform. std::pow
+  // runs only here, on the same ranks everywhere.
+  cdf_.resize(static_cast<size_t>(std::max<int64_t>(spec.vocab, 1)));
+  double total = 0;
+  for (size_t k = 0; k < cdf_.size(); ++k) {
+    total += 1.0 / std::pow(static_cast<double>(k + 1), spec.zipf);
+    cdf_[k] = total;
+  }
+  for (double& c : cdf_) c /= total;
+  cdf_.back() = 1.0;
+}
+
+uint64_t SyntheticGenerator::SampleZipf(uint64_t u53) const {
+  const double u = static_cast<double>(u53) * 0x1p-53;
+  return static_cast<uint64_t>(std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+}
+
+double SyntheticGenerator::TeacherLogit(const RawRecord& r) const {
+  double logit = kBias;
+  double fm[kFmFields][kFmDim] = {};
+  for (size_t f = 0; f < r.cat.size(); ++f) {
+    // A missing value is its own "rank" (vocab), with its own weight.
+    const uint64_t v = r.cat[f] == RawRecord::kMissingCat ? spec_.vocab : r.cat[f];
+    const auto w = TeacherDraw(spec_.seed, kTeacherTag, static_cast<uint32_t>(f), v);
+    logit += kIdWeightScale * Signed(w[0]);
+    if (f < kFmFields) {
+      for (int d = 0; d < kFmDim; ++d) fm[f][d] = kFmScale * Signed(w[1 + d]);
+    }
+  }
+  for (int a = 0; a < kFmFields; ++a) {
+    for (int b = a + 1; b < kFmFields; ++b) {
+      for (int d = 0; d < kFmDim; ++d) logit += fm[a][d] * fm[b][d];
+    }
+  }
+  for (size_t j = 0; j < r.dense.size(); ++j) {
+    if (r.dense[j] == RawRecord::kMissingDense) continue;
+    // log2-like feature from integer arithmetic only: the bit width of the count.
+    const double x = std::bit_width(static_cast<uint64_t>(std::max<int64_t>(r.dense[j], 0)));
+    const auto w = TeacherDraw(spec_.seed, kDenseTag, static_cast<uint32_t>(j), 0);
+    logit += kDenseScale * Signed(w[0]) * (x - 4.0) / 4.0;
+  }
+  return logit;
+}
+
+void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
+  const int nd = spec_.schema.num_dense, nc = spec_.schema.num_categorical;
+  out->dense.resize(nd);
+  out->cat.resize(nc);
+  uint32_t j = 0;
+  for (int d = 0; d < nd; d += 2) {  // two dense fields per Philox call
+    const auto w = Draw(spec_, n, j++);
+    for (int k = 0; k < 2 && d + k < nd; ++k) {
+      const uint32_t u = w[2 * k], v = w[2 * k + 1];
+      const int width = static_cast<int>(u % 14);  // log-uniform-ish counts in [0, 2^13)
+      int64_t raw = width == 0 ? 0 : static_cast<int64_t>(v >> (32 - width));
+      if ((u >> 8) % 10 == 0) raw = RawRecord::kMissingDense;
+      if (d + k == 1 && (u >> 16) % 16 == 0) raw = -1;  // Criteo's I2 has negatives
+      out->dense[d + k] = raw;
+    }
+  }
+  for (int f = 0; f < nc; ++f) {
+    const auto w = Draw(spec_, n, j++);
+    const bool missing = f % 3 == 0 && w[2] % 32 == 0;  // some fields have gaps
+    out->cat[f] = missing ? RawRecord::kMissingCat
+                          : SampleZipf((uint64_t{w[0]} << 21) ^ (w[1] >> 11));
+  }
+  out->p = 1.0 / (1.0 + DeterministicExp(-TeacherLogit(*out)));
+  const auto w = Draw(spec_, n, j++);
+  out->label = Uniform53(w[0], w[1]) < out->p ? 1.0f : 0.0f;
+}
+
+void ToSample(const RawRecord& raw, Sample* out) {
+  out->label = raw.label;
+  out->weight = 1;
+  for (size_t d = 0; d < raw.dense.size(); ++d) {
+    out->dense[d] = raw.dense[d] == RawRecord::kMissingDense ? 0.0f : DenseTransform(raw.dense[d]);
+  }
+  for (size_t f = 0; f < raw.cat.size(); ++f) {
+    const int field = static_cast<int>(f);
+    out->cat[f] = raw.cat[f] == RawRecord::kMissingCat ? MissingId(field)
+                                                       : CategoricalId(field, raw.cat[f]);
+  }
+}
+
+void SyntheticGenerator::Generate(int64_t n, Sample* out, double* teacher_p) const {
+  thread_local RawRecord raw;  // reused: no allocation per record
+  GenerateRaw(n, &raw);
+  ToSample(raw, out);
+  if (teacher_p) *teacher_p = raw.p;
+}
+
+void AppendCriteoLine(const RawRecord& raw, std::string* out) {
+  char buf[24];
+  out->push_back(raw.label > 0.5f ? '1' : '0');
+  for (int64_t v : raw.dense) {
+    out->push_back('\t');
+    if (v == RawRecord::kMissingDense) continue;
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out->append(buf, r.ptr);
+  }
+  for (uint64_t v : raw.cat) {
+    out->push_back('\t');
+    if (v == RawRecord::kMissingCat) continue;
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v, 16);
+    out->append(8 - std::min<size_t>(8, r.ptr - buf), '0');  // Criteo spells 8 hex digits
+    out->append(buf, r.ptr);
+  }
+  out->push_back('\n');
+}
+
+double TeacherAuc(std::span<const double> p, std::span<const float> labels) {
+  return Auc(p, labels);
+}
+
+StatusOr<double> WriteSyntheticCriteo(const std::string& path, const SyntheticSpec& spec,
+                                      int64_t rows) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Unavailable(path + ": create: " + std::strerror(errno));
+  const SyntheticGenerator gen(spec);
+  RawRecord raw;
+  std::vector<double> p(rows);
+  std::vector<float> labels(rows);
+  std::string buf;
+  Status status;
+  for (int64_t n = 0; n < rows && status.ok(); ++n) {
+    gen.GenerateRaw(n, &raw);
+    p[n] = raw.p;
+    labels[n] = raw.label;
+    AppendCriteoLine(raw, &buf);
+    if (buf.size() < (1 << 20) && n + 1 < rows) continue;
+    for (size_t off = 0; off < buf.size();) {
+      const ssize_t w = ::write(fd, buf.data() + off, buf.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        status = Status::Unavailable(path + ": write: " + std::strerror(errno));
+        break;
+      }
+      off += static_cast<size_t>(w);
+    }
+    buf.clear();
+  }
+  if (::close(fd) != 0 && status.ok()) status = Status::Unavailable(path + ": close failed");
+  TANDEM_RETURN_IF_ERROR(status);
+  return TeacherAuc(p, labels);
+}
+
+StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSpec& spec,
+                                      int64_t rows) {
+  TANDEM_ASSIGN_OR_RETURN(auto writer, BinaryWriter::Create(path, spec.schema));
+  const SyntheticGenerator gen(spec);
+  Sample sample(spec.schema);
+  std::vector<double> p(rows);
+  std::vector<float> labels(rows);
+  for (int64_t n = 0; n < rows; ++n) {
+    gen.Generate(n, &sample, &p[n]);
+    labels[n] = sample.label;
+    TANDEM_RETURN_IF_ERROR(writer->Append(sample));
+  }
+  TANDEM_RETURN_IF_ERROR(writer->Finish());
+  return TeacherAuc(p, labels);
+}
+
+}  // namespace tandem::data
