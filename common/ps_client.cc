@@ -127,6 +127,8 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
   std::vector<std::vector<std::vector<uint64_t>>> ids(n_shards, std::vector<std::vector<uint64_t>>(tables.size()));
   std::vector<std::vector<std::vector<uint32_t>>> pos(n_shards, std::vector<std::vector<uint32_t>>(tables.size()));
   std::vector<std::vector<float>> unique_rows(tables.size());
+  std::vector<bool> no_repeats(tables.size());
+  rows->resize(tables.size());
   for (size_t i = 0; i < tables.size(); ++i) {
     const auto& t = tables[i];
     if (t.table >= options_.dims.size()) return Status::InvalidArgument("unknown table " + std::to_string(t.table));
@@ -135,11 +137,14 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
     for (uint64_t id : t.ids) {
       auto [u, inserted] = idx.Insert(id);
       if (!inserted) continue;
-      const uint32_t s = ShardOf(t.table, id, static_cast<uint32_t>(n_shards));
+      const uint32_t s = n_shards == 1 ? 0 : ShardOf(t.table, id, static_cast<uint32_t>(n_shards));
       ids[s][i].push_back(id);
       pos[s][i].push_back(u);
     }
-    unique_rows[i].resize(static_cast<size_t>(idx.size()) * options_.dims[t.table]);
+    // Without repeated ids the unique order is the request order: rows go straight to `rows`.
+    no_repeats[i] = idx.size() == t.ids.size();
+    auto& target = no_repeats[i] ? (*rows)[i] : unique_rows[i];
+    target.resize(static_cast<size_t>(idx.size()) * options_.dims[t.table]);
   }
   std::vector<size_t> targets;
   for (size_t s = 0; s < n_shards; ++s) {
@@ -179,15 +184,16 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
       auto values = r.BulkAs<float>(slices[k].getValuesFrame());
       if (!values.ok()) return values.status();
       if (values->size() != ids[s][i].size() * dim) return Status::InvalidArgument("pull reply has the wrong number of values");
+      float* dst = no_repeats[i] ? (*rows)[i].data() : unique_rows[i].data();
       for (size_t j = 0; j < ids[s][i].size(); ++j)
-        std::copy_n(values->data() + j * dim, dim, unique_rows[i].data() + size_t{pos[s][i][j]} * dim);
+        std::copy_n(values->data() + j * dim, dim, dst + size_t{pos[s][i][j]} * dim);
       ++k;
     }
     return Status::Ok();
   };
   TANDEM_RETURN_IF_ERROR(CallShards(targets, build, on_reply, Clock::now() + options_.timeout));
-  rows->resize(tables.size());
   for (size_t i = 0; i < tables.size(); ++i) {
+    if (no_repeats[i]) continue;
     const uint32_t dim = options_.dims[tables[i].table];
     auto& out = (*rows)[i];
     out.resize(tables[i].ids.size() * dim);
@@ -199,7 +205,22 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
   return Status::Ok();
 }
 
-wire::OutMessage PsClient::BuildPush(int64_t step, const Payload& p) const {
+namespace {
+
+// A frame over `bytes` of memory owned by `owner`: no copy; the frame keeps the owner alive
+// until ZeroMQ has sent it.
+template <typename Owner>
+zmq::message_t SharedFrame(const void* data, size_t bytes, const std::shared_ptr<Owner>& owner) {
+  auto* hint = new std::shared_ptr<Owner>(owner);
+  return zmq::message_t(
+      const_cast<void*>(data), bytes,
+      [](void*, void* h) { delete static_cast<std::shared_ptr<Owner>*>(h); }, hint);
+}
+
+}  // namespace
+
+wire::OutMessage PsClient::BuildPush(int64_t step, const std::shared_ptr<const Payload>& payload) const {
+  const Payload& p = *payload;
   wire::OutMessage m;
   auto req = m.envelope().getBody().initPushRequest();
   req.setStep(step);
@@ -212,8 +233,8 @@ wire::OutMessage PsClient::BuildPush(int64_t step, const Payload& p) const {
     slices[k].setDim(options_.dims[p.tables[k]]);
     slices[k].setIdsFrame(static_cast<uint16_t>(2 * k));
     slices[k].setValuesFrame(static_cast<uint16_t>(2 * k + 1));
-    m.AddBulkCopy(p.ids[k].data(), p.ids[k].size() * sizeof(uint64_t));
-    m.AddBulkCopy(p.grads[k].data(), p.grads[k].size() * sizeof(float));
+    m.AddBulk(SharedFrame(p.ids[k].data(), p.ids[k].size() * sizeof(uint64_t), payload));
+    m.AddBulk(SharedFrame(p.grads[k].data(), p.grads[k].size() * sizeof(float), payload));
   }
   return m;
 }
@@ -241,8 +262,10 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
     }
   }
   std::vector<size_t> targets;
+  std::vector<std::shared_ptr<const Payload>> sent(n_shards);
   for (size_t s = 0; s < n_shards; ++s) {
-    shards_[s].retained[step] = std::move(payloads[s]);
+    sent[s] = std::make_shared<const Payload>(std::move(payloads[s]));
+    shards_[s].retained[step] = sent[s];
     targets.push_back(s);
   }
   auto on_reply = [](size_t, wire::InMessage& r) -> Status {
@@ -250,17 +273,15 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
       return Status::InvalidArgument("push answered without a push reply");
     return Status::Ok();
   };
-  // Observe() may drop the retained payload as soon as the shard reports `step` applied, so
-  // build from a copy kept alive for the whole call.
-  std::vector<Payload> copies(n_shards);
-  for (size_t s = 0; s < n_shards; ++s) copies[s] = shards_[s].retained.at(step);
-  auto build_copy = [&](size_t s) { return BuildPush(step, copies[s]); };
-  return CallShards(targets, build_copy, on_reply, Clock::now() + options_.timeout);
+  // Observe() may drop a retained payload as soon as its shard reports `step` applied, so
+  // retries build from `sent`, which holds every payload for the whole call.
+  return CallShards(targets, [&](size_t s) { return BuildPush(step, sent[s]); }, on_reply,
+                    Clock::now() + options_.timeout);
 }
 
 Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {
-  // Copy: replies may drop entries from `retained` while we iterate.
-  std::map<int64_t, Payload> pending = shards_[shard].retained;
+  // A copy of the map (the payloads are shared): replies may drop entries while we iterate.
+  std::map<int64_t, std::shared_ptr<const Payload>> pending = shards_[shard].retained;
   for (const auto& [step, payload] : pending) {
     if (step <= shards_[shard].applied) continue;
     stats_.resent_pushes++;

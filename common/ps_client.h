@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,7 +75,9 @@ class PsClient {
     int handle = -1;
     uint64_t incarnation = 0;  // last seen in a reply header
     int64_t applied = -1;
-    std::map<int64_t, Payload> retained;  // push payloads not yet reported applied
+    // Push payloads not yet reported applied. Shared with frames in flight, which point into
+    // them instead of copying.
+    std::map<int64_t, std::shared_ptr<const Payload>> retained;
   };
   using OnReply = std::function<Status(size_t shard, wire::InMessage&)>;
   // Sends build(shard) for every shard in `targets`, retrying as the class comment says, and
@@ -83,7 +86,7 @@ class PsClient {
                     const OnReply& on_reply, std::chrono::steady_clock::time_point deadline);
   // Updates incarnation/applied from a reply; returns true if the shard restarted.
   bool Observe(size_t shard, const wire::InMessage& reply);
-  wire::OutMessage BuildPush(int64_t step, const Payload& payload) const;
+  wire::OutMessage BuildPush(int64_t step, const std::shared_ptr<const Payload>& payload) const;
   Status ResendRetained(size_t shard, std::chrono::steady_clock::time_point deadline);
 
   PsClientOptions options_;

@@ -93,6 +93,10 @@ class OutMessage {
   // Appends the vector's bytes without copying; the frame owns the vector.
   template <typename T>
   void AddBulkVector(std::vector<T> values);
+  // Appends an array of `count` values without copying; the frame owns it. Unlike a vector it
+  // need not be zero-filled first.
+  template <typename T>
+  void AddBulkArray(std::unique_ptr<T[]> values, size_t count);
   size_t bulk_count() const { return bulk_.size(); }
 
   // Serializes: fills `bulkSizes`, returns [envelope, bulk...]. Consumes the message.
@@ -111,6 +115,14 @@ void OutMessage::AddBulkVector(std::vector<T> values) {
   bulk_.emplace_back(
       owned->data(), owned->size() * sizeof(T),
       [](void*, void* hint) { delete static_cast<std::vector<T>*>(hint); }, owned);
+}
+
+template <typename T>
+void OutMessage::AddBulkArray(std::unique_ptr<T[]> values, size_t count) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  T* raw = values.release();  // freed by zmq when the frame is sent
+  bulk_.emplace_back(
+      raw, count * sizeof(T), [](void* data, void*) { delete[] static_cast<T*>(data); }, nullptr);
 }
 
 std::string_view ReplyCodeName(ReplyCode code);

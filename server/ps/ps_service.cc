@@ -222,10 +222,10 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
     const uint32_t dim = shard_->options().tables[table].dim;
     std::span<const uint64_t> ids;
     Status s = SliceIds(m, t, &ids);
-    std::vector<float> rows(ids.size() * dim);
+    std::unique_ptr<float[]> rows(new float[ids.size() * dim]);  // every value is written below
     if (s.ok())
-      s = req.getFromPreImages() ? shard_->ReadPreImages(table, ids, rows.data())
-                                 : shard_->Read(table, ids, rows.data());
+      s = req.getFromPreImages() ? shard_->ReadPreImages(table, ids, rows.get())
+                                 : shard_->Read(table, ids, rows.get());
     if (!s.ok()) {
       TLOG_ERROR("pull read failed: {}", s.ToString());
       r.SendError(ReplyCode::INTERNAL, s.message());
@@ -235,7 +235,7 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
     slices[i].setCount(static_cast<uint32_t>(ids.size()));
     slices[i].setDim(dim);
     slices[i].setValuesFrame(frame++);
-    reply.AddBulkVector(std::move(rows));
+    reply.AddBulkArray(std::move(rows), ids.size() * dim);
   }
   body.setAppliedStep(shard_->applied_step());
   r.Send(std::move(reply));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -17,7 +18,8 @@ double AucImpl(std::span<const T> scores, std::span<const float> labels,
   const size_t n = scores.size();
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return scores[a] < scores[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return scores[a] < scores[b]; });
   // Walk groups of equal score in ascending order: each positive beats the negative weight
   // below its group and ties half of the negative weight inside it.
   double neg_below = 0, pos_total = 0, area = 0;

@@ -208,8 +208,8 @@ StatusOr<ConvertResult> Convert(const std::vector<std::string>& in_tsv_paths,
   TANDEM_ASSIGN_OR_RETURN(auto writer, BinaryWriter::Create(out_path, schema));
   BadLineLog bad;
   for (const auto& path : in_tsv_paths) {
-    TANDEM_RETURN_IF_ERROR(ForEachCriteoLine(
-        path, schema, &bad, [&](const Sample& s) { return writer->Append(s); }));
+    TANDEM_RETURN_IF_ERROR(
+        ForEachCriteoLine(path, schema, &bad, [&](const Sample& s) { return writer->Append(s); }));
   }
   ConvertResult result{writer->count(), bad.count(), bad.reports()};
   TANDEM_RETURN_IF_ERROR(writer->Finish());

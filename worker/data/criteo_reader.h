@@ -44,7 +44,7 @@ class LineReader {
   // at the end of the file; a read error is returned through status().
   bool Next(std::string_view* line);
   const Status& status() const { return status_; }
-  int64_t line_number() const { return line_number_; }  // 1-based number of the last line
+  int64_t line_number() const { return line_number_; }   // 1-based number of the last line
   uint64_t line_offset() const { return line_offset_; }  // byte offset of the last line
   const std::string& path() const { return path_; }
 

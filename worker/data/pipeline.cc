@@ -32,7 +32,9 @@ Pipeline::Pipeline(std::unique_ptr<RecordSource> source, uint64_t seed,
 
 Pipeline::~Pipeline() { Stop(); }
 
-void Pipeline::Start() { thread_ = std::thread([this] { Run(); }); }
+void Pipeline::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Pipeline::Stop() {
   {
@@ -50,10 +52,9 @@ Status Pipeline::CheckBadFraction(int64_t read, int64_t bad) const {
   const double denom = static_cast<double>(std::max(read, source_->num_records()));
   if (static_cast<double>(bad) <= options_.max_bad_fraction * denom) return Status::Ok();
   char msg[160];
-  std::snprintf(msg, sizeof(msg),
-                "data: %lld malformed lines in %lld read exceed data.max_bad_fraction = %g",
-                static_cast<long long>(bad), static_cast<long long>(read),
-                options_.max_bad_fraction);
+  std::snprintf(
+      msg, sizeof(msg), "data: %lld malformed lines in %lld read exceed data.max_bad_fraction = %g",
+      static_cast<long long>(bad), static_cast<long long>(read), options_.max_bad_fraction);
   std::string text = msg;
   for (const auto& r : source_->bad_log().reports()) text += "; " + r;
   return Status::InvalidArgument(text);
@@ -92,14 +93,14 @@ void Pipeline::Run() {
 StatusOr<std::unique_ptr<Batch>> Pipeline::Next() {
   MutexLock lock(&mu_);
   while (ready_.empty() && error_.ok() && !stop_) cv_.Wait();
+  if (stop_) return Status::Cancelled("data pipeline stopped");
   if (!ready_.empty()) {
     auto batch = std::move(ready_.front());
     ready_.pop_front();
     cv_.SignalAll();
     return batch;
   }
-  if (!error_.ok()) return error_;
-  return Status::Cancelled("data pipeline stopped");
+  return error_;
 }
 
 void Pipeline::Recycle(std::unique_ptr<Batch> batch) {

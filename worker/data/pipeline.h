@@ -17,13 +17,13 @@
 namespace tandem::data {
 
 struct PipelineOptions {
-  int world = 1;               // M
-  int rank = 0;                // r in [0, M)
-  int batch = 256;             // b, per worker
-  int64_t start_step = 0;      // s0: the first batch is global step s0
-  int64_t base_position = 0;   // global position of step 0 (what a checkpoint stores)
-  int queue_depth = 4;         // batches read ahead
-  double max_bad_fraction = 1; // data.max_bad_fraction
+  int world = 1;                // M
+  int rank = 0;                 // r in [0, M)
+  int batch = 256;              // b, per worker
+  int64_t start_step = 0;       // s0: the first batch is global step s0
+  int64_t base_position = 0;    // global position of step 0 (what a checkpoint stores)
+  int queue_depth = 4;          // batches read ahead
+  double max_bad_fraction = 1;  // data.max_bad_fraction
 };
 
 // Reads rank r's slice of any global step synchronously. The pipeline thread uses one; tests
@@ -58,7 +58,7 @@ class Pipeline {
   // Stops and joins the thread; Next then returns kCancelled. Idempotent.
   void Stop();
 
-  int64_t bad_count() const;                  // malformed samples read so far
+  int64_t bad_count() const;                     // malformed samples read so far
   std::vector<std::string> bad_reports() const;  // the first few, "file:line: reason"
 
  private:

@@ -21,8 +21,8 @@ struct Schema {
 // One record. Malformed input is kept as a sample of weight 0 so that positions still count
 // lines (PROTOCOLS §15 scenario 22). Reuse one Sample across reads: parsing allocates nothing.
 struct Sample {
-  float label = 0;   // 0 or 1
-  float weight = 0;  // 1, or 0 for a malformed line
+  float label = 0;            // 0 or 1
+  float weight = 0;           // 1, or 0 for a malformed line
   std::vector<float> dense;   // num_dense values, already through DenseTransform
   std::vector<uint64_t> cat;  // num_categorical ids, from CategoricalId / MissingId
 

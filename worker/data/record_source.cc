@@ -109,13 +109,11 @@ StatusOr<std::unique_ptr<BinarySource>> BinarySource::Open(const std::vector<std
   return s;
 }
 
-Order BinarySource::MakeOrder(uint64_t seed) const {
-  return Order::Permuted(num_records(), seed);
-}
+Order BinarySource::MakeOrder(uint64_t seed) const { return Order::Permuted(num_records(), seed); }
 
 Status BinarySource::Read(int64_t index, Sample* out) {
-  const size_t f = static_cast<size_t>(
-      std::upper_bound(starts_.begin(), starts_.end(), index) - starts_.begin() - 1);
+  const size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), index) -
+                                       starts_.begin() - 1);
   const int64_t n = index - starts_[f];
   TANDEM_RETURN_IF_ERROR(readers_[f]->Read(n, out));
   // Converted malformed lines are weight-0 records; report them like the text reader does.
@@ -134,13 +132,14 @@ StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern) {
   std::vector<std::string> paths;
   if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   ::globfree(&g);
-  if (rc == GLOB_NOMATCH || paths.empty()) return Status::NotFound("no data files match " + pattern);
+  if (rc == GLOB_NOMATCH || paths.empty())
+    return Status::NotFound("no data files match " + pattern);
   if (rc != 0) return Status::Unavailable("glob failed for " + pattern);
   std::sort(paths.begin(), paths.end());  // a fixed file order is part of the record order
   return paths;
 }
 
-StatusOr<std::unique_ptr<RecordSource>> OpenSource(const DataConfig& config, uint64_t seed,
+StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::DataConfig& config, uint64_t seed,
                                                    bool eval) {
   const Schema schema{static_cast<int>(config.num_dense), static_cast<int>(config.num_categorical)};
   if (config.format == "synthetic") {
@@ -150,7 +149,9 @@ StatusOr<std::unique_ptr<RecordSource>> OpenSource(const DataConfig& config, uin
     return std::unique_ptr<RecordSource>(std::make_unique<SyntheticSource>(spec, n));
   }
   const std::string& pattern = eval ? config.eval : config.train;
-  if (pattern.empty()) return Status::InvalidArgument("data: no " + std::string(eval ? "eval" : "train") + " files configured");
+  if (pattern.empty())
+    return Status::InvalidArgument("data: no " + std::string(eval ? "eval" : "train") +
+                                   " files configured");
   TANDEM_ASSIGN_OR_RETURN(auto paths, ExpandGlob(pattern));
   if (config.format == "criteo") {
     TANDEM_ASSIGN_OR_RETURN(auto s, CriteoSource::Open(paths, schema));

@@ -110,7 +110,7 @@ inline constexpr int64_t kSyntheticTrainRecords = int64_t{1} << 40;
 
 // The train (or eval) source that `config` describes. Synthetic eval has
 // data.synthetic_eval_rows records of stream 1.
-StatusOr<std::unique_ptr<RecordSource>> OpenSource(const DataConfig& config, uint64_t seed,
+StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::DataConfig& config, uint64_t seed,
                                                    bool eval);
 
 }  // namespace tandem::data

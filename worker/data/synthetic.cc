@@ -40,9 +40,9 @@ double Signed(uint32_t x) {  // [-1, 1), exact
 
 std::array<uint32_t, 4> Draw(const SyntheticSpec& s, int64_t n, uint32_t j) {
   const auto u = static_cast<uint64_t>(n);
-  return Philox4x32({static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32),
-                     s.stream ^ kRecordTag, j},
-                    {static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)});
+  return Philox4x32(
+      {static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32), s.stream ^ kRecordTag, j},
+      {static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)});
 }
 
 std::array<uint32_t, 4> TeacherDraw(uint64_t seed, uint32_t tag, uint32_t field, uint64_t v) {
@@ -56,7 +56,7 @@ double DeterministicExp(double x) {
   x = std::clamp(x, -700.0, 700.0);
   constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
   constexpr double kInvLn2 = 1.44269504088896338700e+00;
-  const double kd = std::floor(x * kInvLn2 + 0.5);  // floor is exact, not approximated
+  const double kd = std::floor(x * kInvLn2 + 0.5);   // floor is exact, not approximated
   const double r = (x - kd * kLn2Hi) - kd * kLn2Lo;  // |r| <= ~0.35
   double sum = 1.0;
   for (int i = 17; i >= 1; --i) sum = 1.0 + sum * r / i;  // Horner form of the Taylor series
@@ -128,8 +128,8 @@ void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
   for (int f = 0; f < nc; ++f) {
     const auto w = Draw(spec_, n, j++);
     const bool missing = f % 3 == 0 && w[2] % 32 == 0;  // some fields have gaps
-    out->cat[f] = missing ? RawRecord::kMissingCat
-                          : SampleZipf((uint64_t{w[0]} << 21) ^ (w[1] >> 11));
+    out->cat[f] =
+        missing ? RawRecord::kMissingCat : SampleZipf((uint64_t{w[0]} << 21) ^ (w[1] >> 11));
   }
   out->p = 1.0 / (1.0 + DeterministicExp(-TeacherLogit(*out)));
   const auto w = Draw(spec_, n, j++);
@@ -144,8 +144,8 @@ void ToSample(const RawRecord& raw, Sample* out) {
   }
   for (size_t f = 0; f < raw.cat.size(); ++f) {
     const int field = static_cast<int>(f);
-    out->cat[f] = raw.cat[f] == RawRecord::kMissingCat ? MissingId(field)
-                                                       : CategoricalId(field, raw.cat[f]);
+    out->cat[f] =
+        raw.cat[f] == RawRecord::kMissingCat ? MissingId(field) : CategoricalId(field, raw.cat[f]);
   }
 }
 

@@ -29,9 +29,9 @@ struct RawRecord {
   static constexpr int64_t kMissingDense = INT64_MIN;
   static constexpr uint64_t kMissingCat = UINT64_MAX;
   float label = 0;
-  double p = 0;                   // the teacher's probability of label 1
-  std::vector<int64_t> dense;     // raw integers, kMissingDense for an empty field
-  std::vector<uint64_t> cat;      // raw categorical values, kMissingCat for an empty field
+  double p = 0;                // the teacher's probability of label 1
+  std::vector<int64_t> dense;  // raw integers, kMissingDense for an empty field
+  std::vector<uint64_t> cat;   // raw categorical values, kMissingCat for an empty field
 };
 
 // exp(x) from exact IEEE operations only (range reduction + Taylor series), identical on every

@@ -1,0 +1,176 @@
+#include "worker/data/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "common/testing/test_util.h"
+#include "worker/data/synthetic.h"
+
+namespace tandem::data {
+namespace {
+
+const Schema kSmall{3, 4};
+
+PipelineOptions Options(int world, int rank, int batch, int64_t start_step = 0) {
+  PipelineOptions o;
+  o.world = world;
+  o.rank = rank;
+  o.batch = batch;
+  o.start_step = start_step;
+  return o;
+}
+
+std::unique_ptr<RecordSource> Synthetic(int64_t n) {
+  SyntheticSpec spec;
+  spec.seed = 4;
+  spec.schema = kSmall;
+  spec.vocab = 30;
+  return std::make_unique<SyntheticSource>(spec, n);
+}
+
+// All samples of rank `rank`'s slice, in order.
+std::vector<Sample> Samples(const Batch& batch) {
+  std::vector<Sample> out(batch.size, Sample(batch.schema));
+  for (int i = 0; i < batch.size; ++i) batch.Get(i, &out[i]);
+  return out;
+}
+
+TEST(Batch, DedupInverseRebuildsIds) {
+  auto source = Synthetic(1000);
+  BatchReader reader(source.get(), 1, Options(1, 0, 64));
+  Batch batch;
+  ASSERT_TRUE(reader.ReadStep(3, &batch).ok());
+  for (int f = 0; f < kSmall.num_categorical; ++f) {
+    EXPECT_LT(batch.unique_ids[f].size(), 64u);  // Zipf over 30 values repeats
+    for (int i = 0; i < batch.size; ++i) {
+      EXPECT_EQ(batch.unique_ids[f][batch.inverse[f][i]],
+                batch.cat[i * kSmall.num_categorical + f]);
+    }
+    EXPECT_EQ(batch.inverse[f][0], 0u);  // first-occurrence order
+  }
+}
+
+TEST(Pipeline, DeliversTheSameBatchesAsDirectReadsAndStops) {
+  PipelineOptions opts = Options(2, 1, 16, 5);
+  opts.queue_depth = 2;
+  auto direct_source = Synthetic(100);
+  BatchReader direct(direct_source.get(), 9, opts);
+  Pipeline pipeline(Synthetic(100), 9, opts);
+  pipeline.Start();
+  Batch want;
+  for (int64_t step = 5; step < 25; ++step) {  // several epochs of 100
+    auto got = pipeline.Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(direct.ReadStep(step, &want).ok());
+    EXPECT_EQ((*got)->step, step);
+    EXPECT_EQ((*got)->first_position, (step * 2 + 1) * 16);
+    EXPECT_EQ(Samples(**got), Samples(want));
+    EXPECT_EQ((*got)->unique_ids, want.unique_ids);
+    pipeline.Recycle(std::move(*got));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  pipeline.Stop();  // the producer is blocked on a full queue
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(pipeline.Next().status().code(), StatusCode::kCancelled);
+}
+
+TEST(Pipeline, RanksTogetherSeeTheOneWorkerBatch) {
+  std::vector<Sample> want;
+  {
+    auto src = Synthetic(90);
+    BatchReader reader(src.get(), 2, Options(1, 0, 24));
+    Batch b;
+    ASSERT_TRUE(reader.ReadStep(3, &b).ok());  // crosses the epoch boundary at 90
+    want = Samples(b);
+  }
+  for (int m : {2, 4}) {
+    std::vector<Sample> got;
+    for (int r = 0; r < m; ++r) {
+      Pipeline p(Synthetic(90), 2, Options(m, r, 24 / m, 3));
+      p.Start();
+      auto b = p.Next();
+      ASSERT_TRUE(b.ok());
+      for (auto& s : Samples(**b)) got.push_back(s);
+    }
+    EXPECT_EQ(got, want) << "M=" << m;
+  }
+}
+
+std::string CriteoText(int rows, int bad_row) {
+  SyntheticSpec spec;
+  spec.seed = 1;
+  spec.schema = kSmall;
+  spec.vocab = 30;
+  const SyntheticGenerator gen(spec);
+  RawRecord raw;
+  std::string text;
+  for (int n = 0; n < rows; ++n) {
+    gen.GenerateRaw(n, &raw);
+    if (n == bad_row) {
+      text += "1\tnot a number\n";
+    } else {
+      AppendCriteoLine(raw, &text);
+    }
+  }
+  return text;
+}
+
+// PROTOCOLS §15 scenario 22: a malformed line is a weight-0 sample in its own position.
+TEST(Pipeline, ABadLineShiftsNothing) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("good.tsv"), CriteoText(200, -1));
+  testing::WriteFile(dir.File("bad.tsv"), CriteoText(200, 57));
+  auto good = CriteoSource::Open({dir.File("good.tsv")}, kSmall, 16);
+  auto bad = CriteoSource::Open({dir.File("bad.tsv")}, kSmall, 16);
+  ASSERT_TRUE(good.ok() && bad.ok());
+  BatchReader rg(good->get(), 3, Options(1, 0, 50));
+  BatchReader rb(bad->get(), 3, Options(1, 0, 50));
+  Batch bg, bb;
+  int differing = 0;
+  for (int64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(rg.ReadStep(step, &bg).ok() && rb.ReadStep(step, &bb).ok());
+    const auto sg = Samples(bg), sb = Samples(bb);
+    for (int i = 0; i < 50; ++i) {
+      if (sg[i] == sb[i]) continue;
+      ++differing;
+      EXPECT_EQ(sb[i].weight, 0.0f);
+      EXPECT_EQ(bb.bad_count, 1);
+    }
+  }
+  EXPECT_EQ(differing, 1);
+  EXPECT_EQ((*bad)->bad_log().count(), 1);
+  EXPECT_EQ((*bad)->bad_log().reports()[0].rfind(dir.File("bad.tsv") + ":58:", 0), 0u);
+}
+
+TEST(Pipeline, TooManyBadLinesStopTheJobWithAClearMessage) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("bad.tsv"), CriteoText(100, 7));
+  auto src = CriteoSource::Open({dir.File("bad.tsv")}, kSmall, 16);
+  ASSERT_TRUE(src.ok());
+  PipelineOptions opts = Options(1, 0, 100);
+  opts.max_bad_fraction = 0.001;
+  Pipeline p(std::move(*src), 1, opts);
+  p.Start();
+  auto b = p.Next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_TRUE(b.status().IsInvalidArgument());
+  EXPECT_NE(b.status().message().find("max_bad_fraction"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find("bad.tsv:8:"), std::string::npos) << b.status();
+  EXPECT_EQ(p.Next().status(), b.status());  // sticky
+  EXPECT_EQ(p.bad_count(), 1);
+
+  // 1 bad line in 1000 with the default bound trains and is reported.
+  testing::WriteFile(dir.File("ok.tsv"), CriteoText(1000, 500));
+  auto ok_src = CriteoSource::Open({dir.File("ok.tsv")}, kSmall);
+  ASSERT_TRUE(ok_src.ok());
+  Pipeline q(std::move(*ok_src), 1, opts);
+  q.Start();
+  for (int i = 0; i < 15; ++i) ASSERT_TRUE(q.Next().ok()) << i;
+  EXPECT_GE(q.bad_count(), 1);
+  ASSERT_FALSE(q.bad_reports().empty());
+  EXPECT_NE(q.bad_reports()[0].find("ok.tsv:501:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::data
