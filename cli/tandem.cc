@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/daemon.h"
+#include "cli/data_commands.h"
 #include "cli/local_command.h"
 #include "cli/status_command.h"
 #include "common/build_info.h"
@@ -80,14 +81,20 @@ int Main(int argc, char** argv) {
   drill->add_option("--ps", n);
   drill->add_option("--workers", n);
   drill->add_option("--reference", s4, "reuse a fault-free run's output dir");
+  DatagenArgs gen;
   auto* datagen = app.add_subcommand("datagen", "write synthetic CTR data with a known best AUC");
-  datagen->add_option("--format", s1, "criteo|binary");
-  datagen->add_option("--rows", n);
-  datagen->add_option("--seed", n);
-  datagen->add_option("--out", s2);
+  datagen->add_option("--format", gen.format, "criteo|binary")->required()->check(CLI::IsMember({"criteo", "binary"}));
+  datagen->add_option("--rows", gen.rows, "number of records");
+  datagen->add_option("--seed", gen.seed, "generator seed (the teacher model is a function of it)");
+  datagen->add_option("--out", gen.out, "output file")->required();
+  datagen->add_option("--vocab", gen.vocab, "distinct ids per categorical field");
+  datagen->add_option("--zipf", gen.zipf, "Zipf exponent of the ids");
+  datagen->add_option("--stream", gen.stream, "train|eval: same teacher, disjoint records")
+      ->check(CLI::IsMember({"train", "eval"}));
+  ConvertArgs conv;
   auto* convert = app.add_subcommand("convert", "convert Criteo TSV to the binary packed format");
-  convert->add_option("--in", s1);
-  convert->add_option("--out", s2);
+  convert->add_option("--in", conv.in, "Criteo TSV file(s), in order")->required();
+  convert->add_option("--out", conv.out, "binary output file")->required();
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on held-out data (AUC, logloss)");
   eval->add_option("--config", s1);
   eval->add_option("--checkpoint", s2);
@@ -104,8 +111,6 @@ int Main(int argc, char** argv) {
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
   keys->add_option("--out", s1);
   const NotYet not_yet[] = {{"drill", "", "the recovery issue"},
-                            {"datagen", "", "the worker issue"},
-                            {"convert", "", "the worker issue"},
                             {"eval", "", "the distributed-training issue"},
                             {"export", "", "the operations issue"},
                             {"predict", "", "the operations issue"},
@@ -132,6 +137,8 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("worker")) return RunDaemon(worker, tf_config);
   if (app.got_subcommand("local")) return RunLocal(local);
   if (app.got_subcommand("status")) return RunStatus(status);
+  if (app.got_subcommand("datagen")) return RunDatagen(gen);
+  if (app.got_subcommand("convert")) return RunConvert(conv);
   for (const auto& ny : not_yet) {
     if (app.got_subcommand(ny.name)) {
       std::fprintf(stderr, "tandem %s: not implemented yet (lands with %s)\n", ny.name, ny.lands_with);

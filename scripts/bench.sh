@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
-# Usage: scripts/bench.sh [NAME...]   (names: rpc ps; default: all)
+# Usage: scripts/bench.sh [NAME...]   (names: rpc ps data; default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh "${BUILD_DIR:-build}" >/dev/null
-ALL=(rpc ps)
+ALL=(rpc ps data)
 names=("$@")
 if ((${#names[@]} == 0)); then names=("${ALL[@]}"); fi
 for n in "${names[@]}"; do

@@ -48,6 +48,32 @@ TEST(CliTest, UsageErrorsExit2) {
   EXPECT_EQ(Tandem({"status", "--timeout-ms", "abc"}).exit.exit_code, 2);
 }
 
+TEST(CliTest, DatagenWritesDataWithTeacherAucAndConvertKeepsPositions) {
+  TempDir dir;
+  auto gen = Tandem({"datagen", "--format", "criteo", "--rows", "3000", "--seed", "5", "--out",
+                     dir.File("train.tsv")});
+  ASSERT_EQ(gen.exit.exit_code, 0) << gen.output;
+  const size_t at = gen.output.find("teacher AUC ");
+  ASSERT_NE(at, std::string::npos) << gen.output;
+  EXPECT_GT(std::stod(gen.output.substr(at + 12)), 0.6) << gen.output;
+  // Same seed, same bytes.
+  auto again = Tandem({"datagen", "--format", "criteo", "--rows", "3000", "--seed", "5", "--out",
+                       dir.File("again.tsv")});
+  ASSERT_EQ(again.exit.exit_code, 0);
+  EXPECT_EQ(ReadFile(dir.File("train.tsv")), ReadFile(dir.File("again.tsv")));
+  // A malformed line is reported with file and line, and kept as a weight-0 record.
+  std::string text = ReadFile(dir.File("train.tsv"));
+  text.insert(text.find('\n') + 1, "not a criteo line\n");
+  WriteFile(dir.File("bad.tsv"), text);
+  auto conv = Tandem({"convert", "--in", dir.File("bad.tsv"), "--out", dir.File("bad.bin")});
+  ASSERT_EQ(conv.exit.exit_code, 0) << conv.output;
+  EXPECT_NE(conv.output.find("converted 3001 lines (1 malformed"), std::string::npos) << conv.output;
+  EXPECT_NE(conv.output.find("bad.tsv:2"), std::string::npos) << conv.output;
+  auto missing = Tandem({"convert", "--in", dir.File("nope.tsv"), "--out", dir.File("x.bin")});
+  EXPECT_NE(missing.exit.exit_code, 0);
+  EXPECT_NE(missing.output.find("nope.tsv"), std::string::npos) << missing.output;
+}
+
 TEST(CliTest, NotYetImplementedSubcommandsSaySoAndExit2) {
   auto r = Tandem({"keys", "--out", "/tmp/x"});
   EXPECT_EQ(r.exit.exit_code, 2);
