@@ -315,7 +315,9 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
   auto t0 = std::chrono::steady_clock::now();
   auto r = client.Call(h, EchoRequest("x"), milliseconds(300));
   auto elapsed = std::chrono::steady_clock::now() - t0;
-  EXPECT_TRUE(r.status().IsUnavailable()) << r.status();
+  // Unavailable (nothing listens), or DeadlineExceeded if a concurrent test reused the port
+  // and accepted the connection: either way the call failed within its budget.
+  EXPECT_TRUE(r.status().IsUnavailable() || r.status().IsDeadlineExceeded()) << r.status();
   EXPECT_LT(elapsed, milliseconds(1500));
   EXPECT_GE(elapsed, milliseconds(290));
 }
