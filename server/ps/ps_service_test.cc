@@ -227,6 +227,33 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
   EXPECT_TRUE(c.Push(0, {&g, 1}).ok());
 }
 
+// A pull parked longer than one attempt's budget is answered NOT_READY and sent again: waiting
+// for a slow worker is never reported as a timeout.
+TEST_F(PsServiceTest, LongParkedPullIsResentNotTimedOut) {
+  Start(2);
+  PsClientOptions o;
+  o.shards = {server_->endpoint()};
+  for (const auto& t : options_.tables) o.dims.push_back(t.dim);
+  o.attempt_budget = milliseconds(200);
+  o.timeout = milliseconds(20000);
+  PsClient waiting(&context_, Worker(0), o);
+  std::vector<uint64_t> ids = {1};
+  std::vector<float> grads(4, 0.5f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(waiting.Push(0, {&g, 1}).ok());
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(900));
+    PsClient slow = Client(1);
+    ASSERT_TRUE(slow.Push(0, {&g, 1}).ok());
+  });
+  std::vector<std::vector<float>> rows;
+  TableIds t{0, ids};
+  Status s = waiting.Pull(1, {&t, 1}, &rows);
+  late.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GT(waiting.stats().not_ready, 0u);
+}
+
 TEST_F(PsServiceTest, PullOfAPastStepAtK0IsStale) {
   Start(1);
   PsClient c = Client(0);
