@@ -16,8 +16,7 @@ inline double Median(std::vector<double> v) {
 }
 
 inline void PrintFigure(const std::string& name, double value, const std::string& unit,
-                        bool higher_is_better, const std::string& baseline,
-                        double baseline_value) {
+                        bool higher_is_better, const std::string& baseline, double baseline_value) {
   std::printf(
       "{\"bench\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"better\": \"%s\", "
       "\"baseline\": \"%s\", \"baseline_value\": %.6g, \"ratio\": %.4f}\n",

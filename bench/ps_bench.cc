@@ -37,7 +37,9 @@ using std::chrono::milliseconds;
 constexpr size_t kKeys = 65536;
 constexpr int kRuns = 5;
 
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 embedding::TableSpec Table(uint32_t dim, embedding::OptimizerKind opt) {
   embedding::TableSpec t;
@@ -113,7 +115,8 @@ double PullKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, int64_t st
   return keys.size() * double(reps) / Seconds(t0);
 }
 
-double PushKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, uint32_t dim, int64_t* step, int reps) {
+double PushKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, uint32_t dim, int64_t* step,
+                      int reps) {
   std::vector<float> g(keys.size() * dim, 0.001f);
   TableGrads t{0, keys, g};
   auto t0 = Clock::now();
@@ -124,11 +127,13 @@ double PushKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, uint32_t d
 
 // Baseline (a): gather rows of `keys` from a flat array through a hash index (what a pull must
 // at least do), then scatter gradients back (what a push must at least do).
-std::pair<double, double> FlatGatherScatter(const std::vector<uint64_t>& keys, uint32_t dim, int reps) {
+std::pair<double, double> FlatGatherScatter(const std::vector<uint64_t>& keys, uint32_t dim,
+                                            int reps) {
   std::unordered_map<uint64_t, uint32_t> index;
   index.reserve(keys.size());
   for (uint32_t i = 0; i < keys.size(); ++i) index[keys[i]] = i;
-  std::vector<float> table(keys.size() * dim, 0.5f), out(keys.size() * dim), g(keys.size() * dim, 0.001f);
+  std::vector<float> table(keys.size() * dim, 0.5f), out(keys.size() * dim),
+      g(keys.size() * dim, 0.001f);
   auto t0 = Clock::now();
   for (int r = 0; r < reps; ++r)
     for (size_t i = 0; i < keys.size(); ++i)
@@ -197,14 +202,18 @@ void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
   const std::string d = "dim" + std::to_string(dim);
   const double base_pull = std::min(Median(gather), Median(raw));
   PrintFigure("ps_pull_cached_" + d, Median(pull), "keys/s", true,
-              Median(gather) < Median(raw) ? "in-process flat gather" : "raw zeromq, same bytes", base_pull);
+              Median(gather) < Median(raw) ? "in-process flat gather" : "raw zeromq, same bytes",
+              base_pull);
   const double base_push = std::min(Median(scatter), Median(raw));
-  PrintFigure("ps_push_cached_" + d, Median(push), "keys/s", true,
-              Median(scatter) < Median(raw) ? "in-process flat scatter (sgd)" : "raw zeromq, same bytes", base_push);
+  PrintFigure(
+      "ps_push_cached_" + d, Median(push), "keys/s", true,
+      Median(scatter) < Median(raw) ? "in-process flat scatter (sgd)" : "raw zeromq, same bytes",
+      base_push);
 }
 
 // Zipf(1.1) sample of unique keys among n.
-std::vector<uint64_t> ZipfKeys(const std::vector<uint64_t>& all, size_t want, std::mt19937_64& rng) {
+std::vector<uint64_t> ZipfKeys(const std::vector<uint64_t>& all, size_t want,
+                               std::mt19937_64& rng) {
   std::vector<double> cdf(all.size());
   double sum = 0;
   for (size_t i = 0; i < all.size(); ++i) cdf[i] = (sum += 1.0 / std::pow(double(i + 1), 1.1));
@@ -371,8 +380,8 @@ void PushLogOverhead(zmq::context_t* ctx) {
   const double off = measure(ps::Durability::kProcess, false);
   PrintFigure("ps_push_log_process_dim16", measure(ps::Durability::kProcess, true), "keys/s", true,
               "push log off", off);
-  PrintFigure("ps_push_log_machine_group10ms_dim16", measure(ps::Durability::kMachine, true), "keys/s",
-              true, "push log off", off);
+  PrintFigure("ps_push_log_machine_group10ms_dim16", measure(ps::Durability::kMachine, true),
+              "keys/s", true, "push log off", off);
 }
 
 int Main(int argc, char** argv) {

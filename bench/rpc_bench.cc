@@ -52,8 +52,8 @@ class RawEchoServer {
         parts.push_back(std::move(m));
         if (!more) {
           for (size_t i = 0; i < parts.size(); ++i)
-            socket_.send(parts[i], i + 1 < parts.size() ? zmq::send_flags::sndmore
-                                                         : zmq::send_flags::none);
+            socket_.send(parts[i],
+                         i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
           parts.clear();
         }
       }

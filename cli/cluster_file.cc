@@ -13,7 +13,8 @@ Status WriteClusterFile(const std::string& path, const ClusterFile& file) {
   j["members"] = nlohmann::json::array();
   for (const auto& m : file.members)
     j["members"].push_back({{"task", m.task}, {"endpoint", m.endpoint}, {"pid", m.pid}});
-  if (!WriteFileAtomically(path, j.dump(2) + "\n")) return Status::Unavailable("cannot write " + path);
+  if (!WriteFileAtomically(path, j.dump(2) + "\n"))
+    return Status::Unavailable("cannot write " + path);
   return Status::Ok();
 }
 

@@ -24,9 +24,12 @@ namespace {
 
 wire::Role WireRole(config::Role r) {
   switch (r) {
-    case config::Role::kChief: return wire::Role::CHIEF;
-    case config::Role::kPs: return wire::Role::PS;
-    case config::Role::kWorker: return wire::Role::WORKER;
+    case config::Role::kChief:
+      return wire::Role::CHIEF;
+    case config::Role::kPs:
+      return wire::Role::PS;
+    case config::Role::kWorker:
+      return wire::Role::WORKER;
   }
   return wire::Role::UNKNOWN;
 }
@@ -106,9 +109,15 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   options.bind_endpoint = "tcp://" + resolved->address;
   std::vector<wire::LaneOptions> lanes;
   switch (args.role) {
-    case config::Role::kChief: options.lanes = chief::ChiefLanes(); break;
-    case config::Role::kPs: options.lanes = ps::PsLanes(static_cast<int>(job->ps.handler_threads)); break;
-    case config::Role::kWorker: options.lanes = worker::WorkerLanes(); break;
+    case config::Role::kChief:
+      options.lanes = chief::ChiefLanes();
+      break;
+    case config::Role::kPs:
+      options.lanes = ps::PsLanes(static_cast<int>(job->ps.handler_threads));
+      break;
+    case config::Role::kWorker:
+      options.lanes = worker::WorkerLanes();
+      break;
   }
   wire::Identity self;
   self.job_id = *job_id;
@@ -119,7 +128,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   std::unique_ptr<ps::Shard> shard;
   std::unique_ptr<ps::PsService> ps_service;
   switch (args.role) {
-    case config::Role::kChief: chief::RegisterChiefService(&server); break;
+    case config::Role::kChief:
+      chief::RegisterChiefService(&server);
+      break;
     case config::Role::kPs: {
       // Recovery (restore point + push-log replay) completes before the port is bound, so no
       // request ever sees a half-recovered shard.
@@ -134,7 +145,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       ps_service->Register();
       break;
     }
-    case config::Role::kWorker: worker::RegisterWorkerService(&server); break;
+    case config::Role::kWorker:
+      worker::RegisterWorkerService(&server);
+      break;
   }
   Status started = server.Start();
   if (!started.ok()) {

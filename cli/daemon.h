@@ -13,11 +13,11 @@ namespace tandem::cli {
 struct DaemonArgs {
   config::Role role = config::Role::kWorker;
   std::string config_path;
-  std::vector<std::string> sets;     // --set key=value
-  std::optional<std::string> task;   // --task TYPE:INDEX
-  std::string job_id;                // --job-id HEX; empty: checkpoint.dir/job_id
-  uint64_t incarnation = 1;          // --incarnation (issued by the chief once it exists)
-  std::string ready_file;            // --ready-file: JSON {address, pid, ...} written after bind
+  std::vector<std::string> sets;    // --set key=value
+  std::optional<std::string> task;  // --task TYPE:INDEX
+  std::string job_id;               // --job-id HEX; empty: checkpoint.dir/job_id
+  uint64_t incarnation = 1;         // --incarnation (issued by the chief once it exists)
+  std::string ready_file;           // --ready-file: JSON {address, pid, ...} written after bind
   std::string log_level = "info";
 };
 

@@ -24,10 +24,11 @@ int RunDatagen(const DatagenArgs& args) {
     std::fprintf(stderr, "tandem datagen: %s\n", auc.status().ToString().c_str());
     return kExitRuntimeFailure;
   }
-  std::printf("wrote %lld %s rows (%s stream, seed %llu) to %s; teacher AUC %.4f (the best "
-              "achievable)\n",
-              static_cast<long long>(args.rows), args.format.c_str(), args.stream.c_str(),
-              static_cast<unsigned long long>(args.seed), args.out.c_str(), *auc);
+  std::printf(
+      "wrote %lld %s rows (%s stream, seed %llu) to %s; teacher AUC %.4f (the best "
+      "achievable)\n",
+      static_cast<long long>(args.rows), args.format.c_str(), args.stream.c_str(),
+      static_cast<unsigned long long>(args.seed), args.out.c_str(), *auc);
   return kExitOk;
 }
 
@@ -38,9 +39,11 @@ int RunConvert(const ConvertArgs& args) {
     return r.status().IsInvalidArgument() || r.status().IsDataLoss() ? kExitInvalid
                                                                      : kExitRuntimeFailure;
   }
-  for (const auto& line : r->bad_reports) std::fprintf(stderr, "tandem convert: bad line %s\n", line.c_str());
+  for (const auto& line : r->bad_reports)
+    std::fprintf(stderr, "tandem convert: bad line %s\n", line.c_str());
   std::printf("converted %lld lines (%lld malformed, kept as weight-0 records) to %s\n",
-              static_cast<long long>(r->rows), static_cast<long long>(r->bad_rows), args.out.c_str());
+              static_cast<long long>(r->rows), static_cast<long long>(r->bad_rows),
+              args.out.c_str());
   return kExitOk;
 }
 

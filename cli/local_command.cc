@@ -148,7 +148,9 @@ void Supervise(const LocalArgs& args, const std::string& job_hex, std::vector<Ch
       std::printf("tandem local: %s ended (%s); restarting (incarnation %d)\n", c.task().c_str(),
                   e.ToString().c_str(), c.restarts + 1);
       if (StartChild(args, job_hex, &c).ok() &&
-          AwaitReady(&c, std::chrono::steady_clock::now() + std::chrono::seconds(args.start_timeout_s)).ok())
+          AwaitReady(&c,
+                     std::chrono::steady_clock::now() + std::chrono::seconds(args.start_timeout_s))
+              .ok())
         changed = true;
     }
     if (changed) {
@@ -200,7 +202,8 @@ int RunLocal(const LocalArgs& args) {
 
   std::printf("tandem local: job %s, 1 chief, %d ps, %d workers; logs in %s/logs\n",
               job_hex.c_str(), args.num_ps, args.num_workers, out.c_str());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(args.start_timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(args.start_timeout_s);
   for (auto& c : children) {
     Status s = StartChild(args, job_hex, &c);
     if (!s.ok()) {
@@ -233,8 +236,9 @@ int RunLocal(const LocalArgs& args) {
   const int stopped = StopAll(children);
   if (up != static_cast<int>(children.size())) return kExitRuntimeFailure;
   if (!args.hold)
-    std::printf("tandem local: cluster checked and stopped (training arrives with the "
-                "distributed-training issue)\n");
+    std::printf(
+        "tandem local: cluster checked and stopped (training arrives with the "
+        "distributed-training issue)\n");
   return stopped;
 }
 

@@ -46,9 +46,8 @@ int RunStatus(const StatusArgs& args) {
     std::fprintf(stderr, "tandem status: give exactly one of --config or --dir\n");
     return kExitUsage;
   }
-  StatusOr<ClusterFile> cluster = args.dir.empty()
-                                      ? FromConfig(args)
-                                      : ReadClusterFile(args.dir + "/cluster.json");
+  StatusOr<ClusterFile> cluster =
+      args.dir.empty() ? FromConfig(args) : ReadClusterFile(args.dir + "/cluster.json");
   if (!cluster.ok()) {
     std::fprintf(stderr, "tandem status: %s\n", cluster.status().message().c_str());
     return cluster.status().IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
@@ -75,8 +74,9 @@ int RunStatus(const StatusArgs& args) {
       row["error"] = "port 0 in the config: use `tandem status --dir OUTPUT`";
     } else {
       auto handle = client.Connect(m.endpoint);
-      auto pong = handle.ok() ? wire::Ping(&client, *handle, std::chrono::milliseconds(args.timeout_ms))
-                              : StatusOr<wire::PingResult>(handle.status());
+      auto pong = handle.ok()
+                      ? wire::Ping(&client, *handle, std::chrono::milliseconds(args.timeout_ms))
+                      : StatusOr<wire::PingResult>(handle.status());
       if (pong.ok()) {
         ++up;
         row["state"] = "up";
@@ -101,10 +101,12 @@ int RunStatus(const StatusArgs& args) {
                 cluster->members.size());
     std::printf("%-10s %-28s %-6s %-8s %s\n", "TASK", "ENDPOINT", "STATE", "PID", "DETAIL");
     for (const auto& r : out["members"]) {
-      std::string detail = r.contains("error") ? r["error"].get<std::string>()
-                                               : "inc " + std::to_string(r["incarnation"].get<uint64_t>()) +
-                                                     ", up " + std::to_string(r["uptime_ms"].get<uint64_t>() / 1000) + " s, " +
-                                                     r["build_id"].get<std::string>();
+      std::string detail = r.contains("error")
+                               ? r["error"].get<std::string>()
+                               : "inc " + std::to_string(r["incarnation"].get<uint64_t>()) +
+                                     ", up " +
+                                     std::to_string(r["uptime_ms"].get<uint64_t>() / 1000) +
+                                     " s, " + r["build_id"].get<std::string>();
       std::printf("%-10s %-28s %-6s %-8s %s\n", r["task"].get<std::string>().c_str(),
                   r["endpoint"].get<std::string>().c_str(), r["state"].get<std::string>().c_str(),
                   r.contains("pid") ? std::to_string(r["pid"].get<int>()).c_str() : "-",

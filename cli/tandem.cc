@@ -1,7 +1,6 @@
 // The `tandem` command: wires subcommands to the parts of the system. Only this file includes
 // CLI11 (it costs seconds per translation unit).
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -26,11 +25,15 @@ struct NotYet {
 
 void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a) {
   auto* sub = app.add_subcommand(name, help);
-  sub->add_option("--config", a->config_path, "job config (YAML)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--config", a->config_path, "job config (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
   sub->add_option("--task", a->task, "TYPE:INDEX, e.g. ps:0 (or TF_CONFIG's task)");
   sub->add_option("--set", a->sets, "override a config key: key.path=value (repeatable)");
-  sub->add_option("--job-id", a->job_id, "32 hex chars; default: read/create checkpoint.dir/job_id");
-  sub->add_option("--incarnation", a->incarnation, "this process's incarnation (until the chief issues it)");
+  sub->add_option("--job-id", a->job_id,
+                  "32 hex chars; default: read/create checkpoint.dir/job_id");
+  sub->add_option("--incarnation", a->incarnation,
+                  "this process's incarnation (until the chief issues it)");
   sub->add_option("--ready-file", a->ready_file, "write {address, pid} as JSON here once bound");
   sub->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -53,12 +56,17 @@ int Main(int argc, char** argv) {
   AddDaemon(app, "worker", "run a training worker daemon", &worker);
 
   LocalArgs local;
-  auto* local_cmd = app.add_subcommand("local", "start chief, PS shards and workers on 127.0.0.1 and supervise them");
-  local_cmd->add_option("--config", local.config_path, "job config (YAML)")->required()->check(CLI::ExistingFile);
+  auto* local_cmd = app.add_subcommand(
+      "local", "start chief, PS shards and workers on 127.0.0.1 and supervise them");
+  local_cmd->add_option("--config", local.config_path, "job config (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
   local_cmd->add_option("--set", local.sets, "override a config key: key.path=value (repeatable)");
   local_cmd->add_option("--ps", local.num_ps, "number of PS shards")->check(CLI::Range(1, 256));
-  local_cmd->add_option("--workers", local.num_workers, "number of workers")->check(CLI::Range(1, 256));
-  local_cmd->add_flag("--hold", local.hold, "keep the cluster up (restarting crashed children) until SIGTERM/Ctrl-C");
+  local_cmd->add_option("--workers", local.num_workers, "number of workers")
+      ->check(CLI::Range(1, 256));
+  local_cmd->add_flag("--hold", local.hold,
+                      "keep the cluster up (restarting crashed children) until SIGTERM/Ctrl-C");
   local_cmd->add_option("--log-level", local.log_level, "children's log level");
 
   StatusArgs status;
@@ -74,7 +82,8 @@ int Main(int argc, char** argv) {
   std::string s1, s2, s3, s4;
   int64_t n = 0;
   bool flag = false;
-  auto* drill = app.add_subcommand("drill", "run a job under injected faults, then without, and compare");
+  auto* drill =
+      app.add_subcommand("drill", "run a job under injected faults, then without, and compare");
   drill->add_option("--config", s1)->required();
   drill->add_option("--faults", s2, "e.g. \"kill worker:1 @step 300; kill ps:0 @step 650\"");
   drill->add_option("--set", s3);
@@ -83,7 +92,9 @@ int Main(int argc, char** argv) {
   drill->add_option("--reference", s4, "reuse a fault-free run's output dir");
   DatagenArgs gen;
   auto* datagen = app.add_subcommand("datagen", "write synthetic CTR data with a known best AUC");
-  datagen->add_option("--format", gen.format, "criteo|binary")->required()->check(CLI::IsMember({"criteo", "binary"}));
+  datagen->add_option("--format", gen.format, "criteo|binary")
+      ->required()
+      ->check(CLI::IsMember({"criteo", "binary"}));
   datagen->add_option("--rows", gen.rows, "number of records");
   datagen->add_option("--seed", gen.seed, "generator seed (the teacher model is a function of it)");
   datagen->add_option("--out", gen.out, "output file")->required();
@@ -98,7 +109,8 @@ int Main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on held-out data (AUC, logloss)");
   eval->add_option("--config", s1);
   eval->add_option("--checkpoint", s2);
-  auto* exp = app.add_subcommand("export", "write a self-contained serving bundle from a checkpoint");
+  auto* exp =
+      app.add_subcommand("export", "write a self-contained serving bundle from a checkpoint");
   exp->add_option("--checkpoint", s1);
   exp->add_option("--out", s2);
   auto* predict = app.add_subcommand("predict", "score a data file with an exported bundle");
@@ -110,12 +122,10 @@ int Main(int argc, char** argv) {
   checksum->add_flag("--verify", flag, "verify every file's checksum");
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
   keys->add_option("--out", s1);
-  const NotYet not_yet[] = {{"drill", "", "the recovery issue"},
-                            {"eval", "", "the distributed-training issue"},
-                            {"export", "", "the operations issue"},
-                            {"predict", "", "the operations issue"},
-                            {"checksum", "", "the checkpoint issue"},
-                            {"keys", "", "the operations issue"}};
+  const NotYet not_yet[] = {
+      {"drill", "", "the recovery issue"},      {"eval", "", "the distributed-training issue"},
+      {"export", "", "the operations issue"},   {"predict", "", "the operations issue"},
+      {"checksum", "", "the checkpoint issue"}, {"keys", "", "the operations issue"}};
 
   try {
     app.parse(argc, argv);
@@ -141,7 +151,8 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("convert")) return RunConvert(conv);
   for (const auto& ny : not_yet) {
     if (app.got_subcommand(ny.name)) {
-      std::fprintf(stderr, "tandem %s: not implemented yet (lands with %s)\n", ny.name, ny.lands_with);
+      std::fprintf(stderr, "tandem %s: not implemented yet (lands with %s)\n", ny.name,
+                   ny.lands_with);
       return kExitUsage;
     }
   }

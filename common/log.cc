@@ -24,7 +24,8 @@ Identity& Ident() {
 // Renders "ps:0 inc=1 gen=0 step=12" into every line (pattern flag %*).
 class IdentityFlag : public spdlog::custom_flag_formatter {
  public:
-  void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
+  void format(const spdlog::details::log_msg&, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
     const Identity& id = Ident();
     fmt::format_to(std::back_inserter(dest), "{} inc={} gen={} step={}", id.who,
                    id.incarnation.load(), id.generation.load(), id.step.load());

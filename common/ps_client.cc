@@ -32,8 +32,10 @@ bool PsClient::Observe(size_t shard, const wire::InMessage& reply) {
   st.incarnation = std::max(st.incarnation, inc);
   int64_t applied = st.applied;
   auto body = reply.envelope().getBody();
-  if (body.which() == wire::Envelope::Body::PULL_REPLY) applied = body.getPullReply().getAppliedStep();
-  if (body.which() == wire::Envelope::Body::PUSH_REPLY) applied = body.getPushReply().getAppliedStep();
+  if (body.which() == wire::Envelope::Body::PULL_REPLY)
+    applied = body.getPullReply().getAppliedStep();
+  if (body.which() == wire::Envelope::Body::PUSH_REPLY)
+    applied = body.getPushReply().getAppliedStep();
   if (reply.reply_code() == wire::ReplyCode::STALE || reply.reply_code() == wire::ReplyCode::RETRY)
     applied = reply.envelope().getReply().getView().getAppliedStep();
   // A restarted shard may report a lower applied step (machine crash in `process` mode): trust it.
@@ -55,15 +57,17 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
   std::vector<size_t> restarted;
   while (!todo.empty()) {
     const auto now = Clock::now();
-    if (now >= deadline) return Status::DeadlineExceeded("parameter servers did not answer in time");
+    if (now >= deadline)
+      return Status::DeadlineExceeded("parameter servers did not answer in time");
     std::vector<uint64_t> ids;
     std::vector<size_t> sent;  // index into todo
     for (size_t i = 0; i < todo.size(); ++i) {
       if (todo[i].next_try > now) continue;
       stats_.attempts++;
-      auto id = rpc_.Send(shards_[todo[i].shard].handle, build(todo[i].shard),
-                          std::min(options_.attempt_budget,
-                                   std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1)));
+      auto id = rpc_.Send(
+          shards_[todo[i].shard].handle, build(todo[i].shard),
+          std::min(options_.attempt_budget,
+                   std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1)));
       if (!id.ok()) {  // unreachable (e.g. restarting): back off and try again
         stats_.retries++;
         todo[i].next_try = Clock::now() + todo[i].backoff;
@@ -124,14 +128,17 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
   const size_t n_shards = shards_.size();
   if (dedupe_.size() < tables.size()) dedupe_.resize(tables.size());
   // Per (shard, request table): the unique ids sent and where their rows go.
-  std::vector<std::vector<std::vector<uint64_t>>> ids(n_shards, std::vector<std::vector<uint64_t>>(tables.size()));
-  std::vector<std::vector<std::vector<uint32_t>>> pos(n_shards, std::vector<std::vector<uint32_t>>(tables.size()));
+  std::vector<std::vector<std::vector<uint64_t>>> ids(
+      n_shards, std::vector<std::vector<uint64_t>>(tables.size()));
+  std::vector<std::vector<std::vector<uint32_t>>> pos(
+      n_shards, std::vector<std::vector<uint32_t>>(tables.size()));
   std::vector<std::vector<float>> unique_rows(tables.size());
   std::vector<bool> no_repeats(tables.size());
   rows->resize(tables.size());
   for (size_t i = 0; i < tables.size(); ++i) {
     const auto& t = tables[i];
-    if (t.table >= options_.dims.size()) return Status::InvalidArgument("unknown table " + std::to_string(t.table));
+    if (t.table >= options_.dims.size())
+      return Status::InvalidArgument("unknown table " + std::to_string(t.table));
     FlatIdIndex& idx = dedupe_[i];
     idx.Reset(t.ids.size());
     for (uint64_t id : t.ids) {
@@ -174,7 +181,8 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
   };
   auto on_reply = [&](size_t s, wire::InMessage& r) -> Status {
     auto body = r.envelope().getBody();
-    if (body.which() != wire::Envelope::Body::PULL_REPLY) return Status::InvalidArgument("pull answered without rows");
+    if (body.which() != wire::Envelope::Body::PULL_REPLY)
+      return Status::InvalidArgument("pull answered without rows");
     auto slices = body.getPullReply().getTables();
     unsigned k = 0;
     for (size_t i = 0; i < tables.size(); ++i) {
@@ -183,7 +191,8 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
       const uint32_t dim = options_.dims[tables[i].table];
       auto values = r.BulkAs<float>(slices[k].getValuesFrame());
       if (!values.ok()) return values.status();
-      if (values->size() != ids[s][i].size() * dim) return Status::InvalidArgument("pull reply has the wrong number of values");
+      if (values->size() != ids[s][i].size() * dim)
+        return Status::InvalidArgument("pull reply has the wrong number of values");
       float* dst = no_repeats[i] ? (*rows)[i].data() : unique_rows[i].data();
       for (size_t j = 0; j < ids[s][i].size(); ++j)
         std::copy_n(values->data() + j * dim, dim, dst + size_t{pos[s][i][j]} * dim);
@@ -219,7 +228,8 @@ zmq::message_t SharedFrame(const void* data, size_t bytes, const std::shared_ptr
 
 }  // namespace
 
-wire::OutMessage PsClient::BuildPush(int64_t step, const std::shared_ptr<const Payload>& payload) const {
+wire::OutMessage PsClient::BuildPush(int64_t step,
+                                     const std::shared_ptr<const Payload>& payload) const {
   const Payload& p = *payload;
   wire::OutMessage m;
   auto req = m.envelope().getBody().initPushRequest();
@@ -244,9 +254,11 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
   std::vector<Payload> payloads(n_shards);
   for (auto& p : payloads) p.skip = skip;
   for (const auto& t : tables) {
-    if (t.table >= options_.dims.size()) return Status::InvalidArgument("unknown table " + std::to_string(t.table));
+    if (t.table >= options_.dims.size())
+      return Status::InvalidArgument("unknown table " + std::to_string(t.table));
     const uint32_t dim = options_.dims[t.table];
-    if (t.grads.size() != t.ids.size() * dim) return Status::InvalidArgument("ids and gradients disagree");
+    if (t.grads.size() != t.ids.size() * dim)
+      return Status::InvalidArgument("ids and gradients disagree");
     std::vector<int> slot(n_shards, -1);
     for (size_t j = 0; j < t.ids.size(); ++j) {
       const uint32_t s = ShardOf(t.table, t.ids[j], static_cast<uint32_t>(n_shards));
@@ -258,7 +270,8 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
         p.grads.emplace_back();
       }
       p.ids[slot[s]].push_back(t.ids[j]);
-      p.grads[slot[s]].insert(p.grads[slot[s]].end(), t.grads.begin() + j * dim, t.grads.begin() + (j + 1) * dim);
+      p.grads[slot[s]].insert(p.grads[slot[s]].end(), t.grads.begin() + j * dim,
+                              t.grads.begin() + (j + 1) * dim);
     }
   }
   std::vector<size_t> targets;
@@ -275,8 +288,9 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
   };
   // Observe() may drop a retained payload as soon as its shard reports `step` applied, so
   // retries build from `sent`, which holds every payload for the whole call.
-  return CallShards(targets, [&](size_t s) { return BuildPush(step, sent[s]); }, on_reply,
-                    Clock::now() + options_.timeout);
+  return CallShards(
+      targets, [&](size_t s) { return BuildPush(step, sent[s]); }, on_reply,
+      Clock::now() + options_.timeout);
 }
 
 Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {

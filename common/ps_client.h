@@ -23,8 +23,8 @@
 namespace tandem {
 
 struct PsClientOptions {
-  std::vector<std::string> shards;           // shard endpoints, index = shard id
-  std::vector<uint32_t> dims;                // embedding dim per table id
+  std::vector<std::string> shards;                 // shard endpoints, index = shard id
+  std::vector<uint32_t> dims;                      // embedding dim per table id
   std::chrono::milliseconds attempt_budget{5000};  // per request attempt
   std::chrono::milliseconds timeout{120000};       // a whole Pull or Push
 };
@@ -54,8 +54,8 @@ class PsClient {
 
   // rows->at(i) gets tables[i].ids.size() * dim floats, row j for tables[i].ids[j].
   // kAborted when a shard answers STALE; kInvalidArgument for INVALID; kDeadlineExceeded.
-  Status Pull(int64_t step, std::span<const TableIds> tables,
-              std::vector<std::vector<float>>* rows, bool from_pre_images = false);
+  Status Pull(int64_t step, std::span<const TableIds> tables, std::vector<std::vector<float>>* rows,
+              bool from_pre_images = false);
   // One push per shard for `step`, keyed (timeline, step, rank = identity.index).
   Status Push(int64_t step, std::span<const TableGrads> tables, bool skip = false);
 
@@ -82,8 +82,9 @@ class PsClient {
   using OnReply = std::function<Status(size_t shard, wire::InMessage&)>;
   // Sends build(shard) for every shard in `targets`, retrying as the class comment says, and
   // hands each successful reply to on_reply.
-  Status CallShards(const std::vector<size_t>& targets, const std::function<wire::OutMessage(size_t)>& build,
-                    const OnReply& on_reply, std::chrono::steady_clock::time_point deadline);
+  Status CallShards(const std::vector<size_t>& targets,
+                    const std::function<wire::OutMessage(size_t)>& build, const OnReply& on_reply,
+                    std::chrono::steady_clock::time_point deadline);
   // Updates incarnation/applied from a reply; returns true if the shard restarted.
   bool Observe(size_t shard, const wire::InMessage& reply);
   wire::OutMessage BuildPush(int64_t step, const std::shared_ptr<const Payload>& payload) const;

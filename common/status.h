@@ -125,9 +125,9 @@ class [[nodiscard]] StatusOr {
 #define TANDEM_CONCAT_INNER_(a, b) a##b
 #define TANDEM_CONCAT_(a, b) TANDEM_CONCAT_INNER_(a, b)
 
-#define TANDEM_RETURN_IF_ERROR(expr)            \
-  do {                                          \
-    ::tandem::Status tandem_status_ = (expr);   \
+#define TANDEM_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::tandem::Status tandem_status_ = (expr);        \
     if (!tandem_status_.ok()) return tandem_status_; \
   } while (0)
 

@@ -14,10 +14,10 @@
 namespace tandem {
 
 struct SpawnOptions {
-  std::vector<std::string> argv;          // argv[0] is the program path
-  std::vector<std::string> unset_env;     // variables removed from the child's environment
-  std::vector<std::string> set_env;       // "NAME=value" added
-  std::string output_path;                // stdout+stderr appended here; empty = inherit
+  std::vector<std::string> argv;       // argv[0] is the program path
+  std::vector<std::string> unset_env;  // variables removed from the child's environment
+  std::vector<std::string> set_env;    // "NAME=value" added
+  std::string output_path;             // stdout+stderr appended here; empty = inherit
 };
 
 // How a child ended: exit_code for a normal exit, signal otherwise.

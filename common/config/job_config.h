@@ -41,10 +41,10 @@ struct ClusterConfig {
 };
 
 struct ModelConfig {
-  int64_t embedding_dim = 16;                      // `model.embedding_dim` in [1, 4096]
-  std::vector<int64_t> bottom_mlp = {64, 16};      // last == embedding_dim (dot interaction)
-  std::vector<int64_t> top_mlp = {64, 1};          // last == 1
-  std::string interaction = "dot";                 // dot | concat
+  int64_t embedding_dim = 16;                  // `model.embedding_dim` in [1, 4096]
+  std::vector<int64_t> bottom_mlp = {64, 16};  // last == embedding_dim (dot interaction)
+  std::vector<int64_t> top_mlp = {64, 1};      // last == 1
+  std::string interaction = "dot";             // dot | concat
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
@@ -56,19 +56,19 @@ struct DataConfig {
   int64_t num_dense = 13;            // `data.num_dense` >= 0 (Criteo: 13)
   int64_t num_categorical = 26;      // `data.num_categorical` >= 1 (Criteo: 26); tables C1..Cn
   // Synthetic generator (`data.synthetic.*`).
-  int64_t synthetic_vocab = 100000;  // ids per field, >= 1
-  double synthetic_zipf = 1.1;       // exponent > 0
+  int64_t synthetic_vocab = 100000;     // ids per field, >= 1
+  double synthetic_zipf = 1.1;          // exponent > 0
   int64_t synthetic_eval_rows = 20000;  // held-out rows, >= 0
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 
 struct TrainConfig {
-  int64_t steps = 1000;               // >= 1
-  int64_t batch_size = 256;           // per worker, >= 1
-  int64_t embedding_staleness = 0;    // k >= 0
+  int64_t steps = 1000;             // >= 1
+  int64_t batch_size = 256;         // per worker, >= 1
+  int64_t embedding_staleness = 0;  // k >= 0
   uint64_t seed = 1;
-  std::string device = "cpu";         // cpu | cuda
-  std::string precision = "fp32";     // fp32 | bf16 | fp16 (cpu: fp32 only)
+  std::string device = "cpu";            // cpu | cuda
+  std::string precision = "fp32";        // fp32 | bf16 | fp16 (cpu: fp32 only)
   std::string deterministic = "strict";  // strict | relaxed
   std::string dense_optimizer = "adam";  // `train.dense_optimizer`: sgd | adam | adagrad
   double dense_lr = 0.001;               // `train.dense_lr` > 0
@@ -79,14 +79,14 @@ struct TrainConfig {
 };
 
 struct PsConfig {
-  std::string data_dir = "out/ps";     // `ps.data_dir`; a shard uses `<data_dir>/shard-<i>`
-  int64_t cache_bytes = 256 << 20;     // > 0
-  std::string storage = "rocksdb";     // rocksdb | memory
+  std::string data_dir = "out/ps";  // `ps.data_dir`; a shard uses `<data_dir>/shard-<i>`
+  int64_t cache_bytes = 256 << 20;  // > 0
+  std::string storage = "rocksdb";  // rocksdb | memory
   std::string push_log_durability = "process";  // `ps.push_log.durability`: process | machine
-  int64_t push_log_group_ms = 10;      // `ps.push_log.group_ms` >= 1
-  std::string nan_policy = "reject";   // reject | skip_rows
-  int64_t watchdog_ms = 10000;         // >= 100
-  int64_t handler_threads = 4;         // `ps.handler_threads` >= 1
+  int64_t push_log_group_ms = 10;               // `ps.push_log.group_ms` >= 1
+  std::string nan_policy = "reject";            // reject | skip_rows
+  int64_t watchdog_ms = 10000;                  // >= 100
+  int64_t handler_threads = 4;                  // `ps.handler_threads` >= 1
   // PROTOCOLS §6 and §14.
   int64_t push_log_max_bytes = int64_t{16} << 30;  // `ps.push_log.max_bytes`: alarm above, > 0
   // `ps.restore_point_every_bytes`: pushed bytes between extra restore points (bounds replay
@@ -117,9 +117,9 @@ struct RecoveryConfig {
 
 struct CheckpointConfig {
   std::string dir = "out/checkpoints";
-  int64_t every_steps = 0;    // 0 = off, >= 0
-  int64_t every_seconds = 0;  // 0 = off, >= 0
-  int64_t keep = 3;           // >= 2
+  int64_t every_steps = 0;      // 0 = off, >= 0
+  int64_t every_seconds = 0;    // 0 = off, >= 0
+  int64_t keep = 3;             // >= 2
   std::string resume = "auto";  // auto | never | required
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
@@ -142,8 +142,8 @@ struct MetricsConfig {
 struct JobConfig {
   ClusterConfig cluster;
   ModelConfig model;
-  TableConfig table_default;                   // `tables.default`
-  std::map<std::string, TableConfig> tables;   // every table C1..Cn, defaults + overrides applied
+  TableConfig table_default;                  // `tables.default`
+  std::map<std::string, TableConfig> tables;  // every table C1..Cn, defaults + overrides applied
   DataConfig data;
   TrainConfig train;
   PsConfig ps;

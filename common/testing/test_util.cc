@@ -36,8 +36,10 @@ void WriteFile(const std::string& path, const std::string& text) {
   out << text;
 }
 
-CommandResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& set_env,
-                         const std::vector<std::string>& unset_env, std::chrono::milliseconds timeout) {
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::vector<std::string>& set_env,
+                         const std::vector<std::string>& unset_env,
+                         std::chrono::milliseconds timeout) {
   TempDir dir;
   SpawnOptions o;
   o.argv = argv;

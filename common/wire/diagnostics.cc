@@ -20,10 +20,10 @@ void RegisterDiagnostics(RpcServer* server, int echo_lane) {
                    auto build = BuildId();
                    pong.setBuildId(capnp::Text::Reader(build.data(), build.size()));
                    pong.setPid(static_cast<uint32_t>(::getpid()));
-                   pong.setUptimeMs(static_cast<uint64_t>(
-                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - started)
-                           .count()));
+                   pong.setUptimeMs(
+                       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 std::chrono::steady_clock::now() - started)
+                                                 .count()));
                    pong.setPayload(request.envelope().getBody().getPing().getPayload());
                    responder.Send(std::move(reply));
                  });
@@ -43,7 +43,8 @@ StatusOr<PingResult> Ping(RpcClient* client, int server, std::chrono::millisecon
   if (!reply.ok()) return reply.status();
   TANDEM_RETURN_IF_ERROR(ReplyStatus(*reply));
   auto body = reply->envelope().getBody();
-  if (body.which() != Envelope::Body::PONG) return Status::InvalidArgument("ping answered without a pong");
+  if (body.which() != Envelope::Body::PONG)
+    return Status::InvalidArgument("ping answered without a pong");
   auto pong = body.getPong();
   PingResult r;
   r.peer = ReadIdentity(reply->header());

@@ -16,7 +16,7 @@ namespace tandem::wire {
 void RegisterDiagnostics(RpcServer* server, int echo_lane);
 
 struct PingResult {
-  Identity peer;          // from the reply header
+  Identity peer;  // from the reply header
   std::string build_id;
   uint32_t pid = 0;
   uint64_t uptime_ms = 0;

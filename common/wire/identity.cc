@@ -6,11 +6,16 @@ namespace tandem::wire {
 
 std::string_view RoleName(Role role) {
   switch (role) {
-    case Role::UNKNOWN: return "unknown";
-    case Role::CHIEF: return "chief";
-    case Role::PS: return "ps";
-    case Role::WORKER: return "worker";
-    case Role::TOOL: return "tool";
+    case Role::UNKNOWN:
+      return "unknown";
+    case Role::CHIEF:
+      return "chief";
+    case Role::PS:
+      return "ps";
+    case Role::WORKER:
+      return "worker";
+    case Role::TOOL:
+      return "tool";
   }
   return "unknown";
 }

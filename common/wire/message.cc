@@ -58,8 +58,7 @@ StatusOr<InMessage> InMessage::Decode(std::vector<zmq::message_t> frames,
     }
     m.bulk_copies_.resize(m.frames_.size() - 1);
   } catch (const kj::Exception& e) {
-    return Status::InvalidArgument(std::string("malformed envelope: ") +
-                                   e.getDescription().cStr());
+    return Status::InvalidArgument(std::string("malformed envelope: ") + e.getDescription().cStr());
   }
   return m;
 }
@@ -114,15 +113,24 @@ std::vector<zmq::message_t> OutMessage::Finish() && {
 
 std::string_view ReplyCodeName(ReplyCode code) {
   switch (code) {
-    case ReplyCode::OK: return "OK";
-    case ReplyCode::STALE: return "STALE";
-    case ReplyCode::RETRY: return "RETRY";
-    case ReplyCode::NOT_READY: return "NOT_READY";
-    case ReplyCode::WRONG_JOB: return "WRONG_JOB";
-    case ReplyCode::INVALID: return "INVALID";
-    case ReplyCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case ReplyCode::OVERLOADED: return "OVERLOADED";
-    case ReplyCode::INTERNAL: return "INTERNAL";
+    case ReplyCode::OK:
+      return "OK";
+    case ReplyCode::STALE:
+      return "STALE";
+    case ReplyCode::RETRY:
+      return "RETRY";
+    case ReplyCode::NOT_READY:
+      return "NOT_READY";
+    case ReplyCode::WRONG_JOB:
+      return "WRONG_JOB";
+    case ReplyCode::INVALID:
+      return "INVALID";
+    case ReplyCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case ReplyCode::OVERLOADED:
+      return "OVERLOADED";
+    case ReplyCode::INTERNAL:
+      return "INTERNAL";
   }
   return "UNKNOWN_REPLY_CODE";
 }
@@ -131,15 +139,22 @@ Status ReplyStatus(const InMessage& reply) {
   auto r = reply.envelope().getReply();
   std::string msg = std::string(ReplyCodeName(r.getCode())) + ": " + r.getMessage().cStr();
   switch (r.getCode()) {
-    case ReplyCode::OK: return Status::Ok();
-    case ReplyCode::STALE: return Status::Aborted(msg);
+    case ReplyCode::OK:
+      return Status::Ok();
+    case ReplyCode::STALE:
+      return Status::Aborted(msg);
     case ReplyCode::RETRY:
     case ReplyCode::NOT_READY:
-    case ReplyCode::OVERLOADED: return Status::Unavailable(msg);
-    case ReplyCode::WRONG_JOB: return Status::PermissionDenied(msg);
-    case ReplyCode::INVALID: return Status::InvalidArgument(msg);
-    case ReplyCode::UNIMPLEMENTED: return Status::Unimplemented(msg);
-    case ReplyCode::INTERNAL: return Status::Internal(msg);
+    case ReplyCode::OVERLOADED:
+      return Status::Unavailable(msg);
+    case ReplyCode::WRONG_JOB:
+      return Status::PermissionDenied(msg);
+    case ReplyCode::INVALID:
+      return Status::InvalidArgument(msg);
+    case ReplyCode::UNIMPLEMENTED:
+      return Status::Unimplemented(msg);
+    case ReplyCode::INTERNAL:
+      return Status::Internal(msg);
   }
   return Status::Unknown(msg);
 }

@@ -21,9 +21,9 @@ namespace tandem::wire {
 
 // Bounds applied to every received message before anything else reads it.
 struct DecodeLimits {
-  size_t max_bulk_frames = 64;              // raw frames after the envelope
-  size_t max_envelope_bytes = 4u << 20;     // the Cap'n Proto frame
-  uint64_t max_total_bytes = 1ull << 31;    // envelope + bulk
+  size_t max_bulk_frames = 64;            // raw frames after the envelope
+  size_t max_envelope_bytes = 4u << 20;   // the Cap'n Proto frame
+  uint64_t max_total_bytes = 1ull << 31;  // envelope + bulk
   int max_nesting = 16;
 };
 

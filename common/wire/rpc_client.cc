@@ -61,9 +61,9 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
       return Status::Unavailable("server " + std::string(sock.get(zmq::sockopt::last_endpoint)) +
                                  " not reachable within " + std::to_string(budget.count()) + " ms");
     zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN | ZMQ_POLLOUT, 0};
-    auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                               Clock::now()),
-                         std::chrono::milliseconds(20));
+    auto wait =
+        std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(20));
     zmq::poll(&item, 1, std::max(wait, std::chrono::milliseconds(1)));
     if (item.revents & ZMQ_POLLIN) ReceiveFrom(server);
   }

@@ -28,7 +28,7 @@ struct ClientOptions {
 struct ClientStats {
   uint64_t sent = 0;
   uint64_t replies = 0;
-  uint64_t late_replies = 0;      // for requests already given up on
+  uint64_t late_replies = 0;  // for requests already given up on
   uint64_t malformed_replies = 0;
 };
 

@@ -272,8 +272,10 @@ void RpcServer::IoLoop() {
         got_any = true;
         more = part.more();
         // Keep draining an over-long message but stop storing it.
-        if (frames.size() <= options_.limits.max_bulk_frames + 2) frames.push_back(std::move(part));
-        else frames.resize(options_.limits.max_bulk_frames + 3);
+        if (frames.size() <= options_.limits.max_bulk_frames + 2)
+          frames.push_back(std::move(part));
+        else
+          frames.resize(options_.limits.max_bulk_frames + 3);
       }
       if (!got_any) break;
       HandleIncoming(frames);

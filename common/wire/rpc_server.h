@@ -30,8 +30,8 @@ class ReplySink;
 // Handler threads of one lane share one bounded queue.
 struct LaneOptions {
   std::string name = "default";
-  int threads = 2;            // handler threads, >= 1
-  size_t max_queued = 65536;            // requests beyond this are answered OVERLOADED
+  int threads = 2;                        // handler threads, >= 1
+  size_t max_queued = 65536;              // requests beyond this are answered OVERLOADED
   uint64_t max_queued_bytes = 256 << 20;  // so are requests beyond this many queued bytes
 };
 
@@ -88,17 +88,17 @@ struct Rejection {
 using Gate = std::function<std::optional<Rejection>(const InMessage& request)>;
 
 struct ServerStats {
-  uint64_t received = 0;           // well-formed requests
+  uint64_t received = 0;  // well-formed requests
   uint64_t replied = 0;
   uint64_t dropped_malformed = 0;  // could not be decoded: dropped without a reply
   uint64_t invalid = 0;            // decoded but failed validation: INVALID reply
   uint64_t wrong_job = 0;
-  uint64_t gated = 0;              // refused by the Gate
+  uint64_t gated = 0;  // refused by the Gate
   uint64_t unimplemented = 0;
   uint64_t overloaded = 0;
-  uint64_t expired = 0;            // budget ran out in the queue: dropped
-  uint64_t failed_sends = 0;       // ROUTER_MANDATORY: peer gone
-  uint64_t handler_errors = 0;     // a handler threw
+  uint64_t expired = 0;         // budget ran out in the queue: dropped
+  uint64_t failed_sends = 0;    // ROUTER_MANDATORY: peer gone
+  uint64_t handler_errors = 0;  // a handler threw
 };
 
 // Safe for concurrent use after Start(); Handle/SetGate only before Start().

@@ -170,9 +170,7 @@ TEST_F(RpcTest, ParkedRequestsHoldNoThread) {
 }
 
 TEST_F(RpcTest, DroppedResponderAnswersInternal) {
-  setup_ = [](RpcServer* s) {
-    s->Handle(Envelope::Body::ECHO, 0, [](InMessage&, Responder) {});
-  };
+  setup_ = [](RpcServer* s) { s->Handle(Envelope::Body::ECHO, 0, [](InMessage&, Responder) {}); };
   StartServer();
   auto reply = client_->Call(handle_, EchoRequest("x"), milliseconds(2000));
   ASSERT_TRUE(reply.ok());
@@ -237,7 +235,8 @@ TEST_F(RpcTest, FullLaneAnswersOverloaded) {
   ids.push_back(*client_->Send(handle_, EchoRequest("x"), milliseconds(5000)));
   for (int i = 0; i < 400 && running == 0; ++i) std::this_thread::sleep_for(milliseconds(5));
   ASSERT_EQ(running, 1);
-  for (int i = 0; i < 5; ++i) ids.push_back(*client_->Send(handle_, EchoRequest("x"), milliseconds(5000)));
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(*client_->Send(handle_, EchoRequest("x"), milliseconds(5000)));
   for (int i = 0; i < 400 && server_->stats().overloaded < 3; ++i)
     std::this_thread::sleep_for(milliseconds(5));
   release = true;
@@ -290,7 +289,8 @@ TEST_F(RpcTest, CallAllFansOutToSeveralServers) {
   ASSERT_TRUE(second.Start().ok());
   int h2 = *client_->Connect(second.endpoint());
   std::vector<std::pair<int, OutMessage>> msgs;
-  for (int i = 0; i < 10; ++i) msgs.emplace_back(i % 2 ? h2 : handle_, EchoRequest(std::to_string(i)));
+  for (int i = 0; i < 10; ++i)
+    msgs.emplace_back(i % 2 ? h2 : handle_, EchoRequest(std::to_string(i)));
   auto replies = client_->CallAll(std::move(msgs), milliseconds(5000));
   ASSERT_EQ(replies.size(), 10u);
   for (size_t i = 0; i < replies.size(); ++i) {

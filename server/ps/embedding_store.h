@@ -23,12 +23,12 @@
 namespace tandem::ps {
 
 struct StoreOptions {
-  std::string db_dir;                          // the live RocksDB directory
-  std::vector<embedding::TableSpec> tables;    // indexed by table_id (0..n-1)
-  uint64_t seed = 1;                           // for initial values of absent rows
-  uint64_t cache_bytes = 256ull << 20;         // bound on cached row bytes (+ index)
-  bool memory_only = false;                    // ps.storage: memory
-  int stripes = 64;                            // lock stripes (by key hash), so no global lock
+  std::string db_dir;                        // the live RocksDB directory
+  std::vector<embedding::TableSpec> tables;  // indexed by table_id (0..n-1)
+  uint64_t seed = 1;                         // for initial values of absent rows
+  uint64_t cache_bytes = 256ull << 20;       // bound on cached row bytes (+ index)
+  bool memory_only = false;                  // ps.storage: memory
+  int stripes = 64;                          // lock stripes (by key hash), so no global lock
 };
 
 struct StoreStats {
@@ -80,7 +80,8 @@ class EmbeddingStore {
   // Visits every stored row (cache and RocksDB, each row once, newest version), and every
   // admission counter, in unspecified order. For checksums, tests and export.
   Status ForEachRow(const std::function<void(uint32_t table, uint64_t id, const uint8_t* row)>& fn);
-  Status ForEachAdmissionCount(const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn);
+  Status ForEachAdmissionCount(
+      const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn);
 
   StoreStats stats() const;
 

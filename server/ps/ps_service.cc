@@ -16,12 +16,12 @@ std::vector<wire::LaneOptions> PsLanes(int handler_threads) {
   return {wire::LaneOptions{"push", push}, wire::LaneOptions{"pull", pull}};
 }
 
-void RegisterPsDiagnostics(wire::RpcServer* server) { wire::RegisterDiagnostics(server, kPullLane); }
+void RegisterPsDiagnostics(wire::RpcServer* server) {
+  wire::RegisterDiagnostics(server, kPullLane);
+}
 
 PsService::PsService(Shard* shard, wire::RpcServer* server)
-    : shard_(shard),
-      server_(server),
-      incarnations_(shard->options().num_workers, 0) {}
+    : shard_(shard), server_(server), incarnations_(shard->options().num_workers, 0) {}
 
 void PsService::Register() {
   wire::RegisterDiagnostics(server_, kPullLane);
@@ -50,8 +50,8 @@ std::optional<wire::Rejection> PsService::Fence(const wire::InMessage& m) {
   const uint32_t rank = h.getSenderIndex();
   MutexLock lock(&mu_);
   if (rank >= incarnations_.size())
-    return wire::Rejection{ReplyCode::INVALID, "worker rank " + std::to_string(rank) +
-                                                   " is outside the cluster"};
+    return wire::Rejection{ReplyCode::INVALID,
+                           "worker rank " + std::to_string(rank) + " is outside the cluster"};
   if (h.getIncarnation() < incarnations_[rank]) {
     stats_.stale++;
     return wire::Rejection{ReplyCode::STALE, "worker " + std::to_string(rank) + " incarnation " +
@@ -72,7 +72,8 @@ namespace {
 // Reads a table slice's ids (and values when `dim_values`) from the message's bulk frames.
 Status SliceIds(wire::InMessage& m, wire::TableSlice::Reader t, std::span<const uint64_t>* ids) {
   auto frame = m.BulkAs<uint64_t>(t.getIdsFrame());
-  if (!frame.ok()) return frame.status().WithContext("table " + std::to_string(t.getTableId()) + " ids");
+  if (!frame.ok())
+    return frame.status().WithContext("table " + std::to_string(t.getTableId()) + " ids");
   if (frame->size() != t.getCount())
     return Status::InvalidArgument("table " + std::to_string(t.getTableId()) + ": count " +
                                    std::to_string(t.getCount()) + " but " +
@@ -177,10 +178,11 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
     case PullVerdict::kStale: {
       MutexLock lock(&mu_);
       stats_.stale++;
-      r.SendView(m.header().getTimeline() > shard_->timeline() ? ReplyCode::RETRY : ReplyCode::STALE,
-                 "pull of step " + std::to_string(req.getStep()) + " at applied step " +
-                     std::to_string(shard_->applied_step()),
-                 static_cast<uint64_t>(shard_->applied_step()));
+      r.SendView(
+          m.header().getTimeline() > shard_->timeline() ? ReplyCode::RETRY : ReplyCode::STALE,
+          "pull of step " + std::to_string(req.getStep()) + " at applied step " +
+              std::to_string(shard_->applied_step()),
+          static_cast<uint64_t>(shard_->applied_step()));
       return;
     }
     case PullVerdict::kPark:

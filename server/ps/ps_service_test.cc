@@ -12,8 +12,8 @@ namespace tandem::ps {
 namespace {
 
 using namespace testing;  // NOLINT: test helpers
-using ::tandem::testing::TempDir;
 using std::chrono::milliseconds;
+using ::tandem::testing::TempDir;
 
 wire::Identity Worker(uint32_t rank, uint64_t incarnation = 1) {
   wire::Identity id;

@@ -81,7 +81,8 @@ std::vector<RestoreMarker> ListRestorePoints(const std::string& dir) {
     m.step = j.value("step", -1ll);
     m.replay_from_lsn = j.value("replay_from_lsn", 1ull);
     if (j.contains("partial"))
-      for (const auto& pr : j["partial"]) m.partial.emplace_back(pr[0].get<int64_t>(), pr[1].get<uint32_t>());
+      for (const auto& pr : j["partial"])
+        m.partial.emplace_back(pr[0].get<int64_t>(), pr[1].get<uint32_t>());
     if (fs::exists(dir + "/restore/" + m.name)) out.push_back(m);
   }
   std::sort(out.begin(), out.end(), [](const RestoreMarker& a, const RestoreMarker& b) {
@@ -100,8 +101,10 @@ Status SyncPath(const std::string& path) {
 }
 
 Status WriteMarker(const std::string& path, const RestoreMarker& m) {
-  nlohmann::json j = {{"timeline", m.timeline}, {"step", m.step},
-                      {"replay_from_lsn", m.replay_from_lsn}, {"partial", nlohmann::json::array()}};
+  nlohmann::json j = {{"timeline", m.timeline},
+                      {"step", m.step},
+                      {"replay_from_lsn", m.replay_from_lsn},
+                      {"partial", nlohmann::json::array()}};
   for (const auto& [step, rank] : m.partial) j["partial"].push_back({step, rank});
   const std::string tmp = path + ".tmp";
   {
@@ -184,7 +187,8 @@ Status Shard::Recover() {
     for (const auto& t : r.tables) in.tables.push_back({t.table_id, t.dim, t.ids, t.grads});
     ++replayed;
     auto ack = PushLocked(in, /*replaying=*/true, r.header.lsn);
-    return ack.ok() ? Status::Ok() : ack.status().WithContext("replay of lsn " + std::to_string(r.header.lsn));
+    return ack.ok() ? Status::Ok()
+                    : ack.status().WithContext("replay of lsn " + std::to_string(r.header.lsn));
   });
   TANDEM_RETURN_IF_ERROR(s);
   stats_.replayed_records = replayed;
@@ -210,12 +214,13 @@ Status Shard::ValidatePull(uint32_t table, std::span<const uint64_t> ids) const 
 
 Status Shard::ValidatePush(const PushInput& p) const {
   if (p.rank >= options_.num_workers)
-    return Status::InvalidArgument("rank " + std::to_string(p.rank) + " >= " +
-                                   std::to_string(options_.num_workers) + " workers");
+    return Status::InvalidArgument("rank " + std::to_string(p.rank) +
+                                   " >= " + std::to_string(options_.num_workers) + " workers");
   if (p.step < 0) return Status::InvalidArgument("negative step");
   std::vector<bool> seen(options_.tables.size(), false);
   for (const auto& t : p.tables) {
-    const std::string where = "step " + std::to_string(p.step) + " table " + std::to_string(t.table_id);
+    const std::string where =
+        "step " + std::to_string(p.step) + " table " + std::to_string(t.table_id);
     if (t.table_id >= options_.tables.size()) return Status::InvalidArgument("unknown " + where);
     if (seen[t.table_id]) return Status::InvalidArgument(where + " appears twice in one push");
     seen[t.table_id] = true;
@@ -224,7 +229,8 @@ Status Shard::ValidatePush(const PushInput& p) const {
       return Status::InvalidArgument(where + ": dim " + std::to_string(t.dim) + ", table has " +
                                      std::to_string(spec.dim));
     if (t.ids.size() > options_.max_rows_per_push)
-      return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) + " rows is too many");
+      return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) +
+                                     " rows is too many");
     if (t.grads.size() != t.ids.size() * t.dim)
       return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) + " ids but " +
                                      std::to_string(t.grads.size()) + " gradient values");
@@ -254,8 +260,10 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
   const auto key = std::make_pair(push.step, push.rank);
   const bool k0 = options_.staleness == 0;
   bool duplicate = push.step <= applied_;
-  if (!duplicate && k0) duplicate = pending_.count(push.step) && pending_[push.step].count(push.rank);
-  if (!duplicate && !k0) duplicate = k1_ranks_.count(push.step) && k1_ranks_[push.step].count(push.rank);
+  if (!duplicate && k0)
+    duplicate = pending_.count(push.step) && pending_[push.step].count(push.rank);
+  if (!duplicate && !k0)
+    duplicate = k1_ranks_.count(push.step) && k1_ranks_[push.step].count(push.rank);
   if (duplicate) {
     auto it = logged_.find(key);
     if (k0 && it != logged_.end() && it->second != hash)
@@ -295,13 +303,15 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     b->skip = push.skip;
     b->bytes = bytes;
     for (const auto& t : push.tables)
-      b->tables.push_back({t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
+      b->tables.push_back(
+          {t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
     pending_bytes_ += bytes;
     pending_[push.step][push.rank] = std::move(b);
     TANDEM_RETURN_IF_ERROR(ApplyReadySteps());
   } else {
     if (!push.skip) {
-      for (const auto& t : push.tables) TANDEM_RETURN_IF_ERROR(ApplyTable(push.step, t.table_id, t.ids, t.grads));
+      for (const auto& t : push.tables)
+        TANDEM_RETURN_IF_ERROR(ApplyTable(push.step, t.table_id, t.ids, t.grads));
     }
     k1_ranks_[push.step].insert(push.rank);
     AdvanceAppliedK1(push.step);
@@ -315,8 +325,8 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
 
 void Shard::AdvanceAppliedK1(int64_t step) {
   (void)step;
-  for (auto it = k1_ranks_.find(applied_ + 1);
-       it != k1_ranks_.end() && it->first == applied_ + 1 && it->second.size() == options_.num_workers;
+  for (auto it = k1_ranks_.find(applied_ + 1); it != k1_ranks_.end() && it->first == applied_ + 1 &&
+                                               it->second.size() == options_.num_workers;
        it = k1_ranks_.find(applied_ + 1)) {
     applied_.store(applied_ + 1);
     stats_.steps_applied++;
@@ -461,9 +471,7 @@ Status Shard::Admit(int64_t step, uint32_t table, std::span<const uint64_t> ids,
   return Status::Ok();
 }
 
-int64_t Shard::RequiredVersion(int64_t step) const {
-  return step - 1 - options_.staleness;
-}
+int64_t Shard::RequiredVersion(int64_t step) const { return step - 1 - options_.staleness; }
 
 PullVerdict Shard::CheckPull(uint64_t timeline, int64_t step, bool from_pre_images) const {
   if (timeline != timeline_) return PullVerdict::kStale;
@@ -492,9 +500,7 @@ Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float
   return Status::Ok();
 }
 
-int64_t Shard::applied_step() const {
-  return applied_.load();
-}
+int64_t Shard::applied_step() const { return applied_.load(); }
 
 ShardStats Shard::stats() const {
   MutexLock lock(&mu_);

@@ -39,17 +39,17 @@ enum class NanPolicy { kReject, kSkipRows };
 struct ShardOptions {
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
-  uint32_t num_workers = 1;                // M
-  int64_t staleness = 0;                   // k
+  uint32_t num_workers = 1;  // M
+  int64_t staleness = 0;     // k
   std::vector<embedding::TableSpec> tables;
   uint64_t seed = 1;
-  std::string dir;                         // this shard's data directory
+  std::string dir;  // this shard's data directory
   uint64_t cache_bytes = 256ull << 20;
   bool memory_only = false;
   Durability durability = Durability::kProcess;
   std::chrono::milliseconds group_commit{10};
   NanPolicy nan_policy = NanPolicy::kReject;
-  uint64_t max_rows_per_push = 1u << 22;   // per table slice
+  uint64_t max_rows_per_push = 1u << 22;       // per table slice
   uint64_t max_buffered_bytes = 256ull << 20;  // k = 0 pushes waiting for their step
   uint64_t restore_point_every_bytes = 1ull << 30;
   uint64_t push_log_max_bytes = 16ull << 30;
@@ -80,11 +80,11 @@ struct ShardStats {
   uint64_t duplicates = 0;
   uint64_t steps_applied = 0;
   uint64_t rows_applied = 0;
-  uint64_t rows_admitted = 0;       // materialised after reaching admission.min_count
-  uint64_t rows_not_admitted = 0;   // gradients dropped: id below admission.min_count
-  uint64_t rows_expired = 0;        // treated as absent by eviction.ttl_steps
-  uint64_t rows_nan_skipped = 0;    // nan_policy skip_rows
-  uint64_t replayed_records = 0;    // at the last recovery
+  uint64_t rows_admitted = 0;      // materialised after reaching admission.min_count
+  uint64_t rows_not_admitted = 0;  // gradients dropped: id below admission.min_count
+  uint64_t rows_expired = 0;       // treated as absent by eviction.ttl_steps
+  uint64_t rows_nan_skipped = 0;   // nan_policy skip_rows
+  uint64_t replayed_records = 0;   // at the last recovery
   uint64_t restore_points = 0;
 };
 

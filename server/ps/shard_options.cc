@@ -13,7 +13,8 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.dir = job.ps.data_dir + "/shard-" + std::to_string(index);
   o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
   o.memory_only = job.ps.storage == "memory";
-  o.durability = job.ps.push_log_durability == "machine" ? Durability::kMachine : Durability::kProcess;
+  o.durability =
+      job.ps.push_log_durability == "machine" ? Durability::kMachine : Durability::kProcess;
   o.group_commit = std::chrono::milliseconds(job.ps.push_log_group_ms);
   o.nan_policy = job.ps.nan_policy == "skip_rows" ? NanPolicy::kSkipRows : NanPolicy::kReject;
   o.max_buffered_bytes = static_cast<uint64_t>(job.ps.max_buffered_bytes);

@@ -213,7 +213,7 @@ TEST(ShardTest, PreImagesAreTheRowsBeforeTheLastApply) {
   ASSERT_TRUE(shard->Push(MakePush(1, 0, {{0, {1}}}, o).input()).ok());
   ASSERT_TRUE(shard->ReadPreImages(0, ids, pre.data()).ok());
   ASSERT_TRUE(shard->Read(0, ids, after1.data()).ok());
-  EXPECT_EQ(pre, after0);      // id 1 as before step 1, id 2 untouched by step 1
+  EXPECT_EQ(pre, after0);  // id 1 as before step 1, id 2 untouched by step 1
   EXPECT_NE(after1, after0);
 }
 
@@ -232,7 +232,9 @@ TEST(ShardTest, AdmissionNeedsMinCountStepsAndLeavesPullsAlone) {
     EXPECT_EQ(out, init) << "not admitted yet at step " << step;
   }
   uint64_t count = 0;
-  ASSERT_TRUE(shard->store()->ForEachAdmissionCount([&](uint32_t, uint64_t, uint64_t c) { count = c; }).ok());
+  ASSERT_TRUE(shard->store()
+                  ->ForEachAdmissionCount([&](uint32_t, uint64_t, uint64_t c) { count = c; })
+                  .ok());
   EXPECT_EQ(count, 2u);
   ASSERT_TRUE(shard->Push(MakePush(2, 0, {{0, {42}}}, o).input()).ok());
   ASSERT_TRUE(shard->Read(0, id, out.data()).ok());
@@ -247,7 +249,8 @@ TEST(ShardTest, TtlTreatsStaleRowsAsAbsentAtTheirNextApply) {
   o.tables[1].ttl_steps = 2;
   auto shard = OpenShard(o);
   ASSERT_TRUE(shard->Push(MakePush(0, 0, {{1, {9}}}, o).input()).ok());
-  for (int64_t step = 1; step < 5; ++step) ASSERT_TRUE(shard->Push(MakePush(step, 0, {}, o).input()).ok());
+  for (int64_t step = 1; step < 5; ++step)
+    ASSERT_TRUE(shard->Push(MakePush(step, 0, {}, o).input()).ok());
   ASSERT_TRUE(shard->Push(MakePush(5, 0, {{1, {9}}}, o).input()).ok());
   // Expired at step 5 (last update 0 < 5 - 2): reset to its initial value, then one update.
   std::vector<float> init(8), now(8);

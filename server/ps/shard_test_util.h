@@ -27,7 +27,8 @@ inline ShardOptions SmallShard(const std::string& dir, uint32_t workers, int64_t
   ShardOptions o;
   o.num_workers = workers;
   o.staleness = k;
-  o.tables = {Spec(0, 4, embedding::OptimizerKind::kAdagrad), Spec(1, 8, embedding::OptimizerKind::kSgd)};
+  o.tables = {Spec(0, 4, embedding::OptimizerKind::kAdagrad),
+              Spec(1, 8, embedding::OptimizerKind::kSgd)};
   o.dir = dir;
   o.cache_bytes = 1 << 20;
   return o;
@@ -50,16 +51,19 @@ struct OwnedPush {
 };
 
 // Deterministic gradients for (step, rank, table, id).
-inline std::vector<float> Grad(int64_t step, uint32_t rank, uint32_t table, uint64_t id, uint32_t dim) {
+inline std::vector<float> Grad(int64_t step, uint32_t rank, uint32_t table, uint64_t id,
+                               uint32_t dim) {
   std::vector<float> g(dim);
   for (uint32_t j = 0; j < dim; ++j)
-    g[j] = static_cast<float>(static_cast<int64_t>((step * 7 + rank * 13 + table * 5 + id * 3 + j) % 17) - 8) *
+    g[j] = static_cast<float>(
+               static_cast<int64_t>((step * 7 + rank * 13 + table * 5 + id * 3 + j) % 17) - 8) *
            0.01f;
   return g;
 }
 
 // The rows of `ids` of `table` on a 1-shard job, as a push of (step, rank).
-inline OwnedPush MakePush(int64_t step, uint32_t rank, const std::map<uint32_t, std::vector<uint64_t>>& ids,
+inline OwnedPush MakePush(int64_t step, uint32_t rank,
+                          const std::map<uint32_t, std::vector<uint64_t>>& ids,
                           const ShardOptions& o) {
   OwnedPush p;
   p.step = step;

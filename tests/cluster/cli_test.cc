@@ -14,8 +14,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-const std::vector<std::string> kSubcommands = {"chief", "ps",     "worker",  "local",    "drill",
-                                               "datagen", "convert", "eval", "export",   "predict",
+const std::vector<std::string> kSubcommands = {"chief",   "ps",       "worker", "local",  "drill",
+                                               "datagen", "convert",  "eval",   "export", "predict",
                                                "status",  "checksum", "keys"};
 
 CommandResult Tandem(std::vector<std::string> args, std::vector<std::string> env = {}) {
@@ -67,7 +67,8 @@ TEST(CliTest, DatagenWritesDataWithTeacherAucAndConvertKeepsPositions) {
   WriteFile(dir.File("bad.tsv"), text);
   auto conv = Tandem({"convert", "--in", dir.File("bad.tsv"), "--out", dir.File("bad.bin")});
   ASSERT_EQ(conv.exit.exit_code, 0) << conv.output;
-  EXPECT_NE(conv.output.find("converted 3001 lines (1 malformed"), std::string::npos) << conv.output;
+  EXPECT_NE(conv.output.find("converted 3001 lines (1 malformed"), std::string::npos)
+      << conv.output;
   EXPECT_NE(conv.output.find("bad.tsv:2"), std::string::npos) << conv.output;
   auto missing = Tandem({"convert", "--in", dir.File("nope.tsv"), "--out", dir.File("x.bin")});
   EXPECT_NE(missing.exit.exit_code, 0);
@@ -106,8 +107,8 @@ TEST(CliTest, DaemonWithBadConfigExits3BeforeBinding) {
 TEST(CliTest, BadSetValueExits3NamingFlag) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
-  auto r = Tandem({"ps", "--config", dir.File("job.yaml"), "--task", "ps:0", "--set",
-                   "train.steps=many"});
+  auto r = Tandem(
+      {"ps", "--config", dir.File("job.yaml"), "--task", "ps:0", "--set", "train.steps=many"});
   EXPECT_EQ(r.exit.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("--set train.steps=many"), std::string::npos) << r.output;
 }
@@ -125,7 +126,8 @@ TEST(CliTest, TfConfigConflictsExit3NamingBoth) {
   const std::string tf =
       R"(TF_CONFIG={"cluster": {"chief": ["127.0.0.1:0"], "ps": ["127.0.0.1:0", "127.0.0.1:0"], )"
       R"("worker": ["127.0.0.1:0"]}, "task": {"type": "ps", "index": 1}})";
-  auto r = RunCommand({TANDEM_BINARY, "ps", "--config", dir.File("job.yaml"), "--task", "ps:0"}, {tf});
+  auto r =
+      RunCommand({TANDEM_BINARY, "ps", "--config", dir.File("job.yaml"), "--task", "ps:0"}, {tf});
   EXPECT_EQ(r.exit.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("ps:0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ps:1"), std::string::npos) << r.output;
@@ -145,8 +147,8 @@ TEST(CliTest, TfConfigSuppliesTaskAndClusterAndSigtermExits0) {
       R"(TF_CONFIG={"cluster": {"chief": ["127.0.0.1:0"], "ps": ["127.0.0.1:0", "127.0.0.1:0"], )"
       R"("worker": ["127.0.0.1:0"]}, "task": {"type": "ps", "index": 1}})";
   SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "ps", "--config", dir.File("job.yaml"), "--ready-file", dir.File("ready"),
-            "--job-id", kJobHex};
+  o.argv = {TANDEM_BINARY,     "ps",       "--config", dir.File("job.yaml"), "--ready-file",
+            dir.File("ready"), "--job-id", kJobHex};
   o.set_env = {tf};
   o.output_path = dir.File("log");
   auto p = Subprocess::Spawn(o);
@@ -166,10 +168,9 @@ TEST(CliTest, TfConfigSuppliesTaskAndClusterAndSigtermExits0) {
 TEST(CliTest, LocalStartsChecksAndStopsACluster) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
-  auto r = RunCommand({TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "2",
-                       "--workers", "2"},
-                      {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {},
-                      milliseconds(60000));
+  auto r = RunCommand(
+      {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "2", "--workers", "2"},
+      {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, milliseconds(60000));
   EXPECT_EQ(r.exit.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("5/5 processes answer"), std::string::npos) << r.output;
   auto cluster = nlohmann::json::parse(ReadFile(dir.path() + "/out/cluster.json"));
@@ -185,8 +186,8 @@ TEST(CliTest, StatusReadsClusterFileOfHeldLocalCluster) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
   SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "1", "--workers", "1",
-            "--hold"};
+  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "1",
+            "--workers",   "1",     "--hold"};
   o.output_path = dir.File("local.log");
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok());

@@ -22,11 +22,16 @@ inline std::string LoopbackConfig(const std::string& dir) {
          "  ps: [\"127.0.0.1:0\"]\n"
          "  workers: [\"127.0.0.1:0\"]\n"
          "checkpoint:\n"
-         "  dir: " + dir + "/ckpt\n"
+         "  dir: " +
+         dir +
+         "/ckpt\n"
          "output:\n"
-         "  dir: " + dir + "/out\n"
+         "  dir: " +
+         dir +
+         "/out\n"
          "ps:\n"
-         "  data_dir: " + dir + "/ps\n";
+         "  data_dir: " +
+         dir + "/ps\n";
 }
 
 struct Daemon {
@@ -44,8 +49,8 @@ inline Daemon StartDaemon(const TempDir& dir, const std::string& role, const std
   Daemon d;
   d.log_path = dir.File(role + ".log");
   SpawnOptions o;
-  o.argv = {TANDEM_BINARY, role, "--config", config, "--task", task, "--job-id", kJobHex,
-            "--ready-file", ready};
+  o.argv = {TANDEM_BINARY, role,       "--config", config,         "--task",
+            task,          "--job-id", kJobHex,    "--ready-file", ready};
   o.argv.insert(o.argv.end(), extra.begin(), extra.end());
   o.unset_env = {"TF_CONFIG"};
   o.output_path = d.log_path;

@@ -31,20 +31,26 @@ std::string FreePort() {
 std::string PsConfig(const std::string& dir, const std::string& port) {
   return "cluster:\n"
          "  chief: [\"127.0.0.1:0\"]\n"
-         "  ps: [\"127.0.0.1:" + port + "\"]\n"
+         "  ps: [\"127.0.0.1:" +
+         port +
+         "\"]\n"
          "  workers: [\"127.0.0.1:0\"]\n"
          "model:\n  embedding_dim: 8\n  bottom_mlp: [16, 8]\n"
          "data:\n  num_categorical: 2\n"
          "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.05\n"
-         "ps:\n  data_dir: " + dir + "/ps\n  cache_bytes: 32768\n"
-         "checkpoint:\n  dir: " + dir + "/ckpt\n";
+         "ps:\n  data_dir: " +
+         dir +
+         "/ps\n  cache_bytes: 32768\n"
+         "checkpoint:\n  dir: " +
+         dir + "/ckpt\n";
 }
 
 Subprocess StartPs(const TempDir& dir, int incarnation) {
   const std::string ready = dir.File("ready-" + std::to_string(incarnation));
   SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "ps", "--config", dir.File("job.yaml"), "--task", "ps:0", "--job-id",
-            kJobHex, "--incarnation", std::to_string(incarnation), "--ready-file", ready};
+  o.argv = {
+      TANDEM_BINARY, "ps",    "--config",      dir.File("job.yaml"),        "--task",       "ps:0",
+      "--job-id",    kJobHex, "--incarnation", std::to_string(incarnation), "--ready-file", ready};
   o.output_path = dir.File("ps.log");
   auto p = Subprocess::Spawn(o);
   EXPECT_TRUE(p.ok());
@@ -130,7 +136,8 @@ TEST(PsProcessTest, KillNineMidStreamLosesNothingAndAppliesOnce) {
     ASSERT_TRUE(ref->Read(t, every, expect.data()).ok());
     ASSERT_EQ(rows[0].size(), expect.size());
     size_t differ = 0;
-    for (size_t i = 0; i < expect.size(); ++i) differ += std::memcmp(&rows[0][i], &expect[i], 4) != 0;
+    for (size_t i = 0; i < expect.size(); ++i)
+      differ += std::memcmp(&rows[0][i], &expect[i], 4) != 0;
     EXPECT_EQ(differ, 0u) << "table " << t << ": " << differ << " values differ from the reference";
   }
   daemon->Signal(SIGTERM);

@@ -109,7 +109,8 @@ std::vector<zmq::message_t> ValidFrames(uint64_t id) {
 // absurd declared sizes. The server must keep answering valid requests with bounded memory.
 TEST_F(RpcProcessTest, GarbageFloodLeavesServerServingWithBoundedMemory) {
   // Warm up allocator pools with valid traffic first, so RSS growth measures only the flood.
-  for (int i = 0; i < 500; ++i) ASSERT_TRUE(client_->Call(handle_, Echo("w"), milliseconds(5000)).ok());
+  for (int i = 0; i < 500; ++i)
+    ASSERT_TRUE(client_->Call(handle_, Echo("w"), milliseconds(5000)).ok());
   const long rss_before = ResidentKiB(daemon_.process->pid());
   ASSERT_GT(rss_before, 0);
 
@@ -186,12 +187,13 @@ TEST_F(RpcProcessTest, GarbageFloodLeavesServerServingWithBoundedMemory) {
   // The server must still answer valid requests, promptly.
   auto pong = wire::Ping(client_.get(), handle_, milliseconds(10000));
   ASSERT_TRUE(pong.ok()) << pong.status();
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(client_->Call(handle_, Echo("v"), milliseconds(5000)).ok());
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(client_->Call(handle_, Echo("v"), milliseconds(5000)).ok());
   EXPECT_TRUE(daemon_.process->running());
   const long rss_after = ResidentKiB(daemon_.process->pid());
-  EXPECT_LT(rss_after - rss_before, 64 * 1024) << "RSS grew from " << rss_before << " KiB to "
-                                               << rss_after << " KiB after " << sent
-                                               << " hostile messages";
+  EXPECT_LT(rss_after - rss_before, 64 * 1024)
+      << "RSS grew from " << rss_before << " KiB to " << rss_after << " KiB after " << sent
+      << " hostile messages";
   // And it shut down cleanly afterwards: SIGTERM -> exit 0.
   daemon_.process->Signal(SIGTERM);
   auto e = daemon_.process->Wait(milliseconds(10000));

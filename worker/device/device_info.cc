@@ -29,9 +29,12 @@ DeviceReport ProbeDevices() {
 Status RunDeviceSelfTest() {
   std::string error;
   switch (cuda::SelfTest(&error)) {
-    case cuda::SelfTestResult::kOk: return Status::Ok();
-    case cuda::SelfTestResult::kNoDevice: return Status::Unavailable(error);
-    case cuda::SelfTestResult::kFailed: return Status::Internal(error);
+    case cuda::SelfTestResult::kOk:
+      return Status::Ok();
+    case cuda::SelfTestResult::kNoDevice:
+      return Status::Unavailable(error);
+    case cuda::SelfTestResult::kFailed:
+      return Status::Internal(error);
   }
   return Status::Internal("unreachable");
 }
@@ -40,7 +43,9 @@ Status RunDeviceSelfTest() {
 
 DeviceReport ProbeDevices() { return DeviceReport{}; }
 
-Status RunDeviceSelfTest() { return Status::Unavailable("built without CUDA (nvcc was not found)"); }
+Status RunDeviceSelfTest() {
+  return Status::Unavailable("built without CUDA (nvcc was not found)");
+}
 
 #endif
 

@@ -12,9 +12,9 @@ namespace tandem::device {
 struct DeviceReport {
   bool cuda_compiled = false;
   int device_count = 0;
-  std::string error;                      // why no device is usable, when none is
-  std::vector<std::string> devices;       // "NVIDIA H200 (sm_90, 132 SMs, 141 GiB)"
-  std::string library_versions;           // "cudart 13000 driver 0 cublas 130100 cudnn 91900 nccl 22809"
+  std::string error;                 // why no device is usable, when none is
+  std::vector<std::string> devices;  // "NVIDIA H200 (sm_90, 132 SMs, 141 GiB)"
+  std::string library_versions;      // "cudart 13000 driver 0 cublas 130100 cudnn 91900 nccl 22809"
   std::string ToString() const;
 };
 

@@ -64,13 +64,20 @@ SelfTestResult SelfTest(std::string* error) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    *error = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    *error =
+        std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return SelfTestResult::kNoDevice;
   }
   const int n = 1 << 16, m = 64;
   std::vector<float> x(n), y(n), a(m * m), b(m * m), c(m * m, 0.f);
-  for (int i = 0; i < n; ++i) { x[i] = float(i % 97) * 0.5f; y[i] = float(i % 13); }
-  for (int i = 0; i < m * m; ++i) { a[i] = float(i % 7) - 3.f; b[i] = float(i % 5) * 0.25f; }
+  for (int i = 0; i < n; ++i) {
+    x[i] = float(i % 97) * 0.5f;
+    y[i] = float(i % 13);
+  }
+  for (int i = 0; i < m * m; ++i) {
+    a[i] = float(i % 7) - 3.f;
+    b[i] = float(i % 5) * 0.25f;
+  }
   DeviceBuffers buf;
   if (cudaMalloc(&buf.p[0], n * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&buf.p[1], n * sizeof(float)) != cudaSuccess ||
@@ -104,7 +111,8 @@ SelfTestResult SelfTest(std::string* error) {
     return SelfTestResult::kFailed;
   }
   const float one = 1.f, zero = 0.f;
-  cublasStatus_t s = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, da, m, db, m, &zero, dc, m);
+  cublasStatus_t s =
+      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, da, m, db, m, &zero, dc, m);
   cudaMemcpy(c.data(), dc, m * m * sizeof(float), cudaMemcpyDeviceToHost);
   cublasDestroy(h);
   if (s != CUBLAS_STATUS_SUCCESS) {

@@ -1,0 +1,76 @@
+// The device interface the dense model computes through (DESIGN §8): the CPU backend now, the
+// CUDA backend later, without touching the model code. Every op works on raw float pointers with
+// explicit sizes; all matrices are row-major and contiguous unless a leading dimension is given.
+//
+// Determinism contract (PROTOCOLS §5): every op other than Gemm has a fixed reduction order,
+// spelled out below, and no floating-point atomics. Gemm must use one algorithm per shape for a
+// given backend configuration (OpenBLAS with a fixed thread count; one cuBLASLt algorithm).
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::device {
+
+// Abstract device backend. Pointers are device pointers of that backend (host memory for CPU).
+// Thread-safety: an instance requires external synchronization.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // C[m x n] = alpha * op(A) * op(B) + beta * C, where op(A) is m x k and op(B) is k x n.
+  // A is stored m x k (k x m when trans_a), B is k x n (n x k when trans_b). beta = 0 ignores C.
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, const float* b, float beta, float* c) = 0;
+
+  // y[r][c] += bias[c] for y of rows x cols.
+  virtual void AddBias(int64_t rows, int64_t cols, const float* bias, float* y) = 0;
+  // db[c] = sum over r of dy[r][c], summed in increasing r (sample order), starting from 0.
+  virtual void BiasGrad(int64_t rows, int64_t cols, const float* dy, float* db) = 0;
+
+  // y = max(x, 0) element-wise (y may alias x).
+  virtual void ReluForward(int64_t n, const float* x, float* y) = 0;
+  // dx = y > 0 ? dy : 0, where y is the forward output (dx may alias dy).
+  virtual void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) = 0;
+  // y = 1 / (1 + exp(-x)), computed without overflow for either sign.
+  virtual void Sigmoid(int64_t n, const float* x, float* y) = 0;
+  // dx = dy * y * (1 - y), where y is the forward output.
+  virtual void SigmoidBackward(int64_t n, const float* y, const float* dy, float* dx) = 0;
+
+  // Binary cross-entropy on logits z with labels in [0, 1] and per-sample weights w (nullptr:
+  // all 1). Returns sum_i w_i * bce(z_i, y_i) / normaliser, summed in sample order; writes
+  // d_logits[i] = w_i * (sigmoid(z_i) - y_i) / normaliser when d_logits is not null.
+  virtual float BceWithLogits(int64_t n, const float* logits, const float* labels,
+                              const float* weights, float normaliser, float* d_logits) = 0;
+
+  virtual void Copy(int64_t n, const float* x, float* y) = 0;
+  virtual void Fill(int64_t n, float value, float* y) = 0;
+  // y += alpha * x.
+  virtual void Axpy(int64_t n, float alpha, const float* x, float* y) = 0;
+  // 2-D strided copy of a rows x cols block: dst[r * dst_ld + c] (+)= src[r * src_ld + c].
+  // Concatenation and splitting of feature blocks are both this op.
+  virtual void CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld,
+                           float* dst, int64_t dst_ld, bool accumulate) = 0;
+
+  // DLRM pairwise dot products. x is batch x n x d (n vectors of dim d per sample). For each
+  // sample, out[s * out_ld + p] = <x_i, x_j> for the p-th pair of the strict upper triangle in
+  // row-major order (i < j, i outer), each dot summed over d in increasing index order.
+  virtual void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x,
+                                   float* out, int64_t out_ld) = 0;
+  // dx[s][i] = sum over j != i (increasing j) of dz[s][pair(i, j)] * x[s][j]; dx is overwritten.
+  virtual void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
+                                    const float* dz, int64_t dz_ld, float* dx) = 0;
+
+  // Embedding-bag pooling. rows is num_unique x d; the lookups of sample s are
+  // positions [offsets[s], offsets[s + 1]) of `inverse`, each a row index into rows.
+  // pooled[s] = sum of its rows (mean: times 1/count; an empty bag is 0), summed in lookup order.
+  virtual void EmbeddingBagForward(int64_t batch, int64_t d, const float* rows,
+                                   const int64_t* offsets, const int64_t* inverse, bool mean,
+                                   float* pooled) = 0;
+  // d_rows (num_unique x d) is overwritten with, for each unique row, the sum of the bag
+  // gradients of every lookup of it (mean: scaled by 1/count), added in lookup (= sample) order.
+  virtual void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique,
+                                    const float* d_pooled, const int64_t* offsets,
+                                    const int64_t* inverse, bool mean, float* d_rows) = 0;
+};
+
+}  // namespace tandem::device

@@ -1,0 +1,176 @@
+#include "worker/device/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace tandem::device {
+namespace {
+
+// Index of pair (i, j), i < j, in the row-major strict upper triangle of an n x n matrix.
+int64_t PairIndex(int64_t n, int64_t i, int64_t j) { return i * n - i * (i + 1) / 2 + (j - i - 1); }
+
+float StableSigmoid(float x) {
+  if (x >= 0) return 1.0f / (1.0f + std::exp(-x));
+  const float e = std::exp(x);
+  return e / (1.0f + e);
+}
+
+// y += alpha * x over d elements; a loop of independent lanes, so vectorizing keeps the order.
+void AxpyRow(int64_t d, float alpha, const float* x, float* y) {
+  for (int64_t c = 0; c < d; ++c) y[c] += alpha * x[c];
+}
+
+float Dot(int64_t d, const float* a, const float* b) {
+  float sum = 0.0f;  // one accumulator in index order: never reassociated without -ffast-math
+  for (int64_t c = 0; c < d; ++c) sum += a[c] * b[c];
+  return sum;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(int64_t threads) {
+  if (threads < 1) return Status::InvalidArgument("cpu backend: threads must be >= 1");
+  openblas_set_num_threads(static_cast<int>(threads));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(threads));
+}
+
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float* a, const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // BLAS leaves C untouched when k = 0 only for beta = 1; spell out C = beta * C.
+    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  const int64_t lda = trans_a ? m : k;
+  const int64_t ldb = trans_b ? k : n;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(n));
+}
+
+void CpuBackend::AddBias(int64_t rows, int64_t cols, const float* bias, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * cols;
+    for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+void CpuBackend::BiasGrad(int64_t rows, int64_t cols, const float* dy, float* db) {
+  std::fill_n(db, cols, 0.0f);
+  // Rows outer: every db[c] is summed in sample order whatever the vector width.
+  for (int64_t r = 0; r < rows; ++r) AxpyRow(cols, 1.0f, dy + r * cols, db);
+}
+
+void CpuBackend::ReluForward(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void CpuBackend::ReluBackward(int64_t n, const float* y, const float* dy, float* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void CpuBackend::Sigmoid(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = StableSigmoid(x[i]);
+}
+
+void CpuBackend::SigmoidBackward(int64_t n, const float* y, const float* dy, float* dx) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+}
+
+float CpuBackend::BceWithLogits(int64_t n, const float* logits, const float* labels,
+                                const float* weights, float normaliser, float* d_logits) {
+  double sum = 0.0;  // sample order; double so that large batches lose nothing to rounding
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = logits[i];
+    const float w = weights != nullptr ? weights[i] : 1.0f;
+    const float loss = std::max(z, 0.0f) - z * labels[i] + std::log1p(std::exp(-std::fabs(z)));
+    sum += static_cast<double>(w) * loss;
+    if (d_logits != nullptr) d_logits[i] = w * (StableSigmoid(z) - labels[i]) / normaliser;
+  }
+  return static_cast<float>(sum / normaliser);
+}
+
+void CpuBackend::Copy(int64_t n, const float* x, float* y) {
+  if (n > 0 && x != y) std::memmove(y, x, n * sizeof(float));
+}
+
+void CpuBackend::Fill(int64_t n, float value, float* y) { std::fill_n(y, n, value); }
+
+void CpuBackend::Axpy(int64_t n, float alpha, const float* x, float* y) { AxpyRow(n, alpha, x, y); }
+
+void CpuBackend::CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld,
+                             float* dst, int64_t dst_ld, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (accumulate) {
+      AxpyRow(cols, 1.0f, src + r * src_ld, dst + r * dst_ld);
+    } else {
+      std::memcpy(dst + r * dst_ld, src + r * src_ld, cols * sizeof(float));
+    }
+  }
+}
+
+void CpuBackend::PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x,
+                                     float* out, int64_t out_ld) {
+  for (int64_t s = 0; s < batch; ++s) {
+    const float* xs = x + s * n * d;
+    float* o = out + s * out_ld;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = i + 1; j < n; ++j) *o++ = Dot(d, xs + i * d, xs + j * d);
+    }
+  }
+}
+
+void CpuBackend::PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
+                                      const float* dz, int64_t dz_ld, float* dx) {
+  for (int64_t s = 0; s < batch; ++s) {
+    const float* xs = x + s * n * d;
+    const float* g = dz + s * dz_ld;
+    float* dxs = dx + s * n * d;
+    std::fill_n(dxs, n * d, 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const int64_t p = i < j ? PairIndex(n, i, j) : PairIndex(n, j, i);
+        AxpyRow(d, g[p], xs + j * d, dxs + i * d);
+      }
+    }
+  }
+}
+
+void CpuBackend::EmbeddingBagForward(int64_t batch, int64_t d, const float* rows,
+                                     const int64_t* offsets, const int64_t* inverse, bool mean,
+                                     float* pooled) {
+  for (int64_t s = 0; s < batch; ++s) {
+    float* out = pooled + s * d;
+    std::fill_n(out, d, 0.0f);
+    for (int64_t k = offsets[s]; k < offsets[s + 1]; ++k) AxpyRow(d, 1.0f, rows + inverse[k] * d, out);
+    const int64_t count = offsets[s + 1] - offsets[s];
+    if (mean && count > 1) {
+      const float scale = 1.0f / static_cast<float>(count);
+      for (int64_t c = 0; c < d; ++c) out[c] *= scale;
+    }
+  }
+}
+
+void CpuBackend::EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique,
+                                      const float* d_pooled, const int64_t* offsets,
+                                      const int64_t* inverse, bool mean, float* d_rows) {
+  std::fill_n(d_rows, num_unique * d, 0.0f);
+  // One sequential pass over the lookups: each unique row receives its contributions in sample
+  // order, which is the fixed order PROTOCOLS §5.1 requires.
+  for (int64_t s = 0; s < batch; ++s) {
+    const int64_t count = offsets[s + 1] - offsets[s];
+    const float scale = mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
+    for (int64_t k = offsets[s]; k < offsets[s + 1]; ++k) {
+      AxpyRow(d, scale, d_pooled + s * d, d_rows + inverse[k] * d);
+    }
+  }
+}
+
+}  // namespace tandem::device

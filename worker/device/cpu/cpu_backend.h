@@ -1,0 +1,55 @@
+// The CPU backend (DESIGN §8): OpenBLAS sgemm for GEMM, plain loops for everything else. The
+// loops are written so that each reduction runs in the documented order of backend.h; the file
+// must be compiled with -ffp-contract=off and without -ffast-math / -march=native (PROTOCOLS §5).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+#include "worker/device/backend.h"
+
+namespace tandem::device {
+
+// Host-memory backend. OpenBLAS keeps its thread count in process-global state, so every
+// CpuBackend in a process must be created with the same thread count (Create enforces nothing
+// beyond setting it). Thread-safety: requires external synchronization.
+class CpuBackend final : public Backend {
+ public:
+  // Sets OpenBLAS to `threads` threads (train.threads). InvalidArgument if threads < 1.
+  static StatusOr<std::unique_ptr<CpuBackend>> Create(int64_t threads);
+
+  int64_t threads() const { return threads_; }
+
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c) override;
+  void AddBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
+  void BiasGrad(int64_t rows, int64_t cols, const float* dy, float* db) override;
+  void ReluForward(int64_t n, const float* x, float* y) override;
+  void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override;
+  void Sigmoid(int64_t n, const float* x, float* y) override;
+  void SigmoidBackward(int64_t n, const float* y, const float* dy, float* dx) override;
+  float BceWithLogits(int64_t n, const float* logits, const float* labels, const float* weights,
+                      float normaliser, float* d_logits) override;
+  void Copy(int64_t n, const float* x, float* y) override;
+  void Fill(int64_t n, float value, float* y) override;
+  void Axpy(int64_t n, float alpha, const float* x, float* y) override;
+  void CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld, float* dst,
+                   int64_t dst_ld, bool accumulate) override;
+  void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                           int64_t out_ld) override;
+  void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
+                            const float* dz, int64_t dz_ld, float* dx) override;
+  void EmbeddingBagForward(int64_t batch, int64_t d, const float* rows, const int64_t* offsets,
+                           const int64_t* inverse, bool mean, float* pooled) override;
+  void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique, const float* d_pooled,
+                            const int64_t* offsets, const int64_t* inverse, bool mean,
+                            float* d_rows) override;
+
+ private:
+  explicit CpuBackend(int64_t threads) : threads_(threads) {}
+
+  int64_t threads_;
+};
+
+}  // namespace tandem::device
