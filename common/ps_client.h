@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/embedding_client.h"
 #include "common/flat_id_index.h"
 #include "common/status.h"
 #include "common/wire/rpc_client.h"
@@ -29,17 +30,6 @@ struct PsClientOptions {
   std::chrono::milliseconds timeout{120000};       // a whole Pull or Push
 };
 
-struct TableIds {
-  uint32_t table = 0;
-  std::span<const uint64_t> ids;  // may repeat
-};
-
-struct TableGrads {
-  uint32_t table = 0;
-  std::span<const uint64_t> ids;  // unique within the table
-  std::span<const float> grads;   // ids.size() * dim
-};
-
 struct PsClientStats {
   uint64_t attempts = 0;
   uint64_t not_ready = 0;
@@ -48,16 +38,23 @@ struct PsClientStats {
 };
 
 // Requires external synchronization (one thread).
-class PsClient {
+class PsClient : public EmbeddingClient {
  public:
   PsClient(zmq::context_t* context, wire::Identity identity, PsClientOptions options);
 
   // rows->at(i) gets tables[i].ids.size() * dim floats, row j for tables[i].ids[j].
   // kAborted when a shard answers STALE; kInvalidArgument for INVALID; kDeadlineExceeded.
-  Status Pull(int64_t step, std::span<const TableIds> tables, std::vector<std::vector<float>>* rows,
-              bool from_pre_images = false);
+  Status Pull(int64_t step, std::span<const TableIds> tables,
+              std::vector<std::vector<float>>* rows) override {
+    return Pull(step, tables, rows, /*from_pre_images=*/false);
+  }
+  Status Pull(int64_t step, std::span<const TableIds> tables,
+              std::vector<std::vector<float>>* rows, bool from_pre_images);
   // One push per shard for `step`, keyed (timeline, step, rank = identity.index).
-  Status Push(int64_t step, std::span<const TableGrads> tables, bool skip = false);
+  Status Push(int64_t step, std::span<const TableGrads> tables) override {
+    return Push(step, tables, /*skip=*/false);
+  }
+  Status Push(int64_t step, std::span<const TableGrads> tables, bool skip);
 
   void SetIdentity(const wire::Identity& identity) { rpc_.SetIdentity(identity); }
   int64_t shard_applied_step(size_t shard) const { return shards_[shard].applied; }

@@ -1,0 +1,36 @@
+// EmbeddingClient: what a trainer needs from the embedding tables, whether they live on
+// parameter-server shards (PsClient) or in this process (LocalEmbeddingTable, for single-process
+// training and tests). Both apply the same row initialiser and sparse-optimizer math.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem {
+
+struct TableIds {
+  uint32_t table = 0;
+  std::span<const uint64_t> ids;  // may repeat
+};
+
+struct TableGrads {
+  uint32_t table = 0;
+  std::span<const uint64_t> ids;  // unique within the table
+  std::span<const float> grads;   // ids.size() * dim
+};
+
+class EmbeddingClient {
+ public:
+  virtual ~EmbeddingClient() = default;
+  // rows->at(i) gets tables[i].ids.size() * dim floats, row j for tables[i].ids[j], as of the
+  // version a pull for `step` must see.
+  virtual Status Pull(int64_t step, std::span<const TableIds> tables,
+                      std::vector<std::vector<float>>* rows) = 0;
+  // The row gradients of `step` (each id once per table, summed over its samples).
+  virtual Status Push(int64_t step, std::span<const TableGrads> tables) = 0;
+};
+
+}  // namespace tandem
