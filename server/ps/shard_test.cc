@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <thread>
 
+#include "common/local_embedding_table.h"
 #include "server/ps/shard_test_util.h"
 
 namespace tandem::ps {
@@ -371,6 +373,38 @@ TEST(ShardTest, RestorePointsBoundReplayAndOldOnesAreDeleted) {
   shard = OpenShard(o);
   EXPECT_EQ(Rows(shard.get()), before);
   EXPECT_LT(shard->stats().replayed_records, 40u);
+}
+
+}  // namespace
+}  // namespace tandem::ps
+
+namespace tandem::ps {
+namespace {
+
+// The in-process table a single-process trainer uses computes what a shard computes.
+TEST(LocalEmbeddingTableTest, MatchesAShardBitForBit) {
+  ::tandem::testing::TempDir dir;
+  auto o = testing::SmallShard(dir.path(), 1);
+  auto shard = std::move(Shard::Open(o)).value();
+  LocalEmbeddingTable local(o.tables, o.seed);
+  std::vector<uint64_t> ids = {4, 8, 15, 16, 23, 42};
+  for (int64_t step = 0; step < 20; ++step) {
+    auto p = testing::MakePush(step, 0, {{0, ids}, {1, {8, 42}}}, o);
+    ASSERT_TRUE(shard->Push(p.input()).ok());
+    std::vector<TableGrads> g;
+    for (const auto& t : p.tables) g.push_back({t.table_id, t.ids, t.grads});
+    ASSERT_TRUE(local.Push(step, g).ok());
+  }
+  for (uint32_t table = 0; table < 2; ++table) {
+    std::vector<uint64_t> probe = {4, 8, 42, 999};
+    std::vector<float> want(probe.size() * o.tables[table].dim);
+    ASSERT_TRUE(shard->Read(table, probe, want.data()).ok());
+    std::vector<std::vector<float>> got;
+    TableIds t{table, probe};
+    ASSERT_TRUE(local.Pull(20, {&t, 1}, &got).ok());
+    EXPECT_EQ(0, std::memcmp(got[0].data(), want.data(), want.size() * 4)) << "table " << table;
+  }
+  EXPECT_EQ(local.rows_stored(), 8u);
 }
 
 }  // namespace
