@@ -1,5 +1,7 @@
 #include "cli/daemon.h"
 
+#include "cli/stop_signals.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -36,17 +38,6 @@ wire::Role WireRole(config::Role r) {
 
 bool IsLoopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
-// Blocks SIGTERM/SIGINT in every thread (call before any thread starts) so that the main thread
-// alone receives them through sigwait, with no global handler state.
-sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
 }
 
 StatusOr<JobId> ResolveJobId(const DaemonArgs& args, const config::JobConfig& job) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/cluster_file.h"
+#include "cli/stop_signals.h"
 #include "common/config/job_config.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
@@ -117,15 +118,6 @@ int PingAll(const std::string& job_hex, std::vector<Child>& children) {
                 c.process->pid(), pong.ok() ? "answers" : pong.status().ToString().c_str());
   }
   return up;
-}
-
-sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
 }
 
 // Supervises until SIGTERM/SIGINT: a child that exits non-zero or by a signal is restarted with
