@@ -40,7 +40,8 @@ Status GuardGloo(std::string_view what, const std::function<void()>& fn) {
     fn();
     return Status::Ok();
   } catch (const gloo::IoException& e) {
-    if (MentionsTimeout(e.what())) return Status::DeadlineExceeded(std::string(what) + ": " + e.what());
+    if (MentionsTimeout(e.what()))
+      return Status::DeadlineExceeded(std::string(what) + ": " + e.what());
     return Status::Unavailable(std::string(what) + ": peer failed: " + e.what());
   } catch (const gloo::Exception& e) {
     return Status::Internal(std::string(what) + ": " + e.what());
@@ -180,7 +181,7 @@ class Generation {
  public:
   template <typename Options>
   struct Bucket {
-    std::vector<float> staging;  // private copy: an abandoned op may still write it
+    std::vector<float> staging;        // private copy: an abandoned op may still write it
     std::unique_ptr<Options> options;  // cached: registering buffers costs ~2 ms per call
   };
 

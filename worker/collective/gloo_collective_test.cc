@@ -2,9 +2,10 @@
 // same binary re-executed with --gtest_filter=CollectivePeer.Run and the scenario in
 // $TANDEM_COLLECTIVE_PEER (exec, not fork: the parent already runs Gloo threads). Every peer is
 // a Subprocess, SIGKILLed by PID when the test ends.
-#include <signal.h>
+#include "worker/collective/gloo_collective.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdint>
@@ -17,7 +18,6 @@
 
 #include "common/subprocess.h"
 #include "common/testing/test_util.h"
-#include "worker/collective/gloo_collective.h"
 
 namespace tandem::collective {
 namespace {
@@ -54,6 +54,8 @@ struct PeerSpec {
   std::string dir;       // FileStore directory
   std::string prefix;    // generation
   int64_t timeout_ms = 5000;
+  int rank = 1;
+  int size = 2;
 };
 
 std::string ResultKey(const std::string& prefix, const std::string& what) {
@@ -62,10 +64,10 @@ std::string ResultKey(const std::string& prefix, const std::string& what) {
 
 StatusOr<std::unique_ptr<GlooCollective>> Join(RendezvousStore* store, const std::string& prefix,
                                                int rank, int64_t timeout_ms,
-                                               int64_t grace_ms = 5000) {
+                                               int64_t grace_ms = 5000, int size = 2) {
   GlooOptions o;
   o.rank = rank;
-  o.size = 2;
+  o.size = size;
   o.store = store;
   o.prefix = prefix;
   o.hostname = "127.0.0.1";
@@ -77,9 +79,10 @@ StatusOr<std::unique_ptr<GlooCollective>> Join(RendezvousStore* store, const std
 // ---- the peer (rank 1) ----
 
 void PeerAllReduce(RendezvousStore* store, const PeerSpec& spec, Collective* c, size_t count) {
-  std::vector<float> data = RankData(1, count);
+  std::vector<float> data = RankData(spec.rank, count);
   ASSERT_TRUE(c->AllReduceSum(data.data(), count).ok());
-  ASSERT_TRUE(store->Set(ResultKey(spec.prefix, std::to_string(count)), Bytes(data)).ok());
+  const std::string what = std::to_string(spec.rank) + "/" + std::to_string(count);
+  ASSERT_TRUE(store->Set(ResultKey(spec.prefix, what), Bytes(data)).ok());
 }
 
 void PeerBroadcast(RendezvousStore* store, const PeerSpec& spec, Collective* c) {
@@ -112,10 +115,10 @@ TEST(CollectivePeer, Run) {
   if (env == nullptr) GTEST_SKIP() << "runs only as the peer process of the tests below";
   PeerSpec spec;
   std::istringstream in(env);
-  in >> spec.scenario >> spec.dir >> spec.prefix >> spec.timeout_ms;
+  in >> spec.scenario >> spec.dir >> spec.prefix >> spec.timeout_ms >> spec.rank >> spec.size;
   auto store = FileStore::Open(spec.dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  auto c = Join(store->get(), spec.prefix, 1, spec.timeout_ms);
+  auto c = Join(store->get(), spec.prefix, spec.rank, spec.timeout_ms, 5000, spec.size);
   ASSERT_TRUE(c.ok()) << c.status();
   RunPeer(store->get(), spec, c->get());
 }
@@ -131,13 +134,14 @@ class GlooCollectiveTest : public ::testing::Test {
   }
 
   // Starts rank 1 running `scenario` under `prefix`.
-  Subprocess* SpawnPeer(const std::string& scenario, const std::string& prefix,
-                        int64_t timeout_ms) {
+  Subprocess* SpawnPeer(const std::string& scenario, const std::string& prefix, int64_t timeout_ms,
+                        int rank = 1, int size = 2) {
     SpawnOptions o;
     o.argv = {SelfExecutable(), "--gtest_filter=CollectivePeer.Run"};
-    o.set_env = {std::string(kPeerEnv) + "=" + scenario + " " + tmp_.File("store") + " " +
-                 prefix + " " + std::to_string(timeout_ms)};
-    o.output_path = tmp_.File("peer-" + prefix + ".log");
+    o.set_env = {std::string(kPeerEnv) + "=" + scenario + " " + tmp_.File("store") + " " + prefix +
+                 " " + std::to_string(timeout_ms) + " " + std::to_string(rank) + " " +
+                 std::to_string(size)};
+    o.output_path = tmp_.File("peer-" + prefix + "-" + std::to_string(rank) + ".log");
     auto p = Subprocess::Spawn(o);
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return nullptr;
@@ -146,7 +150,7 @@ class GlooCollectiveTest : public ::testing::Test {
   }
 
   std::string PeerLog(const std::string& prefix) {
-    return testing::ReadFile(tmp_.File("peer-" + prefix + ".log"));
+    return testing::ReadFile(tmp_.File("peer-" + prefix + "-1.log"));
   }
 
   std::vector<float> PeerResult(const std::string& prefix, const std::string& what) {
@@ -187,7 +191,7 @@ std::vector<std::vector<float>> GlooCollectiveTest::RunSums(const std::string& p
     Status s = (*c)->AllReduceSum(data.data(), n);
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_EQ(Bytes(data), Bytes(want)) << "size " << n;
-    EXPECT_EQ(Bytes(PeerResult(prefix, std::to_string(n))), Bytes(data)) << "size " << n;
+    EXPECT_EQ(Bytes(PeerResult(prefix, "1/" + std::to_string(n))), Bytes(data)) << "size " << n;
     results.push_back(data);
   }
   ExpectPeerSucceeds(peer, prefix);
@@ -202,6 +206,30 @@ TEST_F(GlooCollectiveTest, AllReduceIsTheSumAndBitIdenticalAcrossRuns) {
   for (size_t k = 0; k < kSizes.size(); ++k) {
     EXPECT_EQ(Bytes(first[k]), Bytes(second[k])) << "size " << kSizes[k];
   }
+}
+
+// With three ranks the order of additions differs between ranks unless the algorithm fixes it
+// (gloo::AllreduceRing would give rank-dependent bits); RING reduce-scatter must not.
+TEST_F(GlooCollectiveTest, ThreeRanksGetIdenticalBitsAcrossRanksAndRuns) {
+  std::vector<std::string> runs;
+  for (const std::string prefix : {"three-1", "three-2"}) {
+    ASSERT_NE(SpawnPeer("sum", prefix, 5000, 1, 3), nullptr);
+    ASSERT_NE(SpawnPeer("sum", prefix, 5000, 2, 3), nullptr);
+    auto c = Join(store_.get(), prefix, 0, 5000, 5000, 3);
+    ASSERT_TRUE(c.ok()) << c.status() << "\n" << PeerLog(prefix);
+    std::string all;
+    for (size_t n : kSizes) {
+      std::vector<float> data = RankData(0, n);
+      ASSERT_TRUE((*c)->AllReduceSum(data.data(), n).ok());
+      for (int r = 1; r < 3; ++r) {
+        const std::string what = std::to_string(r) + "/" + std::to_string(n);
+        EXPECT_EQ(Bytes(PeerResult(prefix, what)), Bytes(data)) << "rank " << r << " size " << n;
+      }
+      all += Bytes(data);
+    }
+    runs.push_back(all);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 TEST_F(GlooCollectiveTest, BroadcastCopiesTheRootAndBarrierReturns) {
@@ -277,7 +305,7 @@ TEST_F(GlooCollectiveTest, StoppedPeerMakesAllReduceFailWithinTheDeadline) {
   ASSERT_TRUE(r.ok()) << r << "\n" << PeerLog("gen-1");
   std::vector<float> seven = RankData(0, 7);
   ASSERT_TRUE((*c)->AllReduceSum(seven.data(), 7).ok());
-  EXPECT_EQ(Bytes(PeerResult("gen-1", "7")), Bytes(seven));
+  EXPECT_EQ(Bytes(PeerResult("gen-1", "1/7")), Bytes(seven));
 }
 
 TEST_F(GlooCollectiveTest, AbortAbandonsTheOpAndRebuildGivesAWorkingContext) {
