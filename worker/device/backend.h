@@ -48,14 +48,14 @@ class Backend {
   virtual void Axpy(int64_t n, float alpha, const float* x, float* y) = 0;
   // 2-D strided copy of a rows x cols block: dst[r * dst_ld + c] (+)= src[r * src_ld + c].
   // Concatenation and splitting of feature blocks are both this op.
-  virtual void CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld,
-                           float* dst, int64_t dst_ld, bool accumulate) = 0;
+  virtual void CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld, float* dst,
+                           int64_t dst_ld, bool accumulate) = 0;
 
   // DLRM pairwise dot products. x is batch x n x d (n vectors of dim d per sample). For each
   // sample, out[s * out_ld + p] = <x_i, x_j> for the p-th pair of the strict upper triangle in
   // row-major order (i < j, i outer), each dot summed over d in increasing index order.
-  virtual void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x,
-                                   float* out, int64_t out_ld) = 0;
+  virtual void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                                   int64_t out_ld) = 0;
   // dx[s][i] = sum over j != i (increasing j) of dz[s][pair(i, j)] * x[s][j]; dx is overwritten.
   virtual void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
                                     const float* dz, int64_t dz_ld, float* dx) = 0;

@@ -47,8 +47,7 @@ Status DenseOptimizerOptions::Validate() const {
   return Status::Ok();
 }
 
-StatusOr<DenseOptimizerOptions> DenseOptimizerOptionsFromConfig(
-    const config::TrainConfig& train) {
+StatusOr<DenseOptimizerOptions> DenseOptimizerOptionsFromConfig(const config::TrainConfig& train) {
   DenseOptimizerOptions options;
   if (train.dense_optimizer == "sgd") {
     options.kind = DenseOptimizerKind::kSgd;
@@ -89,7 +88,7 @@ DenseOptimizer::DenseOptimizer(const DenseOptimizerOptions& options, int64_t num
     case DenseOptimizerKind::kAdam:
     case DenseOptimizerKind::kAdamW:
       state_.assign(2 * n + 2, 0.0f);
-      state_[2 * n] = 1.0f;  // beta1^0
+      state_[2 * n] = 1.0f;      // beta1^0
       state_[2 * n + 1] = 1.0f;  // beta2^0
       break;
     case DenseOptimizerKind::kAdagrad:
@@ -152,8 +151,7 @@ void DenseOptimizer::AdamStep(float lr, std::span<float> params, std::span<const
   }
 }
 
-void DenseOptimizer::AdagradStep(float lr, std::span<float> params,
-                                 std::span<const float> grads) {
+void DenseOptimizer::AdagradStep(float lr, std::span<float> params, std::span<const float> grads) {
   const float wd = options_.weight_decay;
   const float eps = options_.eps;
   float* acc = state_.data();

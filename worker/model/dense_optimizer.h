@@ -19,15 +19,15 @@ enum class LrDecay { kNone, kStep, kCosine };
 
 struct DenseOptimizerOptions {
   DenseOptimizerKind kind = DenseOptimizerKind::kAdam;
-  double lr = 0.001;            // peak learning rate, > 0
-  float momentum = 0.9f;        // SGD: buf = momentum * buf + g (0 = plain SGD), in [0, 1)
-  float beta1 = 0.9f;           // Adam/AdamW, in [0, 1)
-  float beta2 = 0.999f;         // Adam/AdamW, in [0, 1)
-  float eps = 1e-8f;            // Adam/AdamW/Adagrad denominator term, > 0
-  float weight_decay = 0.0f;    // AdamW: decoupled (p -= lr*wd*p); others: L2 added to g; >= 0
+  double lr = 0.001;          // peak learning rate, > 0
+  float momentum = 0.9f;      // SGD: buf = momentum * buf + g (0 = plain SGD), in [0, 1)
+  float beta1 = 0.9f;         // Adam/AdamW, in [0, 1)
+  float beta2 = 0.999f;       // Adam/AdamW, in [0, 1)
+  float eps = 1e-8f;          // Adam/AdamW/Adagrad denominator term, > 0
+  float weight_decay = 0.0f;  // AdamW: decoupled (p -= lr*wd*p); others: L2 added to g; >= 0
   float adagrad_initial_accumulator = 0.0f;  // >= 0
   // Schedule: linear warmup lr * (s+1)/W for s < W, then decay.
-  int64_t warmup_steps = 0;   // W >= 0
+  int64_t warmup_steps = 0;  // W >= 0
   LrDecay decay = LrDecay::kNone;
   int64_t decay_steps = 1;    // step: period; cosine: length of the cosine after warmup; >= 1
   double decay_rate = 0.1;    // step: lr * rate^floor((s-W)/period), in (0, 1]

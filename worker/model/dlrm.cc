@@ -28,7 +28,8 @@ void AppendLayerInfo(const std::string& prefix, const Mlp& mlp, int64_t* offset,
   for (size_t l = 0; l < mlp.layers().size(); ++l) {
     const Linear& layer = mlp.layers()[l];
     const std::string name = prefix + "." + std::to_string(l);
-    info->push_back({name + ".weight", {layer.out(), layer.in()}, *offset, layer.out() * layer.in()});
+    info->push_back(
+        {name + ".weight", {layer.out(), layer.in()}, *offset, layer.out() * layer.in()});
     *offset += layer.out() * layer.in();
     info->push_back({name + ".bias", {layer.out()}, *offset, layer.out()});
     *offset += layer.out();
@@ -38,13 +39,12 @@ void AppendLayerInfo(const std::string& prefix, const Mlp& mlp, int64_t* offset,
 }  // namespace
 
 StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelConfig& config, int64_t num_dense,
-                                             int64_t num_tables, uint64_t seed,
-                                             Backend* backend) {
+                                             int64_t num_tables, uint64_t seed, Backend* backend) {
   if (backend == nullptr) return Status::InvalidArgument("dlrm: null backend");
   TANDEM_RETURN_IF_ERROR(ValidateShape(config, num_dense, num_tables));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Interaction> interaction,
-                          MakeInteraction(config.interaction, config.bottom_mlp.back(),
-                                          num_tables, config.embedding_dim));
+                          MakeInteraction(config.interaction, config.bottom_mlp.back(), num_tables,
+                                          config.embedding_dim));
   std::unique_ptr<Dlrm> model(
       new Dlrm(config, num_dense, num_tables, std::move(interaction), backend));
   model->Initialize(seed);
@@ -101,8 +101,8 @@ float Dlrm::ForwardBackward(int64_t batch, const float* dense, const float* cons
                             const float* labels, const float* weights, float normaliser,
                             float* const* d_pooled) {
   const float* logits = ForwardLogits(batch, dense, pooled);
-  const float loss = BceWithLogitsLoss(backend_, batch, logits, labels, weights, normaliser,
-                                       d_logits_.data());
+  const float loss =
+      BceWithLogitsLoss(backend_, batch, logits, labels, weights, normaliser, d_logits_.data());
   top_.Backward(backend_, batch, inter_out_.data(), d_logits_.data(), d_inter_.data());
   interaction_->Backward(backend_, batch, d_inter_.data(), d_bottom_.data(), d_pooled);
   bottom_.Backward(backend_, batch, dense, d_bottom_.data(), /*dx=*/nullptr);

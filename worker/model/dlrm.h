@@ -42,7 +42,8 @@ class Dlrm {
  public:
   // InvalidArgument for an inconsistent shape: num_dense, num_tables, embedding_dim < 1, an
   // empty bottom_mlp or top_mlp, a non-positive size, top_mlp.back() != 1, dot with
-  // bottom_mlp.back() != embedding_dim, or an unknown interaction. `backend` must outlive the model.
+  // bottom_mlp.back() != embedding_dim, or an unknown interaction. `backend` must outlive the
+  // model.
   static StatusOr<std::unique_ptr<Dlrm>> Create(const ModelConfig& config, int64_t num_dense,
                                                 int64_t num_tables, uint64_t seed,
                                                 Backend* backend);

@@ -38,8 +38,8 @@ void EmbeddingBag::Forward(Backend* be, const BagIndex& index, int64_t d, Poolin
 
 void EmbeddingBag::Backward(Backend* be, const BagIndex& index, int64_t d, Pooling pooling,
                             const float* d_pooled, float* d_rows) {
-  be->EmbeddingBagBackward(index.batch, d, index.num_unique, d_pooled, index.offsets,
-                           index.inverse, pooling == Pooling::kMean, d_rows);
+  be->EmbeddingBagBackward(index.batch, d, index.num_unique, d_pooled, index.offsets, index.inverse,
+                           pooling == Pooling::kMean, d_rows);
 }
 
 }  // namespace tandem::model

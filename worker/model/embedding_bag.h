@@ -18,10 +18,10 @@ enum class Pooling { kSum, kMean };
 
 // The lookups of one table for one batch.
 struct BagIndex {
-  int64_t batch = 0;               // samples
+  int64_t batch = 0;                 // samples
   const int64_t* offsets = nullptr;  // batch + 1 entries; sample s owns [offsets[s], offsets[s+1])
   const int64_t* inverse = nullptr;  // offsets[batch] entries, each in [0, num_unique)
-  int64_t num_unique = 0;          // rows of the unique-row buffers
+  int64_t num_unique = 0;            // rows of the unique-row buffers
 };
 
 // Stateless helpers; thread-compatible.

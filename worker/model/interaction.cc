@@ -44,8 +44,8 @@ void ConcatInteraction::Forward(Backend* be, int64_t batch, const float* bottom,
   }
 }
 
-void ConcatInteraction::Backward(Backend* be, int64_t batch, const float* d_out,
-                                 float* d_bottom, float* const* d_pooled) {
+void ConcatInteraction::Backward(Backend* be, int64_t batch, const float* d_out, float* d_bottom,
+                                 float* const* d_pooled) {
   const int64_t width = output_width();
   be->CopyStrided(batch, bottom_dim_, d_out, width, d_bottom, bottom_dim_, false);
   for (int64_t t = 0; t < num_tables_; ++t) {
@@ -53,9 +53,8 @@ void ConcatInteraction::Backward(Backend* be, int64_t batch, const float* d_out,
   }
 }
 
-StatusOr<std::unique_ptr<Interaction>> MakeInteraction(const std::string& kind,
-                                                       int64_t bottom_dim, int64_t num_tables,
-                                                       int64_t dim) {
+StatusOr<std::unique_ptr<Interaction>> MakeInteraction(const std::string& kind, int64_t bottom_dim,
+                                                       int64_t num_tables, int64_t dim) {
   if (kind == "dot") {
     if (bottom_dim != dim) {
       return Status::InvalidArgument("dot interaction: the last bottom_mlp size (" +

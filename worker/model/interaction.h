@@ -20,8 +20,8 @@ class Interaction {
  public:
   virtual ~Interaction() = default;
   virtual int64_t output_width() const = 0;
-  virtual void Forward(Backend* be, int64_t batch, const float* bottom,
-                       const float* const* pooled, float* out) = 0;
+  virtual void Forward(Backend* be, int64_t batch, const float* bottom, const float* const* pooled,
+                       float* out) = 0;
   // Uses the inputs of the last Forward (same batch). Overwrites d_bottom and every d_pooled[t].
   virtual void Backward(Backend* be, int64_t batch, const float* d_out, float* d_bottom,
                         float* const* d_pooled) = 0;
@@ -67,8 +67,7 @@ class ConcatInteraction final : public Interaction {
 };
 
 // "dot" (requires bottom_dim == dim) or "concat"; InvalidArgument otherwise.
-StatusOr<std::unique_ptr<Interaction>> MakeInteraction(const std::string& kind,
-                                                       int64_t bottom_dim, int64_t num_tables,
-                                                       int64_t dim);
+StatusOr<std::unique_ptr<Interaction>> MakeInteraction(const std::string& kind, int64_t bottom_dim,
+                                                       int64_t num_tables, int64_t dim);
 
 }  // namespace tandem::model

@@ -23,8 +23,7 @@ inline std::unique_ptr<device::CpuBackend> MakeCpuBackend() {
 }
 
 // Uniform values in [lo, hi) from a seeded engine (tests only: <random> is fine here).
-inline std::vector<float> RandomVector(size_t n, uint32_t seed, float lo = -1.0f,
-                                       float hi = 1.0f) {
+inline std::vector<float> RandomVector(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 engine(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -47,9 +46,9 @@ inline double Project(const std::vector<float>& r, const float* y) {
 }
 
 struct GradCheckOptions {
-  double step = 1e-2;   // central-difference step
-  double rtol = 1e-3;   // relative tolerance
-  double atol = 2e-4;   // absolute floor for float rounding in f
+  double step = 1e-2;  // central-difference step
+  double rtol = 1e-3;  // relative tolerance
+  double atol = 2e-4;  // absolute floor for float rounding in f
 };
 
 // Compares analytic[i] with the central difference of f at x[i] (x is perturbed and restored).

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "worker/device/backend.h"
@@ -20,6 +21,11 @@ class CpuBackend final : public Backend {
   static StatusOr<std::unique_ptr<CpuBackend>> Create(int64_t threads);
 
   int64_t threads() const { return threads_; }
+  // The OpenBLAS kernel set in use ("SkylakeX", "Haswell", "Prescott", ...): part of the
+  // determinism class (PROTOCOLS §5). DYNAMIC_ARCH builds pick it from CPUID unless
+  // OPENBLAS_CORETYPE pins it; on VMs with a generic CPU model they fall back to Prescott (SSE3),
+  // several times slower, so deployments should pin it.
+  static std::string BlasCoreName();
 
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
@@ -38,8 +44,8 @@ class CpuBackend final : public Backend {
                    int64_t dst_ld, bool accumulate) override;
   void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
                            int64_t out_ld) override;
-  void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
-                            const float* dz, int64_t dz_ld, float* dx) override;
+  void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
+                            int64_t dz_ld, float* dx) override;
   void EmbeddingBagForward(int64_t batch, int64_t d, const float* rows, const int64_t* offsets,
                            const int64_t* inverse, bool mean, float* pooled) override;
   void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique, const float* d_pooled,

@@ -1,0 +1,224 @@
+// Dense-model benchmark (issue 4, DESIGN §12): DLRM forward+backward samples/s on the CPU
+// backend at batch 2048 with the Criteo-Kaggle shape (13 dense, 26 tables of dim 16, bottom MLP
+// 512-256-64-16, dot interaction, top MLP 512-256-1), the share of the step spent in GEMM, and
+// the backend's GEMM GFLOP/s against raw cblas_sgemm on the same shapes in the same run.
+// Usage: dense_bench [threads] (OpenBLAS threads, default 1). Prints one JSON line per figure;
+// the OpenBLAS kernel set goes to stderr (pin it with OPENBLAS_CORETYPE, see cpu_backend.h).
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_json.h"
+#include "worker/device/cpu/cpu_backend.h"
+#include "worker/model/dlrm.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kBatch = 2048;
+constexpr int64_t kDense = 13;
+constexpr int64_t kTables = 26;
+constexpr int64_t kDim = 16;
+constexpr int kStepsPerRun = 10;
+constexpr int kRuns = 5;
+constexpr double kPublishedPerCore = 7400;  // best published CPU DLRM figure we know, per core
+
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct GemmShape {
+  bool ta, tb;
+  int64_t m, n, k;
+  double flops() const { return 2.0 * m * n * k; }
+};
+
+// Forwards every op to the CPU backend and times the GEMMs (and records their shapes once).
+class TimingBackend final : public device::Backend {
+ public:
+  explicit TimingBackend(device::Backend* inner) : inner_(inner) {}
+
+  double gemm_seconds = 0;
+  double gemm_flops = 0;
+  bool record = false;
+  std::vector<GemmShape> shapes;
+
+  void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+            const float* b, float beta, float* c) override {
+    if (record) shapes.push_back({ta, tb, m, n, k});
+    const Clock::time_point t0 = Clock::now();
+    inner_->Gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
+    gemm_seconds += Seconds(t0);
+    gemm_flops += 2.0 * m * n * k;
+  }
+  void AddBias(int64_t r, int64_t c, const float* b, float* y) override {
+    inner_->AddBias(r, c, b, y);
+  }
+  void BiasGrad(int64_t r, int64_t c, const float* dy, float* db) override {
+    inner_->BiasGrad(r, c, dy, db);
+  }
+  void ReluForward(int64_t n, const float* x, float* y) override { inner_->ReluForward(n, x, y); }
+  void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
+    inner_->ReluBackward(n, y, dy, dx);
+  }
+  void Sigmoid(int64_t n, const float* x, float* y) override { inner_->Sigmoid(n, x, y); }
+  void SigmoidBackward(int64_t n, const float* y, const float* dy, float* dx) override {
+    inner_->SigmoidBackward(n, y, dy, dx);
+  }
+  float BceWithLogits(int64_t n, const float* z, const float* l, const float* w, float norm,
+                      float* dz) override {
+    return inner_->BceWithLogits(n, z, l, w, norm, dz);
+  }
+  void Copy(int64_t n, const float* x, float* y) override { inner_->Copy(n, x, y); }
+  void Fill(int64_t n, float v, float* y) override { inner_->Fill(n, v, y); }
+  void Axpy(int64_t n, float a, const float* x, float* y) override { inner_->Axpy(n, a, x, y); }
+  void CopyStrided(int64_t r, int64_t c, const float* s, int64_t sld, float* d, int64_t dld,
+                   bool acc) override {
+    inner_->CopyStrided(r, c, s, sld, d, dld, acc);
+  }
+  void PairwiseDotsForward(int64_t b, int64_t n, int64_t d, const float* x, float* o,
+                           int64_t old) override {
+    inner_->PairwiseDotsForward(b, n, d, x, o, old);
+  }
+  void PairwiseDotsBackward(int64_t b, int64_t n, int64_t d, const float* x, const float* dz,
+                            int64_t ld, float* dx) override {
+    inner_->PairwiseDotsBackward(b, n, d, x, dz, ld, dx);
+  }
+  void EmbeddingBagForward(int64_t b, int64_t d, const float* rows, const int64_t* off,
+                           const int64_t* inv, bool mean, float* pooled) override {
+    inner_->EmbeddingBagForward(b, d, rows, off, inv, mean, pooled);
+  }
+  void EmbeddingBagBackward(int64_t b, int64_t d, int64_t u, const float* dp, const int64_t* off,
+                            const int64_t* inv, bool mean, float* dr) override {
+    inner_->EmbeddingBagBackward(b, d, u, dp, off, inv, mean, dr);
+  }
+
+ private:
+  device::Backend* inner_;
+};
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(engine);
+  return v;
+}
+
+// Raw cblas_sgemm on one step's GEMM shapes, with its own operands (made once).
+class RawSgemm {
+ public:
+  explicit RawSgemm(const std::vector<GemmShape>& shapes) : shapes_(shapes) {
+    for (const GemmShape& s : shapes_) {
+      a_.push_back(Random(s.m * s.k, 1));
+      b_.push_back(Random(s.k * s.n, 2));
+      c_.emplace_back(s.m * s.n);
+      flops_ += s.flops();
+    }
+  }
+
+  // Runs the shapes kStepsPerRun times; returns GFLOP/s.
+  double Gflops() {
+    const Clock::time_point t0 = Clock::now();
+    for (int step = 0; step < kStepsPerRun; ++step) {
+      for (size_t i = 0; i < shapes_.size(); ++i) Call(shapes_[i], i);
+    }
+    return flops_ * kStepsPerRun / Seconds(t0) / 1e9;
+  }
+
+ private:
+  void Call(const GemmShape& s, size_t i) {
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                s.m, s.n, s.k, 1.0f, a_[i].data(), s.ta ? s.m : s.k, b_[i].data(), s.tb ? s.k : s.n,
+                0.0f, c_[i].data(), s.n);
+  }
+
+  std::vector<GemmShape> shapes_;
+  std::vector<std::vector<float>> a_, b_, c_;
+  double flops_ = 0;
+};
+
+struct Inputs {
+  std::vector<float> dense = Random(kBatch * kDense, 3);
+  std::vector<float> labels = std::vector<float>(kBatch, 0.0f);
+  std::vector<std::vector<float>> pooled, d_pooled;
+  std::vector<const float*> pooled_ptrs;
+  std::vector<float*> d_pooled_ptrs;
+
+  Inputs() {
+    for (int64_t i = 0; i < kBatch; i += 4) labels[i] = 1.0f;
+    for (int64_t t = 0; t < kTables; ++t) {
+      pooled.push_back(Random(kBatch * kDim, 10 + t));
+      d_pooled.emplace_back(kBatch * kDim);
+    }
+    for (int64_t t = 0; t < kTables; ++t) {
+      pooled_ptrs.push_back(pooled[t].data());
+      d_pooled_ptrs.push_back(d_pooled[t].data());
+    }
+  }
+};
+
+int Run(int64_t threads) {
+  auto cpu = device::CpuBackend::Create(threads);
+  if (!cpu.ok()) {
+    std::fprintf(stderr, "%s\n", cpu.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "dense_bench: OpenBLAS core %s, %lld thread(s)\n",
+               device::CpuBackend::BlasCoreName().c_str(), static_cast<long long>(threads));
+  TimingBackend timing(cpu->get());
+  config::ModelConfig config;
+  config.embedding_dim = kDim;
+  config.bottom_mlp = {512, 256, 64, 16};
+  config.top_mlp = {512, 256, 1};
+  config.interaction = "dot";
+  auto model = model::Dlrm::Create(config, kDense, kTables, 1, &timing);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  Inputs in;
+  auto step = [&] {
+    (*model)->ForwardBackward(kBatch, in.dense.data(), in.pooled_ptrs.data(), in.labels.data(),
+                              nullptr, kBatch, in.d_pooled_ptrs.data());
+  };
+  timing.record = true;
+  step();  // warm-up; records one step's GEMM shapes
+  timing.record = false;
+  RawSgemm raw(timing.shapes);
+  std::vector<double> samples_per_s, gemm_share, gemm_gflops, raw_gflops;
+  for (int run = 0; run < kRuns; ++run) {
+    timing.gemm_seconds = timing.gemm_flops = 0;
+    const Clock::time_point t0 = Clock::now();
+    for (int s = 0; s < kStepsPerRun; ++s) step();
+    const double seconds = Seconds(t0);
+    samples_per_s.push_back(kBatch * kStepsPerRun / seconds);
+    gemm_share.push_back(timing.gemm_seconds / seconds);
+    gemm_gflops.push_back(timing.gemm_flops / timing.gemm_seconds / 1e9);
+    raw_gflops.push_back(raw.Gflops());
+  }
+  const double per_core = Median(samples_per_s) / static_cast<double>(threads);
+  PrintFigure("dense_fwd_bwd_samples_per_s_per_core", per_core, "samples/s/core", true,
+              "published_cpu_dlrm_per_core", kPublishedPerCore);
+  PrintFigure("dense_fwd_bwd_samples_per_s", Median(samples_per_s), "samples/s", true,
+              "target_10000_per_core", 10000.0 * static_cast<double>(threads));
+  PrintFigure("dense_gemm_time_share", Median(gemm_share), "fraction", true, "none", 0);
+  PrintFigure("dense_gemm_gflops", Median(gemm_gflops), "GFLOP/s", true, "raw_cblas_sgemm",
+              Median(raw_gflops));
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  const int64_t threads = argc > 1 ? std::atoll(argv[1]) : 1;
+  return tandem::bench::Run(threads);
+}

@@ -1,0 +1,82 @@
+#include "worker/device/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace tandem::device {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(engine);
+  return v;
+}
+
+std::unique_ptr<CpuBackend> Make() {
+  auto be = CpuBackend::Create(1);
+  EXPECT_TRUE(be.ok());
+  return std::move(be).value();
+}
+
+TEST(CpuBackendTest, GemmMatchesNaiveForEveryTransposition) {
+  auto be = Make();
+  constexpr int64_t m = 5, n = 4, k = 3;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const std::vector<float> a = Random(m * k, 1), b = Random(k * n, 2);
+      std::vector<float> c = Random(m * n, 3);
+      const std::vector<float> c0 = c;
+      be->Gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 2.0f, c.data());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            sum += double{ta ? a[p * m + i] : a[i * k + p]} * (tb ? b[j * k + p] : b[p * n + j]);
+          }
+          EXPECT_NEAR(c[i * n + j], 0.5 * sum + 2.0 * c0[i * n + j], 1e-5) << ta << tb;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, BiasGradSumsInSampleOrder) {
+  auto be = Make();
+  // (1 + 1e8) - 1e8 = 0 in float in sample order; any other order gives 1.
+  const std::vector<float> dy = {1.0f, 1e8f, -1e8f};
+  float db = -3.0f;
+  be->BiasGrad(3, 1, dy.data(), &db);
+  EXPECT_EQ(db, 0.0f);
+}
+
+TEST(CpuBackendTest, PairwiseDotsBackwardMatchesNaive) {
+  auto be = Make();
+  constexpr int64_t batch = 2, n = 4, d = 3, pairs = n * (n - 1) / 2;
+  const std::vector<float> x = Random(batch * n * d, 4), dz = Random(batch * pairs, 5);
+  std::vector<float> dx(x.size());
+  be->PairwiseDotsBackward(batch, n, d, x.data(), dz.data(), pairs, dx.data());
+  for (int64_t s = 0; s < batch; ++s) {
+    std::vector<double> ref(n * d, 0.0);
+    int64_t p = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = i + 1; j < n; ++j, ++p) {
+        for (int64_t c = 0; c < d; ++c) {
+          ref[i * d + c] += dz[s * pairs + p] * x[(s * n + j) * d + c];
+          ref[j * d + c] += dz[s * pairs + p] * x[(s * n + i) * d + c];
+        }
+      }
+    }
+    for (int64_t e = 0; e < n * d; ++e) EXPECT_NEAR(dx[s * n * d + e], ref[e], 1e-5);
+  }
+}
+
+TEST(CpuBackendTest, CreateRejectsZeroThreads) {
+  EXPECT_TRUE(CpuBackend::Create(0).status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace tandem::device

@@ -1,0 +1,120 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "worker/collective/collective.h"
+
+namespace tandem::worker {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
+  if (options.job == nullptr || options.embeddings == nullptr || options.backend == nullptr)
+    return Status::InvalidArgument("trainer: job, embeddings and backend are required");
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world)
+    return Status::InvalidArgument("trainer: rank outside [0, world)");
+  std::unique_ptr<Trainer> t(new Trainer(options));
+  const auto& job = *options.job;
+  TANDEM_ASSIGN_OR_RETURN(t->model_, model::Dlrm::Create(job.model, job.data.num_dense,
+                                                         job.data.num_categorical, job.train.seed,
+                                                         options.backend));
+  TANDEM_ASSIGN_OR_RETURN(auto opt_options, model::DenseOptimizerOptionsFromConfig(job.train));
+  TANDEM_ASSIGN_OR_RETURN(t->optimizer_, model::DenseOptimizer::Create(opt_options, t->model_->num_params()));
+  t->dim_ = job.model.embedding_dim;
+  const size_t tables = static_cast<size_t>(job.data.num_categorical);
+  t->pooled_.resize(tables);
+  t->d_pooled_.resize(tables);
+  t->row_grads_.resize(tables);
+  return t;
+}
+
+Status Trainer::PullPooled(int64_t step, const data::Batch& batch) {
+  const size_t tables = pooled_.size();
+  if (batch.unique_ids.size() != tables) return Status::InvalidArgument("batch has the wrong number of tables");
+  std::vector<TableIds> want(tables);
+  for (size_t t = 0; t < tables; ++t) want[t] = {static_cast<uint32_t>(t), batch.unique_ids[t]};
+  TANDEM_RETURN_IF_ERROR(options_.embeddings->Pull(step, want, &rows_));
+  const size_t d = static_cast<size_t>(dim_);
+  for (size_t t = 0; t < tables; ++t) {
+    pooled_[t].resize(static_cast<size_t>(batch.size) * d);
+    // One id per field and sample (Criteo): the bag of a sample is its row.
+    for (int i = 0; i < batch.size; ++i)
+      std::copy_n(&rows_[t][size_t{batch.inverse[t][i]} * d], d, &pooled_[t][size_t(i) * d]);
+  }
+  return Status::Ok();
+}
+
+StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
+  StepStats st;
+  const size_t tables = pooled_.size();
+  const size_t d = static_cast<size_t>(dim_);
+  const int64_t step = batch.step;
+  auto t0 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(PullPooled(step, batch));
+  st.pull_s = Since(t0);
+
+  t0 = Clock::now();
+  std::vector<const float*> pooled(tables);
+  std::vector<float*> d_pooled(tables);
+  for (size_t t = 0; t < tables; ++t) {
+    pooled[t] = pooled_[t].data();
+    d_pooled_[t].resize(static_cast<size_t>(batch.size) * d);
+    d_pooled[t] = d_pooled_[t].data();
+  }
+  // Losses and gradients are divided by the nominal global batch M*b (DESIGN §2).
+  const float normaliser = static_cast<float>(options_.world) * static_cast<float>(batch.size);
+  const float loss = model_->ForwardBackward(batch.size, batch.dense.data(), pooled.data(),
+                                             batch.label.data(), batch.weight.data(), normaliser,
+                                             d_pooled.data());
+  // Per-row gradients: the bag gradients summed in sample order (PROTOCOLS §5.1).
+  std::vector<TableGrads> push(tables);
+  for (size_t t = 0; t < tables; ++t) {
+    auto& g = row_grads_[t];
+    g.assign(batch.unique_ids[t].size() * d, 0.0f);
+    for (int i = 0; i < batch.size; ++i) {
+      float* dst = &g[size_t{batch.inverse[t][i]} * d];
+      const float* src = &d_pooled_[t][size_t(i) * d];
+      for (size_t j = 0; j < d; ++j) dst[j] += src[j];
+    }
+    push[t] = {static_cast<uint32_t>(t), batch.unique_ids[t], g};
+  }
+  st.compute_s = Since(t0);
+
+  t0 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(options_.embeddings->Push(step, push));
+  st.push_s = Since(t0);
+
+  t0 = Clock::now();
+  auto grads = model_->grads();
+  double global_loss = loss;
+  if (options_.collective != nullptr) {
+    // One bucket, a pure function of the model config: the flat gradients, then the loss.
+    bucket_.assign(grads.begin(), grads.end());
+    bucket_.push_back(loss);
+    TANDEM_RETURN_IF_ERROR(options_.collective->AllReduceSum(bucket_.data(), bucket_.size()));
+    std::copy_n(bucket_.data(), grads.size(), grads.data());
+    global_loss = bucket_.back();
+  }
+  st.allreduce_s = Since(t0);
+
+  t0 = Clock::now();
+  optimizer_->Step(step, model_->params(), model_->grads());
+  st.update_s = Since(t0);
+  st.loss = global_loss;
+  return st;
+}
+
+Status Trainer::Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs) {
+  TANDEM_RETURN_IF_ERROR(PullPooled(step, batch));
+  std::vector<const float*> pooled(pooled_.size());
+  for (size_t t = 0; t < pooled_.size(); ++t) pooled[t] = pooled_[t].data();
+  probs->resize(static_cast<size_t>(batch.size));
+  model_->Predict(batch.size, batch.dense.data(), pooled.data(), probs->data());
+  return Status::Ok();
+}
+
+}  // namespace tandem::worker

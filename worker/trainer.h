@@ -1,0 +1,72 @@
+// The worker's training step (DESIGN §4, PROTOCOLS §2.5): batch -> de-duplicated ids -> pull ->
+// forward/backward -> per-row gradients (summed in sample order) -> one push -> all-reduce of
+// the dense gradients -> dense update. Between the forward pass and its push a worker waits on
+// no other worker. The embeddings come through an EmbeddingClient (parameter servers, or the
+// in-process table for single-process training); the all-reduce through a Collective (none for
+// a single process).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/embedding_client.h"
+#include "common/status.h"
+#include "worker/device/backend.h"
+#include "worker/model/dense_optimizer.h"
+#include "worker/model/dlrm.h"
+#include "worker/data/record.h"
+
+namespace tandem::collective {
+class Collective;
+}
+
+namespace tandem::worker {
+
+struct TrainerOptions {
+  const config::JobConfig* job = nullptr;
+  int rank = 0;
+  int world = 1;                                    // M
+  EmbeddingClient* embeddings = nullptr;            // not owned
+  collective::Collective* collective = nullptr;     // not owned; null = single process
+  device::Backend* backend = nullptr;                // not owned
+};
+
+// Seconds spent per phase of one step, and the loss.
+struct StepStats {
+  double loss = 0;  // mean BCE over the global batch (all ranks, when a collective is given)
+  double pull_s = 0, compute_s = 0, push_s = 0, allreduce_s = 0, update_s = 0;
+};
+
+// Requires external synchronization (one training thread).
+class Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
+
+  // Trains global step batch.step on this worker's slice.
+  StatusOr<StepStats> Step(const data::Batch& batch);
+  // Click probabilities of a batch at the embedding version a pull for `step` sees; changes
+  // nothing.
+  Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);
+
+  model::Dlrm& model() { return *model_; }
+  const model::DenseOptimizer& optimizer() const { return *optimizer_; }
+
+ private:
+  explicit Trainer(const TrainerOptions& options) : options_(options) {}
+  Status PullPooled(int64_t step, const data::Batch& batch);
+
+  TrainerOptions options_;
+  std::unique_ptr<model::Dlrm> model_;
+  std::unique_ptr<model::DenseOptimizer> optimizer_;
+  int64_t dim_ = 0;
+  // Scratch reused across steps.
+  std::vector<std::vector<float>> rows_;    // per table: unique rows
+  std::vector<std::vector<float>> pooled_;  // per table: batch x dim
+  std::vector<std::vector<float>> d_pooled_;
+  std::vector<std::vector<float>> row_grads_;
+  std::vector<float> bucket_;  // dense gradients + the loss, all-reduced together
+};
+
+}  // namespace tandem::worker

@@ -1,0 +1,133 @@
+// Single-process training with the in-process embedding table (issue: worker).
+#include "worker/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/embedding/table_spec.h"
+#include "common/local_embedding_table.h"
+#include "worker/data/auc.h"
+#include "worker/data/pipeline.h"
+#include "worker/data/record_source.h"
+#include "worker/data/synthetic.h"
+#include "worker/device/cpu/cpu_backend.h"
+
+namespace tandem::worker {
+namespace {
+
+config::JobConfig SmallJob() {
+  auto job = config::ParseJobConfig(
+      "data:\n  format: synthetic\n  num_categorical: 26\n  synthetic:\n    vocab: 200\n"
+      "    zipf: 1.1\n    eval_rows: 8000\n"
+      "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
+      "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n    init: {dist: uniform, scale: 0.01}\n"
+      "train:\n  batch_size: 256\n  seed: 7\n  dense_optimizer: adam\n  dense_lr: 0.01\n",
+      "small.yaml", {});
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+struct TrainRun {
+  std::unique_ptr<device::Backend> backend;
+  std::unique_ptr<LocalEmbeddingTable> table;
+  std::unique_ptr<Trainer> trainer;
+};
+
+TrainRun MakeRun(const config::JobConfig& job) {
+  TrainRun r;
+  r.backend = std::move(device::CpuBackend::Create(1)).value();
+  r.table = std::make_unique<LocalEmbeddingTable>(embedding::TableSpecsFromConfig(job), job.train.seed);
+  TrainerOptions o;
+  o.job = &job;
+  o.embeddings = r.table.get();
+  o.backend = r.backend.get();
+  r.trainer = std::move(Trainer::Create(o)).value();
+  return r;
+}
+
+void Train(const config::JobConfig& job, TrainRun* run, int64_t steps) {
+  auto source = std::move(data::OpenSource(job.data, job.train.seed, /*eval=*/false)).value();
+  data::PipelineOptions po;
+  po.batch = static_cast<int>(job.train.batch_size);
+  data::BatchReader reader(source.get(), job.train.seed, po);
+  data::Batch batch;
+  for (int64_t s = 0; s < steps; ++s) {
+    ASSERT_TRUE(reader.ReadStep(s, &batch).ok());
+    auto st = run->trainer->Step(batch);
+    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_TRUE(std::isfinite(st->loss));
+  }
+}
+
+// Held-out AUC of the model and of the teacher (the best achievable) on the eval stream.
+std::pair<double, double> EvalAuc(const config::JobConfig& job, TrainRun* run, int64_t step) {
+  data::SyntheticSpec spec;
+  spec.seed = job.train.seed;
+  spec.vocab = job.data.synthetic_vocab;
+  spec.zipf = job.data.synthetic_zipf;
+  spec.schema = {static_cast<int>(job.data.num_dense), static_cast<int>(job.data.num_categorical)};
+  spec.stream = 1;
+  data::SyntheticGenerator gen(spec);
+  std::vector<float> labels, scores;
+  std::vector<double> teacher;
+  data::Batch batch;
+  data::Sample sample(spec.schema);
+  const int b = 1000;
+  for (int64_t off = 0; off < job.data.synthetic_eval_rows; off += b) {
+    batch.Reset(spec.schema, b);
+    for (int i = 0; i < b; ++i) {
+      double p = 0;
+      gen.Generate(off + i, &sample, &p);
+      batch.Set(i, sample);
+      labels.push_back(sample.label);
+      teacher.push_back(p);
+    }
+    batch.Dedup();
+    std::vector<float> probs;
+    EXPECT_TRUE(run->trainer->Predict(step, batch, &probs).ok());
+    scores.insert(scores.end(), probs.begin(), probs.end());
+  }
+  return {data::Auc(std::span<const float>(scores), labels), data::Auc(std::span<const double>(teacher), labels)};
+}
+
+TEST(TrainerTest, ReachesTheTeachersAucOnHeldOutData) {
+  const auto job = SmallJob();
+  TrainRun run = MakeRun(job);
+  auto [before, teacher] = EvalAuc(job, &run, 0);
+  Train(job, &run, 5000);
+  auto [after, teacher2] = EvalAuc(job, &run, 5000);
+  EXPECT_EQ(teacher, teacher2);
+  EXPECT_GT(after, before + 0.05) << "before " << before << " after " << after;
+  EXPECT_GT(after, teacher - 0.02) << "model " << after << " teacher " << teacher;
+}
+
+TEST(TrainerTest, SameConfigAndSeedGiveBitIdenticalParameters) {
+  const auto job = SmallJob();
+  TrainRun a = MakeRun(job), b = MakeRun(job);
+  Train(job, &a, 20);
+  Train(job, &b, 20);
+  auto pa = a.trainer->model().params(), pb = b.trainer->model().params();
+  ASSERT_EQ(pa.size(), pb.size());
+  EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)));
+  std::vector<std::vector<uint8_t>> ra, rb;
+  size_t differ = 0;
+  a.table->ForEachRow([&](uint32_t t, uint64_t id, const uint8_t* row) {
+    std::vector<std::vector<float>> other;
+    std::vector<uint64_t> one = {id};
+    TableIds ti{t, one};
+    ASSERT_TRUE(b.table->Pull(20, {&ti, 1}, &other).ok());
+    differ += std::memcmp(other[0].data(), row + sizeof(embedding::RowMeta), 8 * sizeof(float)) != 0;
+  });
+  EXPECT_EQ(differ, 0u);
+
+  auto other_seed = job;
+  other_seed.train.seed = 8;
+  TrainRun c = MakeRun(other_seed);
+  Train(other_seed, &c, 20);
+  EXPECT_NE(0, std::memcmp(pa.data(), c.trainer->model().params().data(), pa.size() * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace tandem::worker
