@@ -8,6 +8,7 @@
 
 #include "common/embedding/table_spec.h"
 #include "common/local_embedding_table.h"
+#include "common/testing/test_util.h"
 #include "worker/data/auc.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"
@@ -127,6 +128,51 @@ TEST(TrainerTest, SameConfigAndSeedGiveBitIdenticalParameters) {
   TrainRun c = MakeRun(other_seed);
   Train(other_seed, &c, 20);
   EXPECT_NE(0, std::memcmp(pa.data(), c.trainer->model().params().data(), pa.size() * sizeof(float)));
+}
+
+// A Criteo file with one bad line in 1000 trains, and the pipeline reports the line by number.
+TEST(TrainerTest, CriteoFileWithOneBadLineTrainsAndReportsIt) {
+  ::tandem::testing::TempDir dir;
+  const std::string path = dir.File("train.tsv");
+  data::SyntheticSpec spec;
+  spec.seed = 3;
+  spec.vocab = 200;
+  ASSERT_TRUE(data::WriteSyntheticCriteo(path, spec, 1000).ok());
+  std::string text = ::tandem::testing::ReadFile(path);
+  size_t at = 0;
+  for (int line = 1; line < 500; ++line) at = text.find('\n', at) + 1;
+  text.replace(at, text.find('\n', at) - at, "1\t2\tnot-a-number");
+  ::tandem::testing::WriteFile(path, text);
+
+  auto job = SmallJob();
+  job.data.format = "criteo";
+  job.data.train = path;
+  job.data.max_bad_fraction = 0.01;
+  job.train.batch_size = 100;
+  TrainRun run = MakeRun(job);
+  auto source = data::OpenSource(job.data, job.train.seed, /*eval=*/false);
+  ASSERT_TRUE(source.ok()) << source.status();
+  data::PipelineOptions po;
+  po.batch = 100;
+  po.max_bad_fraction = job.data.max_bad_fraction;
+  data::Pipeline pipeline(std::move(source).value(), job.train.seed, po);
+  EXPECT_TRUE(pipeline.Next().status().IsFailedPrecondition());  // not started: no hang
+  pipeline.Start();
+  int64_t weight_zero = 0;
+  for (int64_t s = 0; s < 10; ++s) {  // one epoch: every line once
+    auto batch = pipeline.Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (float w : (*batch)->weight) weight_zero += w == 0;
+    auto st = run.trainer->Step(**batch);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_TRUE(std::isfinite(st->loss));
+    pipeline.Recycle(std::move(batch).value());
+  }
+  EXPECT_EQ(weight_zero, 1);
+  EXPECT_EQ(pipeline.bad_count(), 1);
+  ASSERT_EQ(pipeline.bad_reports().size(), 1u);
+  EXPECT_NE(pipeline.bad_reports()[0].find("train.tsv:500"), std::string::npos)
+      << pipeline.bad_reports()[0];
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
+#include <thread>
 
 #include "common/testing/test_util.h"
 #include "worker/data/synthetic.h"
@@ -12,8 +14,9 @@ namespace {
 
 const Schema kSmall{3, 4};
 
-PipelineOptions Options(int world, int rank, int batch, int64_t start_step = 0) {
+PipelineOptions Options(int world, int rank, int batch, int64_t start_step = 0, int threads = 1) {
   PipelineOptions o;
+  o.threads = threads;
   o.world = world;
   o.rank = rank;
   o.batch = batch;
@@ -116,6 +119,40 @@ std::string CriteoText(int rows, int bad_row) {
   return text;
 }
 
+// Every field of every batch, bit for bit (memcmp of the float arrays, so -0 and NaN count).
+void ExpectSameBatch(const Batch& a, const Batch& b) {
+  EXPECT_EQ(a.schema, b.schema);
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.first_position, b.first_position);
+  EXPECT_EQ(a.size, b.size);
+  EXPECT_EQ(a.bad_count, b.bad_count);
+  auto bits = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(bits(a.label, b.label));
+  EXPECT_TRUE(bits(a.weight, b.weight));
+  EXPECT_TRUE(bits(a.dense, b.dense));
+  EXPECT_EQ(a.cat, b.cat);
+  EXPECT_EQ(a.unique_ids, b.unique_ids);
+  EXPECT_EQ(a.inverse, b.inverse);
+}
+
+// The batches of `steps` steps from a fresh pipeline; the batches are never recycled so that
+// each is a distinct object.
+std::vector<std::unique_ptr<Batch>> Drain(std::unique_ptr<RecordSource> source,
+                                          const PipelineOptions& opts, int steps) {
+  Pipeline p(std::move(source), 5, opts);
+  p.Start();
+  std::vector<std::unique_ptr<Batch>> out;
+  for (int i = 0; i < steps; ++i) {
+    auto b = p.Next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) break;
+    out.push_back(std::move(*b));
+  }
+  return out;
+}
+
 // PROTOCOLS §15 scenario 22: a malformed line is a weight-0 sample in its own position.
 TEST(Pipeline, ABadLineShiftsNothing) {
   testing::TempDir dir;
@@ -170,6 +207,71 @@ TEST(Pipeline, TooManyBadLinesStopTheJobWithAClearMessage) {
   EXPECT_GE(q.bad_count(), 1);
   ASSERT_FALSE(q.bad_reports().empty());
   EXPECT_NE(q.bad_reports()[0].find("ok.tsv:501:"), std::string::npos);
+}
+
+TEST(Pipeline, ThreadCountChangesNothingDelivered) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("d.tsv"), CriteoText(300, 77));  // a bad line too
+  for (bool criteo : {false, true}) {
+    auto source = [&]() -> std::unique_ptr<RecordSource> {
+      if (!criteo) return Synthetic(150);
+      auto s = CriteoSource::Open({dir.File("d.tsv")}, kSmall, 16);
+      EXPECT_TRUE(s.ok()) << s.status();
+      return std::move(*s);
+    };
+    // Rank 1 of 2 from step 3: 20 steps cross several epochs and blocks.
+    PipelineOptions opts = Options(2, 1, 13, 3);
+    opts.queue_depth = 3;
+    const auto want = Drain(source(), opts, 20);
+    ASSERT_EQ(want.size(), 20u);
+    for (int threads : {2, 4}) {
+      opts.threads = threads;
+      const auto got = Drain(source(), opts, 20);
+      ASSERT_EQ(got.size(), 20u);
+      for (int i = 0; i < 20; ++i) {
+        SCOPED_TRACE(::testing::Message()
+                     << "criteo=" << criteo << " threads=" << threads << " i=" << i);
+        EXPECT_EQ(got[i]->step, 3 + i);
+        ExpectSameBatch(*got[i], *want[i]);
+      }
+    }
+  }
+}
+
+TEST(Pipeline, SeveralThreadsStopMidStreamAndReportBadLinesInStepOrder) {
+  PipelineOptions opts = Options(1, 0, 8, 0, 4);
+  opts.queue_depth = 2;  // fewer slots than threads: two threads wait for the consumer
+  Pipeline p(Synthetic(100), 1, opts);
+  p.Start();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(p.Next().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the threads block
+  const auto t0 = std::chrono::steady_clock::now();
+  p.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(p.Next().status().code(), StatusCode::kCancelled);
+
+  // The same failure as with one thread: the batch with the bad line fails the bound, and the
+  // batches before it arrive first.
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("bad.tsv"), CriteoText(400, 250));
+  int want_delivered = -1;
+  for (int threads : {1, 3}) {
+    auto src = CriteoSource::Open({dir.File("bad.tsv")}, kSmall, 16);
+    ASSERT_TRUE(src.ok());
+    PipelineOptions o = Options(1, 0, 10, 0, threads);
+    o.max_bad_fraction = 0.001;
+    Pipeline q(std::move(*src), 1, o);
+    q.Start();
+    int delivered = 0;
+    StatusOr<std::unique_ptr<Batch>> b = q.Next();
+    for (; b.ok(); b = q.Next()) ++delivered;
+    EXPECT_TRUE(b.status().IsInvalidArgument()) << b.status();
+    EXPECT_NE(b.status().message().find("bad.tsv:251:"), std::string::npos) << b.status();
+    EXPECT_EQ(q.bad_count(), 1);
+    EXPECT_GT(delivered, 0);
+    if (threads == 1) want_delivered = delivered;
+    EXPECT_EQ(delivered, want_delivered) << "threads=" << threads;
+  }
 }
 
 }  // namespace

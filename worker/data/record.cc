@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "worker/data/categorical_id.h"
 
 namespace tandem::data {
 namespace {
@@ -16,26 +15,25 @@ namespace {
 float DenseTransformSlow(int64_t raw) {
   return static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(raw, 0))));
 }
+}  // namespace
+
 // Most Criteo counts are small: a table of the same values saves a log call per field.
-constexpr int64_t kTableSize = 4096;
-const std::vector<float>& SmallTable() {
+const float* DenseTransformTable() {
   static const std::vector<float> table = [] {
-    std::vector<float> t(kTableSize);
-    for (int64_t i = 0; i < kTableSize; ++i) t[i] = DenseTransformSlow(i);
+    std::vector<float> t(kDenseTableSize);
+    for (int64_t i = 0; i < kDenseTableSize; ++i) t[i] = DenseTransformSlow(i);
     return t;
   }();
-  return table;
+  return table.data();
 }
-}  // namespace
 
 float DenseTransform(int64_t raw) {
   if (raw <= 0) return 0.0f;
-  return raw < kTableSize ? SmallTable()[raw] : DenseTransformSlow(raw);
+  return raw < kDenseTableSize ? DenseTransformTable()[raw] : DenseTransformSlow(raw);
 }
 
 uint64_t CategoricalId(int field, uint64_t value) {
-  // Little-endian bytes of the value, seeded with the field: same value in two fields differs.
-  return XXH3_64bits_withSeed(&value, sizeof(value), static_cast<uint64_t>(field));
+  return internal::CategoricalIdInline(field, value);
 }
 
 uint64_t MissingId(int field) {

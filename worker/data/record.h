@@ -34,6 +34,11 @@ struct Sample {
 // The documented dense feature transform: log(1 + max(x, 0)).
 float DenseTransform(int64_t raw);
 
+// DenseTransform(0 .. kDenseTableSize - 1), precomputed: most Criteo counts are small, and a
+// parser that indexes this directly saves a call per field.
+inline constexpr int64_t kDenseTableSize = 4096;
+const float* DenseTransformTable();
+
 // 64-bit id of categorical value `value` (the hex field parsed as an integer) of field `field`.
 // Hashing the parsed value, not its text, makes "0a1b" and "00000A1B" the same id.
 uint64_t CategoricalId(int field, uint64_t value);

@@ -82,6 +82,21 @@ Status CriteoSource::LoadBlock(size_t k) {
   return Status::Ok();
 }
 
+// Shares nothing but the (copied) block index, so the clone never rescans the files.
+StatusOr<std::unique_ptr<RecordSource>> CriteoSource::Clone() const {
+  std::unique_ptr<CriteoSource> s(new CriteoSource);
+  s->schema_ = schema_;
+  s->paths_ = paths_;
+  s->blocks_ = blocks_;
+  s->num_records_ = num_records_;
+  for (const std::string& path : paths_) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::NotFound(path + ": " + std::strerror(errno));
+    s->fds_.push_back(fd);
+  }
+  return std::unique_ptr<RecordSource>(std::move(s));
+}
+
 Status CriteoSource::Read(int64_t index, Sample* out) {
   const auto it = std::upper_bound(blocks_.begin(), blocks_.end(), index,
                                    [](int64_t i, const Block& b) { return i < b.first_record; });
@@ -107,6 +122,20 @@ StatusOr<std::unique_ptr<BinarySource>> BinarySource::Open(const std::vector<std
   }
   if (s->num_records() == 0) return Status::InvalidArgument("binary data: no records");
   return s;
+}
+
+StatusOr<std::unique_ptr<RecordSource>> BinarySource::Clone() const {
+  auto s = std::make_unique<BinarySource>();
+  s->schema_ = schema_;
+  s->starts_ = starts_;
+  for (const auto& reader : readers_) {
+    TANDEM_ASSIGN_OR_RETURN(auto copy, BinaryReader::Open(reader->path(), schema_));
+    if (copy->num_records() != reader->num_records()) {
+      return Status::DataLoss(reader->path() + ": record count changed while training");
+    }
+    s->readers_.push_back(std::move(copy));
+  }
+  return std::unique_ptr<RecordSource>(std::move(s));
 }
 
 Order BinarySource::MakeOrder(uint64_t seed) const { return Order::Permuted(num_records(), seed); }

@@ -28,6 +28,11 @@ class RecordSource {
   // Reads record `index` (file order). A malformed record becomes a weight-0 sample and is
   // added to bad_log(); only I/O failures are errors.
   virtual Status Read(int64_t index, Sample* out) = 0;
+  // A second source over the same records with its own file handles and buffers and an empty
+  // bad-line log, for another reading thread (Pipeline with threads > 1).
+  virtual StatusOr<std::unique_ptr<RecordSource>> Clone() const {
+    return Status::Unimplemented("this record source cannot be read by several threads");
+  }
   const BadLineLog& bad_log() const { return bad_; }
 
  protected:
@@ -47,6 +52,7 @@ class CriteoSource : public RecordSource {
   int64_t num_records() const override { return num_records_; }
   Order MakeOrder(uint64_t seed) const override;
   Status Read(int64_t index, Sample* out) override;
+  StatusOr<std::unique_ptr<RecordSource>> Clone() const override;
 
  private:
   struct Block {
@@ -79,6 +85,7 @@ class BinarySource : public RecordSource {
   int64_t num_records() const override { return starts_.back(); }
   Order MakeOrder(uint64_t seed) const override;
   Status Read(int64_t index, Sample* out) override;
+  StatusOr<std::unique_ptr<RecordSource>> Clone() const override;
 
  private:
   Schema schema_;
@@ -95,6 +102,10 @@ class SyntheticSource : public RecordSource {
   int64_t num_records() const override { return num_records_; }
   Order MakeOrder(uint64_t seed) const override { return Order::Permuted(num_records_, seed); }
   Status Read(int64_t index, Sample* out) override;
+  StatusOr<std::unique_ptr<RecordSource>> Clone() const override {
+    return std::unique_ptr<RecordSource>(
+        std::make_unique<SyntheticSource>(gen_.spec(), num_records_));
+  }
 
  private:
   SyntheticGenerator gen_;
