@@ -1,7 +1,5 @@
 #include "cli/daemon.h"
 
-#include "cli/stop_signals.h"
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli/stop_signals.h"
 #include "common/build_info.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"

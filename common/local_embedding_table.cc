@@ -27,7 +27,8 @@ Status LocalEmbeddingTable::Pull(int64_t, std::span<const TableIds> tables,
       if (it == t.index.end()) {
         embedding::InitialEmbedding(seed_, t.spec, tables[i].ids[j], &out[j * dim]);
       } else {
-        embedding::RowRef row{const_cast<uint8_t*>(&t.rows[size_t{it->second} * t.spec.row_bytes()])};
+        embedding::RowRef row{
+            const_cast<uint8_t*>(&t.rows[size_t{it->second} * t.spec.row_bytes()])};
         std::copy_n(row.embedding(), dim, &out[j * dim]);
       }
     }
@@ -40,17 +41,20 @@ uint8_t* LocalEmbeddingTable::FindOrCreate(Table& t, uint64_t id) {
   auto [it, inserted] = t.index.emplace(id, static_cast<uint32_t>(t.rows.size() / bytes));
   if (inserted) {
     t.rows.resize(t.rows.size() + bytes);
-    embedding::InitialRow(seed_, t.spec, id, embedding::RowRef{&t.rows[size_t{it->second} * bytes]});
+    embedding::InitialRow(seed_, t.spec, id,
+                          embedding::RowRef{&t.rows[size_t{it->second} * bytes]});
   }
   return &t.rows[size_t{it->second} * bytes];
 }
 
 Status LocalEmbeddingTable::Push(int64_t step, std::span<const TableGrads> tables) {
   for (const auto& g : tables) {
-    if (g.table >= tables_.size()) return Status::InvalidArgument("unknown table " + std::to_string(g.table));
+    if (g.table >= tables_.size())
+      return Status::InvalidArgument("unknown table " + std::to_string(g.table));
     Table& t = tables_[g.table];
     const uint32_t dim = t.spec.dim;
-    if (g.grads.size() != g.ids.size() * dim) return Status::InvalidArgument("ids and gradients disagree");
+    if (g.grads.size() != g.ids.size() * dim)
+      return Status::InvalidArgument("ids and gradients disagree");
     for (size_t j = 0; j < g.ids.size(); ++j) {
       embedding::RowRef row{FindOrCreate(t, g.ids[j])};
       embedding::ApplySparseUpdate(t.spec, &g.grads[j * dim], row);
@@ -65,6 +69,18 @@ size_t LocalEmbeddingTable::rows_stored() const {
   size_t n = 0;
   for (const auto& t : tables_) n += t.index.size();
   return n;
+}
+
+void LocalEmbeddingTable::AddToChecksum(ModelChecksum* sum) const {
+  for (uint32_t i = 0; i < tables_.size(); ++i) {
+    const auto& spec = tables_[i].spec;
+    for (const auto& [id, slot] : tables_[i].index) {
+      embedding::RowRef row{
+          const_cast<uint8_t*>(&tables_[i].rows[size_t{slot} * spec.row_bytes()])};
+      sum->AddRow(i, id, {row.embedding(), spec.dim}, {row.state(spec.dim), spec.state_floats()},
+                  row.meta()->last_updated_step, row.meta()->frequency);
+    }
+  }
 }
 
 void LocalEmbeddingTable::ForEachRow(

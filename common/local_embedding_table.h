@@ -12,6 +12,7 @@
 
 #include "common/embedding/table_spec.h"
 #include "common/embedding_client.h"
+#include "common/model_checksum.h"
 
 namespace tandem {
 
@@ -24,6 +25,8 @@ class LocalEmbeddingTable : public EmbeddingClient {
   Status Push(int64_t step, std::span<const TableGrads> tables) override;
 
   size_t rows_stored() const;
+  // Adds every stored row to `sum` (the embedding part of model_checksum).
+  void AddToChecksum(ModelChecksum* sum) const;
   // Visits every stored row: (table, id, row bytes as RowRef lays them out).
   void ForEachRow(const std::function<void(uint32_t, uint64_t, const uint8_t*)>& fn) const;
 
@@ -31,7 +34,7 @@ class LocalEmbeddingTable : public EmbeddingClient {
   struct Table {
     embedding::TableSpec spec;
     std::unordered_map<uint64_t, uint32_t> index;  // id -> row slot
-    std::vector<uint8_t> rows;                      // slot * row_bytes
+    std::vector<uint8_t> rows;                     // slot * row_bytes
   };
   uint8_t* FindOrCreate(Table& t, uint64_t id);
 

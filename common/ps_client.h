@@ -48,8 +48,8 @@ class PsClient : public EmbeddingClient {
               std::vector<std::vector<float>>* rows) override {
     return Pull(step, tables, rows, /*from_pre_images=*/false);
   }
-  Status Pull(int64_t step, std::span<const TableIds> tables,
-              std::vector<std::vector<float>>* rows, bool from_pre_images);
+  Status Pull(int64_t step, std::span<const TableIds> tables, std::vector<std::vector<float>>* rows,
+              bool from_pre_images);
   // One push per shard for `step`, keyed (timeline, step, rank = identity.index).
   Status Push(int64_t step, std::span<const TableGrads> tables) override {
     return Push(step, tables, /*skip=*/false);

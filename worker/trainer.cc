@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "worker/collective/collective.h"
 
@@ -9,7 +10,9 @@ namespace tandem::worker {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
@@ -19,11 +22,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
     return Status::InvalidArgument("trainer: rank outside [0, world)");
   std::unique_ptr<Trainer> t(new Trainer(options));
   const auto& job = *options.job;
-  TANDEM_ASSIGN_OR_RETURN(t->model_, model::Dlrm::Create(job.model, job.data.num_dense,
-                                                         job.data.num_categorical, job.train.seed,
-                                                         options.backend));
+  TANDEM_ASSIGN_OR_RETURN(
+      t->model_, model::Dlrm::Create(job.model, job.data.num_dense, job.data.num_categorical,
+                                     job.train.seed, options.backend));
   TANDEM_ASSIGN_OR_RETURN(auto opt_options, model::DenseOptimizerOptionsFromConfig(job.train));
-  TANDEM_ASSIGN_OR_RETURN(t->optimizer_, model::DenseOptimizer::Create(opt_options, t->model_->num_params()));
+  TANDEM_ASSIGN_OR_RETURN(t->optimizer_,
+                          model::DenseOptimizer::Create(opt_options, t->model_->num_params()));
   t->dim_ = job.model.embedding_dim;
   const size_t tables = static_cast<size_t>(job.data.num_categorical);
   t->pooled_.resize(tables);
@@ -34,7 +38,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
 
 Status Trainer::PullPooled(int64_t step, const data::Batch& batch) {
   const size_t tables = pooled_.size();
-  if (batch.unique_ids.size() != tables) return Status::InvalidArgument("batch has the wrong number of tables");
+  if (batch.unique_ids.size() != tables)
+    return Status::InvalidArgument("batch has the wrong number of tables");
   std::vector<TableIds> want(tables);
   for (size_t t = 0; t < tables; ++t) want[t] = {static_cast<uint32_t>(t), batch.unique_ids[t]};
   TANDEM_RETURN_IF_ERROR(options_.embeddings->Pull(step, want, &rows_));
@@ -67,9 +72,9 @@ StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
   }
   // Losses and gradients are divided by the nominal global batch M*b (DESIGN §2).
   const float normaliser = static_cast<float>(options_.world) * static_cast<float>(batch.size);
-  const float loss = model_->ForwardBackward(batch.size, batch.dense.data(), pooled.data(),
-                                             batch.label.data(), batch.weight.data(), normaliser,
-                                             d_pooled.data());
+  const float loss =
+      model_->ForwardBackward(batch.size, batch.dense.data(), pooled.data(), batch.label.data(),
+                              batch.weight.data(), normaliser, d_pooled.data());
   // Per-row gradients: the bag gradients summed in sample order (PROTOCOLS §5.1).
   std::vector<TableGrads> push(tables);
   for (size_t t = 0; t < tables; ++t) {
@@ -106,6 +111,25 @@ StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
   st.update_s = Since(t0);
   st.loss = global_loss;
   return st;
+}
+
+ModelChecksum Trainer::DenseChecksum() const {
+  ModelChecksum sum;
+  const auto params = std::as_const(*model_).params();
+  const auto state = optimizer_->state();
+  const size_t n = params.size();
+  const size_t arrays = n == 0 ? 0 : state.size() / n;  // per-parameter state arrays
+  std::vector<float> slots;
+  for (const auto& info : model_->param_info()) {
+    slots.clear();
+    for (size_t a = 0; a < arrays; ++a)
+      slots.insert(slots.end(), state.begin() + a * n + info.offset,
+                   state.begin() + a * n + info.offset + info.size);
+    sum.AddDenseTensor(info.name, info.shape, params.subspan(info.offset, info.size), slots);
+  }
+  const std::vector<int64_t> scalar_shape = {static_cast<int64_t>(state.size() - arrays * n)};
+  sum.AddDenseTensor("optimizer.scalars", scalar_shape, state.subspan(arrays * n), {});
+  return sum;
 }
 
 Status Trainer::Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs) {

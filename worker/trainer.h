@@ -12,11 +12,12 @@
 
 #include "common/config/job_config.h"
 #include "common/embedding_client.h"
+#include "common/model_checksum.h"
 #include "common/status.h"
+#include "worker/data/record.h"
 #include "worker/device/backend.h"
 #include "worker/model/dense_optimizer.h"
 #include "worker/model/dlrm.h"
-#include "worker/data/record.h"
 
 namespace tandem::collective {
 class Collective;
@@ -27,10 +28,10 @@ namespace tandem::worker {
 struct TrainerOptions {
   const config::JobConfig* job = nullptr;
   int rank = 0;
-  int world = 1;                                    // M
-  EmbeddingClient* embeddings = nullptr;            // not owned
-  collective::Collective* collective = nullptr;     // not owned; null = single process
-  device::Backend* backend = nullptr;                // not owned
+  int world = 1;                                 // M
+  EmbeddingClient* embeddings = nullptr;         // not owned
+  collective::Collective* collective = nullptr;  // not owned; null = single process
+  device::Backend* backend = nullptr;            // not owned
 };
 
 // Seconds spent per phase of one step, and the loss.
@@ -49,6 +50,10 @@ class Trainer {
   // Click probabilities of a batch at the embedding version a pull for `step` sees; changes
   // nothing.
   Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);
+
+  // The dense part of model_checksum (DESIGN §12): every tensor with its optimizer slots, and
+  // the optimizer's scalar state as one more record.
+  ModelChecksum DenseChecksum() const;
 
   model::Dlrm& model() { return *model_; }
   const model::DenseOptimizer& optimizer() const { return *optimizer_; }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/embedding/table_spec.h"
@@ -23,7 +24,8 @@ config::JobConfig SmallJob() {
       "data:\n  format: synthetic\n  num_categorical: 26\n  synthetic:\n    vocab: 200\n"
       "    zipf: 1.1\n    eval_rows: 8000\n"
       "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
-      "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n    init: {dist: uniform, scale: 0.01}\n"
+      "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n    init: {dist: uniform, scale: "
+      "0.01}\n"
       "train:\n  batch_size: 256\n  seed: 7\n  dense_optimizer: adam\n  dense_lr: 0.01\n",
       "small.yaml", {});
   EXPECT_TRUE(job.ok()) << job.status();
@@ -39,7 +41,8 @@ struct TrainRun {
 TrainRun MakeRun(const config::JobConfig& job) {
   TrainRun r;
   r.backend = std::move(device::CpuBackend::Create(1)).value();
-  r.table = std::make_unique<LocalEmbeddingTable>(embedding::TableSpecsFromConfig(job), job.train.seed);
+  r.table =
+      std::make_unique<LocalEmbeddingTable>(embedding::TableSpecsFromConfig(job), job.train.seed);
   TrainerOptions o;
   o.job = &job;
   o.embeddings = r.table.get();
@@ -90,7 +93,8 @@ std::pair<double, double> EvalAuc(const config::JobConfig& job, TrainRun* run, i
     EXPECT_TRUE(run->trainer->Predict(step, batch, &probs).ok());
     scores.insert(scores.end(), probs.begin(), probs.end());
   }
-  return {data::Auc(std::span<const float>(scores), labels), data::Auc(std::span<const double>(teacher), labels)};
+  return {data::Auc(std::span<const float>(scores), labels),
+          data::Auc(std::span<const double>(teacher), labels)};
 }
 
 TEST(TrainerTest, ReachesTheTeachersAucOnHeldOutData) {
@@ -119,7 +123,8 @@ TEST(TrainerTest, SameConfigAndSeedGiveBitIdenticalParameters) {
     std::vector<uint64_t> one = {id};
     TableIds ti{t, one};
     ASSERT_TRUE(b.table->Pull(20, {&ti, 1}, &other).ok());
-    differ += std::memcmp(other[0].data(), row + sizeof(embedding::RowMeta), 8 * sizeof(float)) != 0;
+    differ +=
+        std::memcmp(other[0].data(), row + sizeof(embedding::RowMeta), 8 * sizeof(float)) != 0;
   });
   EXPECT_EQ(differ, 0u);
 
@@ -127,7 +132,55 @@ TEST(TrainerTest, SameConfigAndSeedGiveBitIdenticalParameters) {
   other_seed.train.seed = 8;
   TrainRun c = MakeRun(other_seed);
   Train(other_seed, &c, 20);
-  EXPECT_NE(0, std::memcmp(pa.data(), c.trainer->model().params().data(), pa.size() * sizeof(float)));
+  EXPECT_NE(0,
+            std::memcmp(pa.data(), c.trainer->model().params().data(), pa.size() * sizeof(float)));
+}
+
+// Trains `steps` steps through the data pipeline with `threads` reader threads and returns
+// model_checksum of the dense model (with optimizer state) and every embedding row.
+std::string TrainAndChecksum(int threads, int64_t steps) {
+  const auto job = SmallJob();
+  TrainRun run = MakeRun(job);
+  auto source = std::move(data::OpenSource(job.data, job.train.seed, /*eval=*/false)).value();
+  data::PipelineOptions po;
+  po.batch = static_cast<int>(job.train.batch_size);
+  po.threads = threads;
+  data::Pipeline pipeline(std::move(source), job.train.seed, po);
+  pipeline.Start();
+  for (int64_t s = 0; s < steps; ++s) {
+    auto batch = pipeline.Next();
+    if (!batch.ok() || !run.trainer->Step(**batch).ok())
+      return "failed at step " + std::to_string(s);
+    pipeline.Recycle(std::move(batch).value());
+  }
+  ModelChecksum sum = run.trainer->DenseChecksum();
+  run.table->AddToChecksum(&sum);
+  return sum.Hex();
+}
+
+// Not a test of its own (ctest filters it out): the entry point of the child process that
+// TwoProcessesAndThreadCountsGiveTheSameModel starts, which writes its checksum to the file
+// named by TANDEM_TRAINER_CHILD_OUT.
+TEST(TrainerChild, Run) {
+  const char* out = std::getenv("TANDEM_TRAINER_CHILD_OUT");
+  if (out == nullptr) return;
+  ::tandem::testing::WriteFile(out, TrainAndChecksum(/*threads=*/3, 40));
+}
+
+// PROTOCOLS §5: the same config and seed give a bit-identical model in another process and
+// with another number of data-pipeline threads.
+TEST(TrainerTest, TwoProcessesAndThreadCountsGiveTheSameModel) {
+  ::tandem::testing::TempDir dir;
+  const std::string out = dir.File("child.checksum");
+  auto child = ::tandem::testing::RunCommand(
+      {::tandem::SelfExecutable(), "--gtest_filter=TrainerChild.Run"},
+      {"TANDEM_TRAINER_CHILD_OUT=" + out, "OPENBLAS_NUM_THREADS=1"}, {}, std::chrono::seconds(60));
+  ASSERT_EQ(child.exit.exit_code, 0) << child.output;
+  const std::string theirs = ::tandem::testing::ReadFile(out);
+  const std::string mine = TrainAndChecksum(/*threads=*/1, 40);
+  ASSERT_EQ(mine.size(), 32u) << mine;
+  EXPECT_EQ(mine, theirs);
+  EXPECT_NE(mine, TrainAndChecksum(1, 39));  // and it does see a difference
 }
 
 // A Criteo file with one bad line in 1000 trains, and the pipeline reports the line by number.
