@@ -14,7 +14,7 @@
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"
 #include "worker/data/synthetic.h"
-#include "worker/device/cpu/cpu_backend.h"
+#include "worker/device/backend_factory.h"
 
 namespace tandem::worker {
 namespace {
@@ -40,7 +40,7 @@ struct TrainRun {
 
 TrainRun MakeRun(const config::JobConfig& job) {
   TrainRun r;
-  r.backend = std::move(device::CpuBackend::Create(1)).value();
+  r.backend = std::move(device::CreateBackend(job.train)).value();
   r.table =
       std::make_unique<LocalEmbeddingTable>(embedding::TableSpecsFromConfig(job), job.train.seed);
   TrainerOptions o;
@@ -181,6 +181,14 @@ TEST(TrainerTest, TwoProcessesAndThreadCountsGiveTheSameModel) {
   ASSERT_EQ(mine.size(), 32u) << mine;
   EXPECT_EQ(mine, theirs);
   EXPECT_NE(mine, TrainAndChecksum(1, 39));  // and it does see a difference
+}
+
+TEST(TrainerTest, BackendComesFromTrainDevice) {
+  auto job = SmallJob();
+  job.train.threads = 2;
+  EXPECT_TRUE(device::CreateBackend(job.train).ok());
+  job.train.device = "cuda";
+  EXPECT_EQ(device::CreateBackend(job.train).status().code(), StatusCode::kUnimplemented);
 }
 
 // A Criteo file with one bad line in 1000 trains, and the pipeline reports the line by number.

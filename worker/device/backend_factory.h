@@ -1,0 +1,15 @@
+// The backend a worker trains on, chosen by train.device (DESIGN §8).
+#pragma once
+
+#include <memory>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "worker/device/backend.h"
+
+namespace tandem::device {
+
+// cpu: OpenBLAS with train.threads threads. cuda: kUnimplemented until the CUDA backend lands.
+StatusOr<std::unique_ptr<Backend>> CreateBackend(const config::TrainConfig& train);
+
+}  // namespace tandem::device
