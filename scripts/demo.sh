@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's demo: installs what is missing, builds, and runs the main job on a local cluster
-# (chief, PS shards and workers on 127.0.0.1). Until training lands it starts the cluster,
-# shows that every process answers, prints `tandem status`, and stops it cleanly.
+# The README's demo: installs what is missing, builds, generates synthetic data, and runs the
+# main job on a local cluster (chief, PS shards and workers on 127.0.0.1). Until distributed
+# training lands it starts the cluster, shows that every process answers, prints
+# `tandem status`, and stops it cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,6 +11,9 @@ TANDEM=build/cli/tandem
 OUT=${OUT:-out/demo}
 rm -rf "$OUT"
 echo "== $($TANDEM --version)"
+echo "== tandem datagen (synthetic CTR data with a known best AUC)"
+$TANDEM datagen --format criteo --rows 20000 --seed 1 --out "$OUT/data/train.tsv"
+$TANDEM convert --in "$OUT/data/train.tsv" --out "$OUT/data/train.bin"
 echo "== tandem local --config configs/local.yaml --ps 2 --workers 2"
 $TANDEM local --config configs/local.yaml --ps 2 --workers 2 --hold \
   --set output.dir="$OUT" --set checkpoint.dir="$OUT/checkpoints" --set ps.data_dir="$OUT/ps" &
