@@ -183,6 +183,23 @@ TEST(TrainerTest, TwoProcessesAndThreadCountsGiveTheSameModel) {
   EXPECT_NE(mine, TrainAndChecksum(1, 39));  // and it does see a difference
 }
 
+TEST(TrainerTest, DenseScheduleComesFromTheConfig) {
+  auto job = config::ParseJobConfig(
+      "train:\n  dense_optimizer: adamw\n  dense_lr: 0.01\n  dense_weight_decay: 0.1\n"
+      "  lr_warmup_steps: 10\n  lr_decay: cosine\n  lr_decay_steps: 100\n",
+      "schedule.yaml", {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto o = model::DenseOptimizerOptionsFromConfig(job->train);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->kind, model::DenseOptimizerKind::kAdamW);
+  EXPECT_FLOAT_EQ(o->weight_decay, 0.1f);
+  EXPECT_DOUBLE_EQ(model::ScheduledLearningRate(*o, 0), 0.001);   // warmup: 1/10 of the peak
+  EXPECT_DOUBLE_EQ(model::ScheduledLearningRate(*o, 9), 0.01);    // peak at the end of warmup
+  EXPECT_LT(model::ScheduledLearningRate(*o, 60), 0.01);          // cosine decay after it
+  auto bad = config::ParseJobConfig("train:\n  lr_decay: linear\n", "bad.yaml", {});
+  EXPECT_NE(bad.status().message().find("train.lr_decay"), std::string::npos) << bad.status();
+}
+
 TEST(TrainerTest, BackendComesFromTrainDevice) {
   auto job = SmallJob();
   job.train.threads = 2;

@@ -70,8 +70,14 @@ struct TrainConfig {
   std::string device = "cpu";            // cpu | cuda
   std::string precision = "fp32";        // fp32 | bf16 | fp16 (cpu: fp32 only)
   std::string deterministic = "strict";  // strict | relaxed
-  std::string dense_optimizer = "adam";  // `train.dense_optimizer`: sgd | adam | adagrad
+  std::string dense_optimizer = "adam";  // `train.dense_optimizer`: sgd | adam | adamw | adagrad
   double dense_lr = 0.001;               // `train.dense_lr` > 0
+  double dense_momentum = 0.9;           // `train.dense_momentum` (sgd) in [0, 1)
+  double dense_weight_decay = 0.0;       // `train.dense_weight_decay` >= 0 (adamw: decoupled)
+  int64_t lr_warmup_steps = 0;           // `train.lr_warmup_steps`: linear warmup, >= 0
+  std::string lr_decay = "none";         // `train.lr_decay`: none | step | cosine
+  int64_t lr_decay_steps = 1000;         // `train.lr_decay_steps`: period / cosine length, >= 1
+  double lr_decay_rate = 0.1;            // `train.lr_decay_rate` (step) in (0, 1]
   int64_t eval_every_steps = 0;          // `train.eval_every_steps`: 0 = only at the end
   int64_t log_every_steps = 10;          // `train.log_every_steps` >= 1
   int64_t threads = 1;                   // `train.threads`: BLAS threads per worker, >= 1

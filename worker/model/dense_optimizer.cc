@@ -53,13 +53,23 @@ StatusOr<DenseOptimizerOptions> DenseOptimizerOptionsFromConfig(const config::Tr
     options.kind = DenseOptimizerKind::kSgd;
   } else if (train.dense_optimizer == "adam") {
     options.kind = DenseOptimizerKind::kAdam;
+  } else if (train.dense_optimizer == "adamw") {
+    options.kind = DenseOptimizerKind::kAdamW;
   } else if (train.dense_optimizer == "adagrad") {
     options.kind = DenseOptimizerKind::kAdagrad;
   } else {
     return Status::InvalidArgument("unknown train.dense_optimizer '" + train.dense_optimizer +
-                                   "' (sgd | adam | adagrad)");
+                                   "' (sgd | adam | adamw | adagrad)");
   }
   options.lr = train.dense_lr;
+  options.momentum = static_cast<float>(train.dense_momentum);
+  options.weight_decay = static_cast<float>(train.dense_weight_decay);
+  options.warmup_steps = train.lr_warmup_steps;
+  options.decay = train.lr_decay == "step"     ? LrDecay::kStep
+                  : train.lr_decay == "cosine" ? LrDecay::kCosine
+                                               : LrDecay::kNone;
+  options.decay_steps = train.lr_decay_steps;
+  options.decay_rate = train.lr_decay_rate;
   TANDEM_RETURN_IF_ERROR(options.Validate());
   return options;
 }
