@@ -235,6 +235,13 @@ Status Shard::ValidatePush(const PushInput& p) const {
       return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) + " ids but " +
                                      std::to_string(t.grads.size()) + " gradient values");
     TANDEM_RETURN_IF_ERROR(ValidatePull(t.table_id, t.ids).WithContext(where));
+    // Unique ids per table let a step with one contributor skip the merge.
+    thread_local FlatIdIndex seen_ids;
+    seen_ids.Reset(t.ids.size());
+    for (uint64_t id : t.ids) {
+      if (!seen_ids.Insert(id).second)
+        return Status::InvalidArgument(where + " id " + std::to_string(id) + " appears twice");
+    }
     if (options_.nan_policy == NanPolicy::kReject) {
       for (size_t i = 0; i < t.ids.size(); ++i) {
         if (!AllFinite(&t.grads[i * t.dim], t.dim))
@@ -298,16 +305,21 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
   }
   logged_[key] = hash;
   if (k0) {
-    auto b = std::make_unique<BufferedPush>();
-    b->lsn = lsn;
-    b->skip = push.skip;
-    b->bytes = bytes;
-    for (const auto& t : push.tables)
-      b->tables.push_back(
-          {t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
-    pending_bytes_ += bytes;
-    pending_[push.step][push.rank] = std::move(b);
-    TANDEM_RETURN_IF_ERROR(ApplyReadySteps());
+    auto& ranks = pending_[push.step];
+    if (push.step == applied_ + 1 && ranks.size() + 1 == options_.num_workers) {
+      // This push completes the next step: apply it from the message, no copy.
+      TANDEM_RETURN_IF_ERROR(ApplyReadySteps(&push));
+    } else {
+      auto b = std::make_unique<BufferedPush>();
+      b->lsn = lsn;
+      b->skip = push.skip;
+      b->bytes = bytes;
+      for (const auto& t : push.tables)
+        b->tables.push_back({t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
+      pending_bytes_ += bytes;
+      ranks[push.rank] = std::move(b);
+      TANDEM_RETURN_IF_ERROR(ApplyReadySteps(nullptr));
+    }
   } else {
     if (!push.skip) {
       for (const auto& t : push.tables)
@@ -334,23 +346,35 @@ void Shard::AdvanceAppliedK1(int64_t step) {
   }
 }
 
-Status Shard::ApplyReadySteps() {
+Status Shard::ApplyReadySteps(const PushInput* arriving) {
   for (;;) {
-    auto it = pending_.find(applied_ + 1);
-    if (it == pending_.end() || it->second.size() < options_.num_workers) return Status::Ok();
-    std::vector<const BufferedPush*> by_rank;
-    for (const auto& [rank, push] : it->second) by_rank.push_back(push.get());  // rank order
-    TANDEM_RETURN_IF_ERROR(ApplyStep(it->first, by_rank));
-    for (const auto& [rank, push] : it->second) pending_bytes_ -= push->bytes;
-    applied_ = it->first;
+    const int64_t step = applied_ + 1;
+    auto it = pending_.find(step);
+    const size_t have = (it == pending_.end() ? 0 : it->second.size()) +
+                        (arriving != nullptr && arriving->step == step ? 1 : 0);
+    if (have < options_.num_workers) return Status::Ok();
+    std::vector<RankPush> by_rank(options_.num_workers);
+    if (it != pending_.end()) {
+      for (const auto& [rank, push] : it->second) {
+        by_rank[rank].skip = push->skip;
+        for (const auto& t : push->tables) by_rank[rank].tables.push_back({t.table_id, t.dim, t.ids, t.grads});
+      }
+    }
+    if (arriving != nullptr && arriving->step == step)
+      by_rank[arriving->rank] = RankPush{arriving->skip, arriving->tables};
+    TANDEM_RETURN_IF_ERROR(ApplyStep(step, by_rank));
+    if (it != pending_.end()) {
+      for (const auto& [rank, push] : it->second) pending_bytes_ -= push->bytes;
+      pending_.erase(it);
+    }
+    applied_.store(step);
     stats_.steps_applied++;
-    pending_.erase(it);
   }
 }
 
 // k = 0: per table, the rows of all ranks are summed in rank order (ranks lacking a row are
 // skipped), then the optimizer runs once per row.
-Status Shard::ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by_rank) {
+Status Shard::ApplyStep(int64_t step, const std::vector<RankPush>& by_rank) {
   for (auto& p : pre_images_) {
     p.index.Reset(0);
     p.rows.clear();
@@ -358,30 +382,37 @@ Status Shard::ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by
   FlatIdIndex index;
   std::vector<uint64_t> ids;
   std::vector<float> sums;
+  std::vector<const PushTableView*> slices;
   for (uint32_t table = 0; table < options_.tables.size(); ++table) {
     const uint32_t dim = options_.tables[table].dim;
+    slices.clear();
     size_t bound = 0;
-    for (const BufferedPush* p : by_rank)
-      for (const auto& t : p->tables)
-        if (t.table_id == table && !p->skip) bound += t.ids.size();
-    if (bound == 0) continue;
+    for (const RankPush& p : by_rank) {  // rank order
+      if (p.skip) continue;
+      for (const auto& t : p.tables) {
+        if (t.table_id != table || t.ids.empty()) continue;
+        slices.push_back(&t);
+        bound += t.ids.size();
+      }
+    }
+    if (slices.empty()) continue;
+    if (slices.size() == 1) {  // one contributor, ids unique (validated): nothing to sum
+      TANDEM_RETURN_IF_ERROR(ApplyTable(step, table, slices[0]->ids, slices[0]->grads));
+      continue;
+    }
     index.Reset(bound);
     ids.clear();
     sums.clear();
-    for (const BufferedPush* p : by_rank) {
-      if (p->skip) continue;
-      for (const auto& t : p->tables) {
-        if (t.table_id != table) continue;
-        for (size_t i = 0; i < t.ids.size(); ++i) {
-          auto [slot, inserted] = index.Insert(t.ids[i]);
-          const float* g = &t.grads[i * dim];
-          if (inserted) {
-            ids.push_back(t.ids[i]);
-            sums.insert(sums.end(), g, g + dim);
-          } else {
-            float* s = &sums[static_cast<size_t>(slot) * dim];
-            for (uint32_t j = 0; j < dim; ++j) s[j] += g[j];
-          }
+    for (const PushTableView* t : slices) {
+      for (size_t i = 0; i < t->ids.size(); ++i) {
+        auto [slot, inserted] = index.Insert(t->ids[i]);
+        const float* g = &t->grads[i * dim];
+        if (inserted) {
+          ids.push_back(t->ids[i]);
+          sums.insert(sums.end(), g, g + dim);
+        } else {
+          float* sum = &sums[static_cast<size_t>(slot) * dim];
+          for (uint32_t j = 0; j < dim; ++j) sum[j] += g[j];
         }
       }
     }

@@ -134,15 +134,20 @@ class Shard {
 
  private:
   struct BufferedPush;
-  struct StepBuffer;
+  // One rank's push of a step as views (into a BufferedPush, or into the arriving message).
+  struct RankPush {
+    bool skip = false;
+    std::vector<PushTableView> tables;
+  };
   explicit Shard(const ShardOptions& options);
   Status Recover();
   Status ValidatePush(const PushInput& push) const;
   StatusOr<PushAck> PushLocked(const PushInput& push, bool replaying, uint64_t lsn)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status ApplyReadySteps() EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status ApplyStep(int64_t step, const std::vector<const BufferedPush*>& by_rank)
-      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies every complete step after applied_. `arriving` (rank, push) completes the next step
+  // without having been copied into the buffer.
+  Status ApplyReadySteps(const PushInput* arriving) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyStep(int64_t step, const std::vector<RankPush>& by_rank) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
                     std::span<const float> grads) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admission (min_count > 1) needs to know which rows exist before deciding: drops the ids not

@@ -164,7 +164,13 @@ TEST(ShardTest, InvalidPushesChangeNothing) {
   {
     auto p = good();
     p.tables.push_back(p.tables[0]);
-    bad.push_back({"twice", p});
+    bad.push_back({"twice in one push", p});
+  }
+  {
+    auto p = good();
+    p.tables[0].ids.push_back(mine);
+    p.tables[0].grads.insert(p.tables[0].grads.end(), {0.1f, 0.2f, 0.3f, 0.4f});
+    bad.push_back({"appears twice", p});
   }
   for (const auto& [what, p] : bad) {
     auto r = shard->Push(p.input());

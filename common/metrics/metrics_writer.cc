@@ -1,0 +1,120 @@
+#include "common/metrics/metrics_writer.h"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+namespace tandem::metrics {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps "step" first, for people reading the file
+
+constexpr off_t kScanChunk = 4096;
+
+double WallTimeSeconds() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::chrono::duration<double>(now).count();
+}
+
+// Offset of the last '\n' in [0, limit), or -1 when there is none. Reads backwards in chunks:
+// a long job's file is large, and only its tail matters.
+StatusOr<off_t> LastNewlineBefore(const internal::AppendFile& file, off_t limit) {
+  while (limit > 0) {
+    const off_t start = limit > kScanChunk ? limit - kScanChunk : 0;
+    TANDEM_ASSIGN_OR_RETURN(std::string chunk,
+                            file.ReadAt(start, static_cast<size_t>(limit - start)));
+    const size_t pos = chunk.rfind('\n');
+    if (pos != std::string::npos) return start + static_cast<off_t>(pos);
+    limit = start;
+  }
+  return off_t{-1};
+}
+
+// True when the complete line ending just before `end` (its '\n') is a final line.
+StatusOr<bool> LineIsFinal(const internal::AppendFile& file, off_t end) {
+  TANDEM_ASSIGN_OR_RETURN(off_t previous, LastNewlineBefore(file, end));
+  const off_t begin = previous + 1;
+  TANDEM_ASSIGN_OR_RETURN(std::string line, file.ReadAt(begin, static_cast<size_t>(end - begin)));
+  const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return false;  // not ours to judge; appending is still safe
+  const auto it = json.find("final");
+  return it != json.end() && it->is_boolean() && it->get<bool>();
+}
+
+// Cuts a torn last line (a crash mid-write) and refuses a file that already has its final line.
+Status PrepareForAppend(internal::AppendFile& file) {
+  TANDEM_ASSIGN_OR_RETURN(off_t size, file.Size());
+  TANDEM_ASSIGN_OR_RETURN(off_t last_newline, LastNewlineBefore(file, size));
+  const off_t complete = last_newline + 1;
+  if (complete < size) TANDEM_RETURN_IF_ERROR(file.Truncate(complete));
+  if (complete == 0) return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(bool is_final, LineIsFinal(file, last_newline));
+  if (is_final) {
+    return Status::FailedPrecondition(file.path() + " already ends with the final line");
+  }
+  return Status::Ok();
+}
+
+std::string Dump(const Json& json) {
+  // replace: a stray invalid UTF-8 byte must not throw out of the writer.
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path) {
+  TANDEM_ASSIGN_OR_RETURN(
+      internal::AppendFile file,
+      internal::AppendFile::Open(path, internal::AppendFile::Mode::kCreateOrAppend));
+  TANDEM_RETURN_IF_ERROR(PrepareForAppend(file));
+  return std::unique_ptr<MetricsWriter>(new MetricsWriter(std::move(file)));
+}
+
+Status MetricsWriter::WriteLine(const std::string& json) {
+  if (finished_) return Status::FailedPrecondition(path() + ": the final line is written");
+  return file_.Append(json);
+}
+
+Status MetricsWriter::WriteStep(const StepMetrics& m) {
+  Json json = {{"step", m.step},
+               {"timeline", m.timeline},
+               {"loss", m.loss},
+               {"samples_per_sec", m.samples_per_sec},
+               {"data_s", m.times.data_s},
+               {"pull_s", m.times.pull_s},
+               {"compute_s", m.times.compute_s},
+               {"allreduce_s", m.times.allreduce_s},
+               {"push_s", m.times.push_s},
+               {"wait_s", m.times.wait_s},
+               {"wall_time", WallTimeSeconds()}};
+  if (m.replay) json["replay"] = true;
+  MutexLock lock(&mu_);
+  return WriteLine(Dump(json));
+}
+
+Status MetricsWriter::WriteEval(const EvalMetrics& m) {
+  const Json json = {{"step", m.step},
+                     {"timeline", m.timeline},
+                     {"auc", m.auc},
+                     {"logloss", m.logloss},
+                     {"wall_time", WallTimeSeconds()}};
+  MutexLock lock(&mu_);
+  return WriteLine(Dump(json));
+}
+
+Status MetricsWriter::WriteFinal(const FinalMetrics& m) {
+  const Json json = {{"final", true},
+                     {"auc", m.auc},
+                     {"logloss", m.logloss},
+                     {"model_checksum", m.model_checksum},
+                     {"wall_time", WallTimeSeconds()}};
+  MutexLock lock(&mu_);
+  TANDEM_RETURN_IF_ERROR(WriteLine(Dump(json)));
+  finished_ = true;
+  return file_.Sync();
+}
+
+}  // namespace tandem::metrics

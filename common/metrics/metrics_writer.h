@@ -1,0 +1,77 @@
+// MetricsWriter: `output.dir/metrics.jsonl` (DESIGN §12), written by worker rank 0. One JSON
+// object per line: logged steps, periodic evals, and exactly one last line with "final": true.
+// Each line reaches the kernel whole before the call returns, so scripts may read the file
+// while the job runs, and a crash loses at most the line being written.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/metrics/append_file.h"
+#include "common/status.h"
+#include "common/sync.h"
+
+namespace tandem::metrics {
+
+// Where one step's wall time went, in seconds (keys data_s ... wait_s).
+struct StepTimes {
+  double data_s = 0;       // reading and batching records
+  double pull_s = 0;       // embedding pulls not hidden behind compute
+  double compute_s = 0;    // forward and backward
+  double allreduce_s = 0;  // dense all-reduce not hidden behind pushes
+  double push_s = 0;       // embedding pushes
+  double wait_s = 0;       // barriers, parked pulls, stragglers
+};
+
+struct StepMetrics {
+  int64_t step = 0;
+  uint64_t timeline = 0;
+  double loss = 0;             // mean over the global batch; a non-finite value is written null
+  double samples_per_sec = 0;  // global batch over the step's wall time
+  StepTimes times;
+  bool replay = false;  // written as "replay": true, and only then
+};
+
+struct EvalMetrics {
+  int64_t step = 0;
+  uint64_t timeline = 0;
+  double auc = 0;
+  double logloss = 0;
+};
+
+struct FinalMetrics {
+  double auc = 0;              // the final held-out eval
+  double logloss = 0;
+  std::string model_checksum;  // ModelChecksum::Hex()
+};
+
+// Safe for concurrent use (the trainer and an eval thread may both write).
+class MetricsWriter {
+ public:
+  // Opens `path`, appending when it exists (a resumed job). A torn last line left by a crash is
+  // cut off first. Errors: kFailedPrecondition if the file already ends with the final line
+  // (the job finished: appending would break "exactly one last line"); I/O errors from errno.
+  static StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path);
+
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // Each appends one line. Errors: kFailedPrecondition after WriteFinal; I/O errors.
+  Status WriteStep(const StepMetrics& m);
+  Status WriteEval(const EvalMetrics& m);
+  // Appends the "final": true line and fsyncs it: it is the job's result. Only once.
+  Status WriteFinal(const FinalMetrics& m);
+
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  explicit MetricsWriter(internal::AppendFile file) : file_(std::move(file)) {}
+  Status WriteLine(const std::string& json) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Mutex mu_;
+  internal::AppendFile file_ GUARDED_BY(mu_);
+  bool finished_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace tandem::metrics
