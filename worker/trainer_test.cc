@@ -193,9 +193,9 @@ TEST(TrainerTest, DenseScheduleComesFromTheConfig) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->kind, model::DenseOptimizerKind::kAdamW);
   EXPECT_FLOAT_EQ(o->weight_decay, 0.1f);
-  EXPECT_DOUBLE_EQ(model::ScheduledLearningRate(*o, 0), 0.001);   // warmup: 1/10 of the peak
-  EXPECT_DOUBLE_EQ(model::ScheduledLearningRate(*o, 9), 0.01);    // peak at the end of warmup
-  EXPECT_LT(model::ScheduledLearningRate(*o, 60), 0.01);          // cosine decay after it
+  EXPECT_DOUBLE_EQ(model::ScheduledLearningRate(*o, 0), 0.001);  // warmup: 1/10 of the peak
+  EXPECT_DOUBLE_EQ(model::ScheduledLearningRate(*o, 9), 0.01);   // peak at the end of warmup
+  EXPECT_LT(model::ScheduledLearningRate(*o, 60), 0.01);         // cosine decay after it
   auto bad = config::ParseJobConfig("train:\n  lr_decay: linear\n", "bad.yaml", {});
   EXPECT_NE(bad.status().message().find("train.lr_decay"), std::string::npos) << bad.status();
 }

@@ -41,7 +41,7 @@ struct EvalMetrics {
 };
 
 struct FinalMetrics {
-  double auc = 0;              // the final held-out eval
+  double auc = 0;  // the final held-out eval
   double logloss = 0;
   std::string model_checksum;  // ModelChecksum::Hex()
 };
@@ -63,12 +63,13 @@ class MetricsWriter {
   // Appends the "final": true line and fsyncs it: it is the job's result. Only once.
   Status WriteFinal(const FinalMetrics& m);
 
-  const std::string& path() const { return file_.path(); }
+  const std::string& path() const { return path_; }
 
  private:
-  explicit MetricsWriter(internal::AppendFile file) : file_(std::move(file)) {}
+  explicit MetricsWriter(internal::AppendFile file) : path_(file.path()), file_(std::move(file)) {}
   Status WriteLine(const std::string& json) EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::string path_;  // a copy of file_.path(), readable without the lock
   Mutex mu_;
   internal::AppendFile file_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;

@@ -315,7 +315,8 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
       b->skip = push.skip;
       b->bytes = bytes;
       for (const auto& t : push.tables)
-        b->tables.push_back({t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
+        b->tables.push_back(
+            {t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
       pending_bytes_ += bytes;
       ranks[push.rank] = std::move(b);
       TANDEM_RETURN_IF_ERROR(ApplyReadySteps(nullptr));
@@ -357,7 +358,8 @@ Status Shard::ApplyReadySteps(const PushInput* arriving) {
     if (it != pending_.end()) {
       for (const auto& [rank, push] : it->second) {
         by_rank[rank].skip = push->skip;
-        for (const auto& t : push->tables) by_rank[rank].tables.push_back({t.table_id, t.dim, t.ids, t.grads});
+        for (const auto& t : push->tables)
+          by_rank[rank].tables.push_back({t.table_id, t.dim, t.ids, t.grads});
       }
     }
     if (arriving != nullptr && arriving->step == step)

@@ -147,7 +147,8 @@ class Shard {
   // Applies every complete step after applied_. `arriving` (rank, push) completes the next step
   // without having been copied into the buffer.
   Status ApplyReadySteps(const PushInput* arriving) EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status ApplyStep(int64_t step, const std::vector<RankPush>& by_rank) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyStep(int64_t step, const std::vector<RankPush>& by_rank)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
                     std::span<const float> grads) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admission (min_count > 1) needs to know which rows exist before deciding: drops the ids not

@@ -1,0 +1,69 @@
+// TensorBoardWriter: scalar summaries in a TensorBoard event file, so `tensorboard --logdir
+// OUTPUT` shows loss, auc, logloss and samples_per_sec. The file is TensorFlow's record format
+// holding hand-encoded tensorflow.Event protos (see tensorboard_writer.cc); no protobuf library.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/metrics/append_file.h"
+#include "common/status.h"
+#include "common/sync.h"
+
+namespace tandem::metrics {
+
+// The tags the trainer writes (issue 5); other tags are allowed.
+inline constexpr std::string_view kTagLoss = "loss";
+inline constexpr std::string_view kTagAuc = "auc";
+inline constexpr std::string_view kTagLogloss = "logloss";
+inline constexpr std::string_view kTagSamplesPerSec = "samples_per_sec";
+
+struct TensorBoardOptions {
+  // Host name in the file name, as TensorFlow writes it. Default (empty): gethostname().
+  std::string hostname;
+  // Seconds since the Unix epoch for Event.wall_time and the file name. Default: system clock.
+  // Tests inject a fixed clock.
+  std::function<double()> wall_clock;
+};
+
+struct Scalar {
+  std::string_view tag;
+  float value = 0;
+};
+
+// Safe for concurrent use.
+class TensorBoardWriter {
+ public:
+  // Creates `dir` if needed and a new file `events.out.tfevents.<10-digit seconds>.<host>` in it
+  // (".1", ".2", ... appended if that name exists: a restarted job never overwrites the old
+  // events; TensorBoard reads every file whose name holds "tfevents"). Writes the file_version
+  // record first. Errors: from mkdir/open/write.
+  static StatusOr<std::unique_ptr<TensorBoardWriter>> Open(const std::string& dir,
+                                                           TensorBoardOptions options = {});
+
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  // Writes one Event at `step` holding every scalar. Tags must be valid UTF-8 (TensorBoard's
+  // requirement, not checked here).
+  Status WriteScalars(int64_t step, std::span<const Scalar> scalars);
+  Status WriteScalar(int64_t step, std::string_view tag, float value);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  TensorBoardWriter(internal::AppendFile file, std::function<double()> wall_clock)
+      : wall_clock_(std::move(wall_clock)), path_(file.path()), file_(std::move(file)) {}
+  Status WriteEvent(const std::string& event) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::function<double()> wall_clock_;
+  const std::string path_;  // a copy of file_.path(), readable without the lock
+  Mutex mu_;
+  internal::AppendFile file_ GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::metrics
