@@ -296,7 +296,10 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
 Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {
   // A copy of the map (the payloads are shared): replies may drop entries while we iterate.
   std::map<int64_t, std::shared_ptr<const Payload>> pending = shards_[shard].retained;
-  for (const auto& [step, payload] : pending) {
+  for (const auto& entry : pending) {
+    // Named copies: clang 14 cannot capture structured bindings in a lambda.
+    const int64_t step = entry.first;
+    const std::shared_ptr<const Payload>& payload = entry.second;
     if (step <= shards_[shard].applied) continue;
     stats_.resent_pushes++;
     TANDEM_RETURN_IF_ERROR(CallShards(
