@@ -20,6 +20,7 @@
 #define LOCKS_EXCLUDED(...) TANDEM_TSA(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) TANDEM_TSA(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) TANDEM_TSA(release_capability(__VA_ARGS__))
+#define ASSERT_CAPABILITY(x) TANDEM_TSA(assert_capability(x))
 #define NO_THREAD_SAFETY_ANALYSIS TANDEM_TSA(no_thread_safety_analysis)
 
 namespace tandem {
@@ -32,6 +33,9 @@ class CAPABILITY("mutex") Mutex {
   Mutex& operator=(const Mutex&) = delete;
   void Lock() ACQUIRE() { mu_.lock(); }
   void Unlock() RELEASE() { mu_.unlock(); }
+  // Tells the analysis the caller holds the lock where it cannot see it (inside a lambda run
+  // under the caller's lock). Checks nothing at run time.
+  void AssertHeld() ASSERT_CAPABILITY(this) {}
 
  private:
   friend class CondVar;

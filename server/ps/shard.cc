@@ -186,6 +186,7 @@ Status Shard::Recover() {
     in.skip = r.header.flags & 1;
     for (const auto& t : r.tables) in.tables.push_back({t.table_id, t.dim, t.ids, t.grads});
     ++replayed;
+    mu_.AssertHeld();  // Replay runs the callback on this thread, under our lock
     auto ack = PushLocked(in, /*replaying=*/true, r.header.lsn);
     return ack.ok() ? Status::Ok()
                     : ack.status().WithContext("replay of lsn " + std::to_string(r.header.lsn));
@@ -438,11 +439,9 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
     for (uint32_t i = 0; i < src.size(); ++i) src[i] = i;
   }
   if (options_.nan_policy == NanPolicy::kSkipRows) {
-    std::erase_if(src, [&](uint32_t i) {
-      const bool bad = !AllFinite(&grads[size_t{i} * dim], dim);
-      stats_.rows_nan_skipped += bad;
-      return bad;
-    });
+    const size_t before = src.size();
+    std::erase_if(src, [&](uint32_t i) { return !AllFinite(&grads[size_t{i} * dim], dim); });
+    stats_.rows_nan_skipped += before - src.size();
   }
   apply_ids.reserve(src.size());
   for (uint32_t i : src) apply_ids.push_back(ids[i]);

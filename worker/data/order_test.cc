@@ -23,7 +23,7 @@ TEST(Feistel, IsABijectionForManySizes) {
 
 TEST(Feistel, DiffersAcrossEpochsAndSeedsAndIsStable) {
   const uint64_t n = 1000;
-  auto list = [n](uint64_t seed, uint64_t epoch) {
+  auto list = [](uint64_t seed, uint64_t epoch) {
     const FeistelPermutation perm(n, seed, epoch);
     std::vector<uint64_t> v(n);
     for (uint64_t i = 0; i < n; ++i) v[i] = perm(i);
