@@ -9,13 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_json.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/model/dlrm.h"
+#include "worker/model/test_util.h"
 
 namespace tandem::bench {
 namespace {
@@ -104,13 +104,7 @@ class TimingBackend final : public device::Backend {
   device::Backend* inner_;
 };
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 engine(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(engine);
-  return v;
-}
+std::vector<float> Random(size_t n, uint32_t seed) { return model::testing::RandomVector(n, seed); }
 
 // Raw cblas_sgemm on one step's GEMM shapes, with its own operands (made once).
 class RawSgemm {

@@ -1,5 +1,5 @@
 // Two-process tests of GlooCollective on 127.0.0.1. The test process is rank 0; rank 1 is this
-// same binary re-executed with --gtest_filter=CollectivePeer.Run and the scenario in
+// same binary re-executed with the scenario in
 // $TANDEM_COLLECTIVE_PEER (exec, not fork: the parent already runs Gloo threads). Every peer is
 // a Subprocess, SIGKILLed by PID when the test ends.
 #include "worker/collective/gloo_collective.h"
@@ -110,17 +110,23 @@ void RunPeer(RendezvousStore* store, const PeerSpec& spec, Collective* c) {
   if (spec.scenario == "idle" || spec.scenario == "loop") std::this_thread::sleep_until(end);
 }
 
-TEST(CollectivePeer, Run) {
-  const char* env = std::getenv(kPeerEnv);
-  if (env == nullptr) GTEST_SKIP() << "runs only as the peer process of the tests below";
+// The peer process's whole life: join the group, run the scenario. Returns the exit status.
+int PeerMain(const char* env) {
   PeerSpec spec;
   std::istringstream in(env);
   in >> spec.scenario >> spec.dir >> spec.prefix >> spec.timeout_ms >> spec.rank >> spec.size;
   auto store = FileStore::Open(spec.dir);
-  ASSERT_TRUE(store.ok()) << store.status();
+  if (!store.ok()) {
+    std::fprintf(stderr, "peer: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
   auto c = Join(store->get(), spec.prefix, spec.rank, spec.timeout_ms, 5000, spec.size);
-  ASSERT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) {
+    std::fprintf(stderr, "peer: %s\n", c.status().ToString().c_str());
+    return 1;
+  }
   RunPeer(store->get(), spec, c->get());
+  return 0;
 }
 
 // ---- the test process (rank 0) ----
@@ -137,7 +143,7 @@ class GlooCollectiveTest : public ::testing::Test {
   Subprocess* SpawnPeer(const std::string& scenario, const std::string& prefix, int64_t timeout_ms,
                         int rank = 1, int size = 2) {
     SpawnOptions o;
-    o.argv = {SelfExecutable(), "--gtest_filter=CollectivePeer.Run"};
+    o.argv = {SelfExecutable()};
     o.set_env = {std::string(kPeerEnv) + "=" + scenario + " " + tmp_.File("store") + " " + prefix +
                  " " + std::to_string(timeout_ms) + " " + std::to_string(rank) + " " +
                  std::to_string(size)};
@@ -363,3 +369,12 @@ TEST(GlooCollectiveOptionsTest, ValidateRejectsBadOptions) {
 
 }  // namespace
 }  // namespace tandem::collective
+
+// The binary is also the peer: with the scenario in the environment it runs that instead of
+// the tests (exec, not fork: the parent already runs Gloo threads).
+int main(int argc, char** argv) {
+  if (const char* env = std::getenv(tandem::collective::kPeerEnv))
+    return tandem::collective::PeerMain(env);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

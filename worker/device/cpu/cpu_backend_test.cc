@@ -2,19 +2,14 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
+
+#include "worker/model/test_util.h"
 
 namespace tandem::device {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 engine(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(engine);
-  return v;
-}
+std::vector<float> Random(size_t n, uint32_t seed) { return model::testing::RandomVector(n, seed); }
 
 std::unique_ptr<CpuBackend> Make() {
   auto be = CpuBackend::Create(1);
