@@ -1,16 +1,20 @@
 @0xf78818d80c2a1e42;
-# Chief service (DESIGN §5, PROTOCOLS §1, §10, §12): registration, heartbeats, cluster view.
+# Chief service (DESIGN §5, PROTOCOLS §1, §10, §12): registration, heartbeats, barriers, the
+# rendezvous store, the cluster view and the job's stop. The sender's role, index, incarnation
+# and build id come from the envelope header.
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("tandem::wire");
 
 struct RegisterRequest {
-  address @0 :Text;              # the member's bound ROUTER address
+  address @0 :Text;              # the member's bound ROUTER address ("tcp://host:port")
   configHash @1 :Text;
   determinismClass @2 :Text;
   lastIncarnation @3 :UInt64;    # 0 on first start
   step @4 :Int64;
   timeline @5 :UInt64;
+  pid @6 :UInt32;
+  host @7 :Text;
 }
 
 struct RegisterReply {
@@ -18,16 +22,28 @@ struct RegisterReply {
   generation @1 :UInt64;
   timeline @2 :UInt64;
   term @3 :UInt64;
+  totalSteps @4 :Int64;
 }
 
+# A member's progress. Workers report training metrics; PS and tools leave them NaN.
 struct Heartbeat {
   step @0 :Int64;
   samplesPerSec @1 :Float64;
+  state @2 :Text;                # starting | waiting | training | evaluating | done | stopped | failed
+  loss @3 :Float64 = nan;
+  auc @4 :Float64 = nan;         # the last held-out eval
+  logloss @5 :Float64 = nan;
+  modelChecksum @6 :Text;        # rank 0, with state done
+  detail @7 :Text;               # a failure's reason, or where outputs are
+  teacherAuc @8 :Float64 = nan;  # synthetic data: the best achievable AUC
 }
 
 struct HeartbeatReply {
   generation @0 :UInt64;
   timeline @1 :UInt64;
+  stop @2 :Bool;                 # the job is asked to stop (SIGTERM, `tandem local` Ctrl-C)
+  jobState @3 :Text;             # see ClusterStatusReply.jobState
+  term @4 :UInt64;
 }
 
 struct ClusterStatusRequest {}
@@ -36,10 +52,16 @@ struct Member {
   role @0 :Text;
   index @1 :UInt32;
   address @2 :Text;
-  state @3 :Text;      # up | lost | starting
+  state @3 :Text;      # up | lost | starting (never registered) | left, or the heartbeat's state
   incarnation @4 :UInt64;
   step @5 :Int64;
   generation @6 :UInt64;
+  samplesPerSec @7 :Float64;
+  pid @8 :UInt32;
+  host @9 :Text;
+  lostReason @10 :Text;
+  msSinceHeartbeat @11 :Int64;
+  determinismClass @12 :Text;
 }
 
 struct ClusterStatusReply {
@@ -48,5 +70,50 @@ struct ClusterStatusReply {
   generation @2 :UInt64;
   timeline @3 :UInt64;
   lastCheckpointStep @4 :Int64;
-  samplesPerSec @5 :Float64;
+  samplesPerSec @5 :Float64;     # global: the sum over workers
+  jobState @6 :Text;             # starting | training | stopping | done | stopped | failed
+  step @7 :Int64;                # the lowest step among workers
+  totalSteps @8 :Int64;
+  loss @9 :Float64;              # rank 0's last global-batch loss
+  auc @10 :Float64;              # the last held-out eval
+  logloss @11 :Float64;
+  modelChecksum @12 :Text;       # once done
+  detail @13 :Text;              # why the job stopped or failed; where outputs are
+  elapsedMs @14 :Int64;          # since every member first registered
+  configHash @15 :Text;
+  teacherAuc @16 :Float64;
+}
+
+# Named barrier: answered once `count` distinct (role, index) have entered `name`; parked until
+# then and answered NOT_READY near its budget (the client sends it again).
+struct BarrierRequest {
+  name @0 :Text;
+  count @1 :UInt32;
+}
+
+struct BarrierReply {}
+
+# The rendezvous store of the collectives (Gloo's key/value store, the NCCL unique id).
+struct KvSet {
+  key @0 :Text;
+  value @1 :Data;
+}
+
+struct KvSetReply {}
+
+struct KvGet {
+  key @0 :Text;
+}
+
+struct KvGetReply {
+  found @0 :Bool;
+  value @1 :Data;
+}
+
+struct StopJobRequest {
+  reason @0 :Text;
+}
+
+struct StopJobReply {
+  jobState @0 :Text;
 }

@@ -90,6 +90,17 @@ struct Envelope {
     probeReply @20 :Worker.ProbeReply;
     denseStateRequest @21 :Worker.DenseStateRequest;
     denseStateReply @22 :Worker.DenseStateReply;
+
+    barrierRequest @23 :Chief.BarrierRequest;
+    barrierReply @24 :Chief.BarrierReply;
+    kvSet @25 :Chief.KvSet;
+    kvSetReply @26 :Chief.KvSetReply;
+    kvGet @27 :Chief.KvGet;
+    kvGetReply @28 :Chief.KvGetReply;
+    stopJobRequest @29 :Chief.StopJobRequest;
+    stopJobReply @30 :Chief.StopJobReply;
+    checksumRequest @31 :Ps.ChecksumRequest;
+    checksumReply @32 :Ps.ChecksumReply;
   }
 }
 

@@ -40,3 +40,16 @@ struct PushReply {
   duplicate @0 :Bool;        # already logged; not applied again
   appliedStep @1 :Int64;
 }
+
+# The shard's part of model_checksum (DESIGN §12): every materialised row and admission counter
+# once the shard has applied `step`. Answered RETRY (with the view) while it has not.
+struct ChecksumRequest {
+  step @0 :Int64;
+}
+
+struct ChecksumReply {
+  high @0 :UInt64;
+  low @1 :UInt64;
+  appliedStep @2 :Int64;
+  rows @3 :UInt64;
+}

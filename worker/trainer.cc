@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <utility>
 
 #include "worker/collective/collective.h"
@@ -36,33 +37,47 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   return t;
 }
 
-Status Trainer::PullPooled(int64_t step, const data::Batch& batch) {
-  const size_t tables = pooled_.size();
-  if (batch.unique_ids.size() != tables)
-    return Status::InvalidArgument("batch has the wrong number of tables");
+Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& batch,
+                     BatchRows* rows) {
+  const size_t tables = batch.unique_ids.size();
   std::vector<TableIds> want(tables);
   for (size_t t = 0; t < tables; ++t) want[t] = {static_cast<uint32_t>(t), batch.unique_ids[t]};
-  TANDEM_RETURN_IF_ERROR(options_.embeddings->Pull(step, want, &rows_));
+  return client->Pull(step, want, rows);
+}
+
+Status Trainer::Pool(const data::Batch& batch, const BatchRows& rows) {
+  const size_t tables = pooled_.size();
+  if (batch.unique_ids.size() != tables || rows.size() != tables)
+    return Status::InvalidArgument("batch has the wrong number of tables");
   const size_t d = static_cast<size_t>(dim_);
   for (size_t t = 0; t < tables; ++t) {
+    if (rows[t].size() != batch.unique_ids[t].size() * d)
+      return Status::InvalidArgument("pulled rows do not match the batch's ids");
     pooled_[t].resize(static_cast<size_t>(batch.size) * d);
     // One id per field and sample (Criteo): the bag of a sample is its row.
     for (int i = 0; i < batch.size; ++i)
-      std::copy_n(&rows_[t][size_t{batch.inverse[t][i]} * d], d, &pooled_[t][size_t(i) * d]);
+      std::copy_n(&rows[t][size_t{batch.inverse[t][i]} * d], d, &pooled_[t][size_t(i) * d]);
   }
   return Status::Ok();
 }
 
 StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
+  auto t0 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(PullBatchRows(options_.embeddings, batch.step, batch, &rows_));
+  const double pull_s = Since(t0);
+  TANDEM_ASSIGN_OR_RETURN(StepStats st, StepWithRows(batch, rows_));
+  st.pull_s = pull_s;
+  return st;
+}
+
+StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchRows& rows,
+                                          bool stop_vote) {
   StepStats st;
   const size_t tables = pooled_.size();
   const size_t d = static_cast<size_t>(dim_);
   const int64_t step = batch.step;
   auto t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(PullPooled(step, batch));
-  st.pull_s = Since(t0);
-
-  t0 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(Pool(batch, rows));
   std::vector<const float*> pooled(tables);
   std::vector<float*> d_pooled(tables);
   for (size_t t = 0; t < tables; ++t) {
@@ -89,22 +104,39 @@ StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
   }
   st.compute_s = Since(t0);
 
-  t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(options_.embeddings->Push(step, push));
-  st.push_s = Since(t0);
-
+  // The push goes out before the all-reduce starts and runs beside it (PROTOCOLS §2.5): a
+  // worker never waits on another between its forward pass and its push.
   t0 = Clock::now();
   auto grads = model_->grads();
   double global_loss = loss;
+  Status reduced = Status::Ok();
+  Status pushed = Status::Ok();
   if (options_.collective != nullptr) {
-    // One bucket, a pure function of the model config: the flat gradients, then the loss.
+    std::future<Status> push_done = std::async(std::launch::async, [&] {
+      return options_.embeddings->Push(step, push);
+    });
+    // One bucket, a pure function of the model config: the flat gradients, the loss, the stop
+    // vote.
     bucket_.assign(grads.begin(), grads.end());
     bucket_.push_back(loss);
-    TANDEM_RETURN_IF_ERROR(options_.collective->AllReduceSum(bucket_.data(), bucket_.size()));
-    std::copy_n(bucket_.data(), grads.size(), grads.data());
-    global_loss = bucket_.back();
+    bucket_.push_back(stop_vote ? 1.0f : 0.0f);
+    reduced = options_.collective->AllReduceSum(bucket_.data(), bucket_.size());
+    st.allreduce_s = Since(t0);
+    auto t1 = Clock::now();
+    pushed = push_done.get();
+    st.push_s = Since(t1);
+    if (reduced.ok()) {
+      std::copy_n(bucket_.data(), grads.size(), grads.data());
+      global_loss = bucket_[grads.size()];
+      st.stop_agreed = bucket_[grads.size() + 1] > 0.5f;
+    }
+  } else {
+    pushed = options_.embeddings->Push(step, push);
+    st.push_s = Since(t0);
+    st.stop_agreed = stop_vote;
   }
-  st.allreduce_s = Since(t0);
+  TANDEM_RETURN_IF_ERROR(pushed.WithContext("push of step " + std::to_string(step)));
+  TANDEM_RETURN_IF_ERROR(reduced.WithContext("all-reduce of step " + std::to_string(step)));
 
   t0 = Clock::now();
   optimizer_->Step(step, model_->params(), model_->grads());
@@ -133,7 +165,8 @@ ModelChecksum Trainer::DenseChecksum() const {
 }
 
 Status Trainer::Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs) {
-  TANDEM_RETURN_IF_ERROR(PullPooled(step, batch));
+  TANDEM_RETURN_IF_ERROR(PullBatchRows(options_.embeddings, step, batch, &rows_));
+  TANDEM_RETURN_IF_ERROR(Pool(batch, rows_));
   std::vector<const float*> pooled(pooled_.size());
   for (size_t t = 0; t < pooled_.size(); ++t) pooled[t] = pooled_[t].data();
   probs->resize(static_cast<size_t>(batch.size));

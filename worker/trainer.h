@@ -1,9 +1,9 @@
 // The worker's training step (DESIGN §4, PROTOCOLS §2.5): batch -> de-duplicated ids -> pull ->
-// forward/backward -> per-row gradients (summed in sample order) -> one push -> all-reduce of
-// the dense gradients -> dense update. Between the forward pass and its push a worker waits on
-// no other worker. The embeddings come through an EmbeddingClient (parameter servers, or the
-// in-process table for single-process training); the all-reduce through a Collective (none for
-// a single process).
+// forward/backward -> per-row gradients (summed in sample order) -> one push per shard sent
+// while the dense gradients are all-reduced -> dense update once the all-reduce completed.
+// Between the forward pass and its push a worker waits on no other worker. The embeddings come
+// through an EmbeddingClient (parameter servers, or the in-process table for single-process
+// training); the all-reduce through a Collective (none for a single process).
 #pragma once
 
 #include <cstdint>
@@ -37,16 +37,30 @@ struct TrainerOptions {
 // Seconds spent per phase of one step, and the loss.
 struct StepStats {
   double loss = 0;  // mean BCE over the global batch (all ranks, when a collective is given)
+  // push_s is the push's time beyond the all-reduce it overlaps with.
   double pull_s = 0, compute_s = 0, push_s = 0, allreduce_s = 0, update_s = 0;
+  bool stop_agreed = false;  // some rank voted to stop after this step (see StepWithRows)
 };
+
+// The embedding rows of one batch, as pulled: per table, unique_ids[t].size() x dim floats.
+using BatchRows = std::vector<std::vector<float>>;
+
+// Pulls the unique rows of `batch` at the version a pull for `step` sees.
+Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& batch,
+                     BatchRows* rows);
 
 // Requires external synchronization (one training thread).
 class Trainer {
  public:
   static StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
 
-  // Trains global step batch.step on this worker's slice.
+  // Trains global step batch.step on this worker's slice, pulling its rows first.
   StatusOr<StepStats> Step(const data::Batch& batch);
+  // Trains on rows pulled beforehand (k >= 1 prefetch). `stop_vote` > 0 asks every rank to stop
+  // after this step: the votes ride in the dense all-reduce bucket, so all ranks agree on the
+  // step without another round trip (StepStats::stop_agreed).
+  StatusOr<StepStats> StepWithRows(const data::Batch& batch, const BatchRows& rows,
+                                   bool stop_vote = false);
   // Click probabilities of a batch at the embedding version a pull for `step` sees; changes
   // nothing.
   Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);
@@ -60,14 +74,14 @@ class Trainer {
 
  private:
   explicit Trainer(const TrainerOptions& options) : options_(options) {}
-  Status PullPooled(int64_t step, const data::Batch& batch);
+  Status Pool(const data::Batch& batch, const BatchRows& rows);
 
   TrainerOptions options_;
   std::unique_ptr<model::Dlrm> model_;
   std::unique_ptr<model::DenseOptimizer> optimizer_;
   int64_t dim_ = 0;
   // Scratch reused across steps.
-  std::vector<std::vector<float>> rows_;    // per table: unique rows
+  BatchRows rows_;                          // per table: unique rows (Step, Predict)
   std::vector<std::vector<float>> pooled_;  // per table: batch x dim
   std::vector<std::vector<float>> d_pooled_;
   std::vector<std::vector<float>> row_grads_;

@@ -1,0 +1,148 @@
+// ChiefClient: a member's side of the chief protocol (DESIGN §5, PROTOCOLS §1, §10, §12):
+// registration, heartbeats from a dedicated thread on their own socket, the cluster view, named
+// barriers, the rendezvous key/value store, and the request to stop the job. The chief is never
+// on a training step's path: nothing here is called between a step's pull and its dense update.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/status.h"
+#include "common/sync.h"
+#include "common/wire/identity.h"
+#include "common/wire/rpc_client.h"
+
+namespace tandem {
+
+struct MemberView {
+  std::string role;  // "chief" | "ps" | "worker"
+  uint32_t index = 0;
+  std::string address;  // "tcp://host:port"; empty until registered
+  std::string state;    // "starting" | "up" | "lost" | "left", or the member's reported state
+  uint64_t incarnation = 0;
+  int64_t step = -1;
+  uint64_t generation = 0;
+  double samples_per_sec = 0;
+  uint32_t pid = 0;
+  std::string host;
+  std::string lost_reason;
+  int64_t ms_since_heartbeat = -1;
+  std::string determinism_class;
+};
+
+struct ClusterView {
+  uint64_t term = 0, generation = 0, timeline = 0;
+  std::string job_state;  // starting | training | stopping | done | stopped | failed
+  int64_t step = -1;      // the lowest step among workers
+  int64_t total_steps = 0;
+  int64_t last_checkpoint_step = -1;
+  double samples_per_sec = 0;
+  double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
+  std::string model_checksum;
+  std::string detail;
+  int64_t elapsed_ms = 0;
+  std::string config_hash;
+  std::vector<MemberView> members;  // chief first, then ps 0.., then workers 0..
+
+  // Members of `role` ordered by index.
+  std::vector<const MemberView*> Of(std::string_view role) const;
+  // Every ps and worker registered and not lost.
+  bool Complete() const;
+};
+
+struct Registration {
+  uint64_t incarnation = 0, generation = 0, timeline = 0, term = 0;
+  int64_t total_steps = 0;
+};
+
+// What the heartbeat thread reports; the owner updates it with SetProgress.
+struct Progress {
+  int64_t step = -1;
+  double samples_per_sec = 0;
+  std::string state = "starting";
+  double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
+  std::string model_checksum;
+  std::string detail;
+};
+
+struct ChiefClientOptions {
+  std::string chief_endpoint;  // "tcp://host:port"
+  wire::Identity identity;     // job id, role, index; incarnation as known before registering
+  std::string address;         // this member's bound endpoint, sent with the registration
+  std::string config_hash;
+  std::string determinism_class;
+  std::chrono::milliseconds heartbeat_interval{200};
+  std::chrono::milliseconds call_budget{2000};  // one attempt of a control call
+};
+
+// Register, View, Barrier, KvSet, KvGet, StopJob are safe for concurrent use (one control
+// socket behind a mutex); the heartbeat thread has its own socket.
+class ChiefClient {
+ public:
+  ChiefClient(zmq::context_t* context, ChiefClientOptions options);
+  ~ChiefClient();  // stops the heartbeat thread
+  ChiefClient(const ChiefClient&) = delete;
+  ChiefClient& operator=(const ChiefClient&) = delete;
+
+  // Registers (retrying while the chief is unreachable, until `timeout`) and adopts the issued
+  // identities. kPermissionDenied when refused (a live incarnation of this rank, another build
+  // or config hash, another determinism class under `strict`): the caller exits 75.
+  StatusOr<Registration> Register(int64_t step, std::chrono::milliseconds timeout);
+
+  // Starts the heartbeat thread. Each heartbeat carries the last SetProgress. A STALE answer
+  // (this incarnation was replaced) sets fenced(); a RETRY (a restarted chief that does not
+  // know this member) re-registers with the last incarnation.
+  void StartHeartbeats();
+  void StopHeartbeats();
+  void SetProgress(const Progress& progress);
+  // Sends one heartbeat now from the calling thread and waits for its answer (a final report).
+  Status HeartbeatNow(std::chrono::milliseconds budget);
+
+  bool stop_requested() const { return stop_requested_.load(); }
+  bool fenced() const { return fenced_.load(); }
+  std::string job_state() const;
+  uint64_t generation() const { return generation_.load(); }
+  wire::Identity identity() const;
+
+  StatusOr<ClusterView> View(std::chrono::milliseconds budget);
+  // Polls the view until Complete() (or kDeadlineExceeded).
+  StatusOr<ClusterView> AwaitComplete(std::chrono::milliseconds timeout);
+  // Returns once `count` distinct members have entered barrier `name`.
+  Status Barrier(const std::string& name, uint32_t count, std::chrono::milliseconds timeout);
+  Status KvSet(const std::string& key, std::string_view value);
+  // nullopt when the key is not set (never waits).
+  StatusOr<std::optional<std::string>> KvGet(const std::string& key);
+  // Asks the chief to stop the job (SIGTERM to a member, Ctrl-C of `tandem local`).
+  StatusOr<std::string> StopJob(const std::string& reason);
+
+ private:
+  StatusOr<wire::InMessage> ControlCall(wire::OutMessage message, std::chrono::milliseconds budget)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HeartbeatLoop();
+  Status SendHeartbeat(wire::RpcClient* client, int handle, std::chrono::milliseconds budget);
+
+  zmq::context_t* const context_;
+  const ChiefClientOptions options_;
+  mutable Mutex mu_;
+  wire::RpcClient control_ GUARDED_BY(mu_);
+  int control_handle_ GUARDED_BY(mu_) = -1;
+  wire::Identity identity_ GUARDED_BY(mu_);
+  Progress progress_ GUARDED_BY(mu_);
+  std::string job_state_ GUARDED_BY(mu_) = "starting";
+  int64_t registered_step_ GUARDED_BY(mu_) = -1;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> fenced_{false};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> heartbeats_running_{false};
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,51 @@
+// Held-out evaluation during and at the end of training (DESIGN §9, PROTOCOLS §4): every rank
+// predicts its slice of the eval set at the version a pull for `step` sees (so at k = 0 it reads
+// exactly the model after step - 1), and the ranks sum their AUC histograms and logloss through
+// the collective, so every rank ends with the same figures whatever M is. On synthetic data the
+// teacher's probabilities give the best achievable AUC beside the model's.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "worker/data/auc.h"
+#include "worker/data/record_source.h"
+#include "worker/data/synthetic.h"
+#include "worker/trainer.h"
+
+namespace tandem::worker {
+
+struct EvalResult {
+  double auc = NAN;
+  double logloss = NAN;
+  double teacher_auc = NAN;  // synthetic data only
+  int64_t samples = 0;       // over all ranks
+};
+
+// Requires external synchronization (the training thread).
+class Evaluator {
+ public:
+  // No held-out data (data.eval empty for files): enabled() is false and Run returns NaNs.
+  static StatusOr<std::unique_ptr<Evaluator>> Create(const config::JobConfig& job, int rank,
+                                                     int world);
+  bool enabled() const { return source_ != nullptr; }
+
+  // Collective when collective != null: every rank must call it at the same step.
+  StatusOr<EvalResult> Run(Trainer* trainer, collective::Collective* collective, int64_t step);
+
+ private:
+  Evaluator() = default;
+
+  data::Schema schema_;
+  int batch_ = 2048;
+  int64_t begin_ = 0, end_ = 0;  // this rank's records
+  std::unique_ptr<data::RecordSource> source_;
+  std::unique_ptr<data::SyntheticGenerator> teacher_;  // synthetic data only
+  data::AucHistogram model_hist_, teacher_hist_;
+  std::vector<float> bucket_;
+};
+
+}  // namespace tandem::worker

@@ -1,0 +1,280 @@
+#include "worker/training_loop.h"
+
+#include <chrono>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "common/log.h"
+#include "common/sync.h"
+#include "worker/collective/collective.h"
+#include "worker/data/pipeline.h"
+#include "worker/data/record_source.h"
+#include "worker/evaluator.h"
+#include "worker/trainer.h"
+
+namespace tandem::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A batch with its rows, as the prefetch thread hands it over.
+struct Prefetched {
+  Status status;
+  std::unique_ptr<data::Batch> batch;
+  BatchRows rows;
+};
+
+// k >= 1 (DESIGN §4): pulls the rows of up to k batches ahead of the step being computed, on
+// its own thread and its own client, so the pull of step s+k overlaps the compute of step s.
+class Prefetcher {
+ public:
+  Prefetcher(data::Pipeline* pipeline, EmbeddingClient* client, int depth, int64_t last_step)
+      : pipeline_(pipeline), client_(client), depth_(depth), last_step_(last_step) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Prefetcher() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+    }
+    pipeline_->Stop();
+    thread_.join();
+  }
+
+  Prefetched Next() {
+    MutexLock lock(&mu_);
+    while (ready_.empty()) cv_.Wait();
+    Prefetched p = std::move(ready_.front());
+    ready_.pop_front();
+    cv_.SignalAll();
+    return p;
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      {
+        MutexLock lock(&mu_);
+        while (!stop_ && static_cast<int>(ready_.size()) >= depth_) cv_.Wait();
+        if (stop_) return;
+      }
+      Prefetched p;
+      auto batch = pipeline_->Next();
+      if (!batch.ok()) {
+        p.status = batch.status();
+      } else {
+        p.batch = std::move(batch).value();
+        p.status = PullBatchRows(client_, p.batch->step, *p.batch, &p.rows);
+      }
+      const bool last = !p.status.ok() || p.batch->step >= last_step_;
+      MutexLock lock(&mu_);
+      ready_.push_back(std::move(p));
+      cv_.SignalAll();
+      if (last) return;
+    }
+  }
+
+  data::Pipeline* const pipeline_;
+  EmbeddingClient* const client_;
+  const int depth_;
+  const int64_t last_step_;
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::deque<Prefetched> ready_ GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+float AsScalar(double v) { return static_cast<float>(v); }
+
+}  // namespace
+
+StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
+  const auto& job = *o.job;
+  const int64_t total = job.train.steps;
+  const int64_t k = job.train.embedding_staleness;
+  const int64_t global_batch = int64_t{o.world} * job.train.batch_size;
+  TrainingResult result;
+  result.steps_done = o.start_step;
+
+  TrainerOptions to;
+  to.job = o.job;
+  to.rank = o.rank;
+  to.world = o.world;
+  to.embeddings = o.embeddings;
+  to.collective = o.collective;
+  to.backend = o.backend;
+  TANDEM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
+  TANDEM_ASSIGN_OR_RETURN(auto evaluator, Evaluator::Create(job, o.rank, o.world));
+
+  LoopProgress progress;
+  progress.step = o.start_step - 1;
+  auto report = [&] {
+    if (o.on_progress) o.on_progress(progress);
+  };
+  auto evaluate = [&](int64_t next_step) -> Status {
+    if (!evaluator->enabled()) return Status::Ok();
+    progress.evaluating = true;
+    report();
+    auto t0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(EvalResult e, evaluator->Run(trainer.get(), o.collective, next_step));
+    progress.evaluating = false;
+    progress.auc = e.auc;
+    progress.logloss = e.logloss;
+    progress.teacher_auc = e.teacher_auc;
+    report();
+    TLOG_INFO("eval after step {}: auc {:.5f} logloss {:.5f}{} ({} samples, {:.2f} s)",
+              next_step - 1, e.auc, e.logloss,
+              std::isnan(e.teacher_auc) ? std::string()
+                                        : fmt::format(" (teacher auc {:.5f})", e.teacher_auc),
+              e.samples, Since(t0));
+    if (o.rank == 0 && next_step < total) {
+      if (o.metrics)
+        TANDEM_RETURN_IF_ERROR(o.metrics->WriteEval({next_step - 1, o.timeline, e.auc, e.logloss}));
+      if (o.tensorboard) {
+        metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(e.auc)},
+                               {metrics::kTagLogloss, AsScalar(e.logloss)}};
+        TANDEM_RETURN_IF_ERROR(o.tensorboard->WriteScalars(next_step - 1, s));
+      }
+    }
+    return Status::Ok();
+  };
+
+  if (o.start_step < total) {
+    TANDEM_ASSIGN_OR_RETURN(auto source, data::OpenSource(job.data, job.train.seed, false));
+    data::PipelineOptions po;
+    po.world = o.world;
+    po.rank = o.rank;
+    po.batch = static_cast<int>(job.train.batch_size);
+    po.start_step = o.start_step;
+    po.queue_depth = static_cast<int>(4 + k);
+    po.max_bad_fraction = job.data.max_bad_fraction;
+    po.threads = o.data_threads;
+    data::Pipeline pipeline(std::move(source), job.train.seed, po);
+    pipeline.Start();
+    std::unique_ptr<Prefetcher> prefetcher;
+    if (k >= 1) {
+      if (o.prefetch_embeddings == nullptr)
+        return Status::InvalidArgument("k >= 1 needs a prefetch embedding client");
+      prefetcher = std::make_unique<Prefetcher>(&pipeline, o.prefetch_embeddings,
+                                                static_cast<int>(k), total - 1);
+    }
+
+    metrics::StepTimes window;  // summed since the last logged step
+    auto window_t0 = Clock::now();
+    const auto run_t0 = Clock::now();
+    int64_t window_steps = 0;
+    BatchRows rows;
+    for (int64_t step = o.start_step; step < total; ++step) {
+      auto t0 = Clock::now();
+      std::unique_ptr<data::Batch> batch;
+      double pull_wait = 0;
+      if (prefetcher) {
+        Prefetched p = prefetcher->Next();
+        TANDEM_RETURN_IF_ERROR(p.status.WithContext("step " + std::to_string(step)));
+        batch = std::move(p.batch);
+        rows = std::move(p.rows);
+        pull_wait = Since(t0);
+      } else {
+        auto next = pipeline.Next();
+        TANDEM_RETURN_IF_ERROR(next.status().WithContext("data of step " + std::to_string(step)));
+        batch = std::move(next).value();
+      }
+      const double data_s = prefetcher ? 0 : Since(t0);
+      if (batch->step != step)
+        return Status::Internal("the pipeline delivered step " + std::to_string(batch->step) +
+                                " for step " + std::to_string(step));
+      auto t1 = Clock::now();
+      if (!prefetcher) TANDEM_RETURN_IF_ERROR(PullBatchRows(o.embeddings, step, *batch, &rows)
+                                                  .WithContext("pull of step " +
+                                                               std::to_string(step)));
+      const double pull_s = prefetcher ? pull_wait : Since(t1);
+      const bool vote = o.stop_requested && o.stop_requested();
+      auto st = trainer->StepWithRows(*batch, rows, vote);
+      if (!st.ok()) return st.status().WithContext("step " + std::to_string(step));
+      if (!prefetcher) pipeline.Recycle(std::move(batch));
+      const double step_s = Since(t0);
+      window.data_s += data_s;
+      window.pull_s += pull_s;
+      window.compute_s += st->compute_s + st->update_s;
+      window.allreduce_s += st->allreduce_s;
+      window.push_s += st->push_s;
+      window.wait_s += std::max(0.0, step_s - data_s - pull_s - st->compute_s - st->update_s -
+                                         st->allreduce_s - st->push_s);
+      ++window_steps;
+      result.steps_done = step + 1;
+      result.last_loss = st->loss;
+      progress.step = step;
+      progress.loss = st->loss;
+      const bool log_now = (step + 1) % job.train.log_every_steps == 0 || step + 1 == total ||
+                           st->stop_agreed;
+      if (log_now) {
+        const double elapsed = Since(window_t0);
+        progress.samples_per_sec =
+            elapsed > 0 ? static_cast<double>(window_steps * global_batch) / elapsed : 0;
+        if (o.rank == 0) {
+          metrics::StepMetrics m;
+          m.step = step;
+          m.timeline = o.timeline;
+          m.loss = st->loss;
+          m.samples_per_sec = progress.samples_per_sec;
+          const double n = static_cast<double>(window_steps);
+          m.times = {window.data_s / n,      window.pull_s / n, window.compute_s / n,
+                     window.allreduce_s / n, window.push_s / n, window.wait_s / n};
+          if (o.metrics) TANDEM_RETURN_IF_ERROR(o.metrics->WriteStep(m));
+          if (o.tensorboard) {
+            metrics::Scalar s[] = {{metrics::kTagLoss, AsScalar(st->loss)},
+                                   {metrics::kTagSamplesPerSec, AsScalar(m.samples_per_sec)}};
+            TANDEM_RETURN_IF_ERROR(o.tensorboard->WriteScalars(step, s));
+          }
+        }
+        window = {};
+        window_steps = 0;
+        window_t0 = Clock::now();
+      }
+      report();
+      if (st->stop_agreed && step + 1 < total) {
+        TLOG_INFO("stopping after step {}: the job was asked to stop", step);
+        break;
+      }
+      const int64_t every = job.train.eval_every_steps;
+      if (every > 0 && (step + 1) % every == 0 && step + 1 < total)
+        TANDEM_RETURN_IF_ERROR(evaluate(step + 1));
+    }
+    const double run_s = Since(run_t0);
+    result.samples_per_sec =
+        run_s > 0 ? static_cast<double>((result.steps_done - o.start_step) * global_batch) / run_s
+                  : 0;
+  }
+
+  result.completed = result.steps_done >= total;
+  result.dense_checksum = trainer->DenseChecksum();
+  const auto params = std::as_const(trainer->model()).params();
+  result.dense_params.assign(params.begin(), params.end());
+  if (!result.completed) return result;
+  TANDEM_RETURN_IF_ERROR(evaluate(total));
+  result.auc = progress.auc;
+  result.logloss = progress.logloss;
+  result.teacher_auc = progress.teacher_auc;
+  if (o.rank == 0 && o.sparse_checksum) {
+    TANDEM_ASSIGN_OR_RETURN(ModelChecksum sum, o.sparse_checksum(total - 1));
+    sum.Merge(result.dense_checksum);
+    result.model_checksum = sum.Hex();
+    if (o.metrics)
+      TANDEM_RETURN_IF_ERROR(
+          o.metrics->WriteFinal({result.auc, result.logloss, result.model_checksum}));
+    if (o.tensorboard) {
+      metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(result.auc)},
+                             {metrics::kTagLogloss, AsScalar(result.logloss)}};
+      TANDEM_RETURN_IF_ERROR(o.tensorboard->WriteScalars(total - 1, s));
+    }
+  }
+  return result;
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,74 @@
+// The worker's training loop (DESIGN §4, §9): batches from the data pipeline, the step (with the
+// rows of the next k batches prefetched on their own thread when embedding_staleness k >= 1),
+// metrics of the global batch on rank 0, periodic and final held-out eval, and the final
+// model_checksum. Everything that talks to the chief stays outside, behind the callbacks, so
+// that the same loop runs in a daemon and in an in-process test.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config/job_config.h"
+#include "common/embedding_client.h"
+#include "common/metrics/metrics_writer.h"
+#include "common/metrics/tensorboard_writer.h"
+#include "common/model_checksum.h"
+#include "common/status.h"
+#include "worker/device/backend.h"
+
+namespace tandem::collective {
+class Collective;
+}
+
+namespace tandem::worker {
+
+// What the loop reports as it goes (for heartbeats and the progress line).
+struct LoopProgress {
+  int64_t step = -1;  // the last completed step
+  double samples_per_sec = 0;
+  double loss = NAN;
+  double auc = NAN, logloss = NAN, teacher_auc = NAN;
+  bool evaluating = false;
+};
+
+struct TrainingLoopOptions {
+  const config::JobConfig* job = nullptr;
+  int rank = 0;
+  int world = 1;
+  uint64_t timeline = 0;
+  EmbeddingClient* embeddings = nullptr;  // the training thread's: pulls (k = 0), pushes, eval
+  // k >= 1: the prefetch thread's own client (clients are single-threaded).
+  EmbeddingClient* prefetch_embeddings = nullptr;
+  collective::Collective* collective = nullptr;  // null for a single process
+  device::Backend* backend = nullptr;
+  int64_t start_step = 0;
+  // Rank 0 writes these when given (may be null).
+  metrics::MetricsWriter* metrics = nullptr;
+  metrics::TensorBoardWriter* tensorboard = nullptr;
+  // Rank 0: the sparse part of model_checksum once every step up to `last_step` is applied.
+  std::function<StatusOr<ModelChecksum>(int64_t last_step)> sparse_checksum;
+  std::function<void(const LoopProgress&)> on_progress;  // after every step and eval
+  // Polled once per step; true votes to stop the whole job after the current step.
+  std::function<bool()> stop_requested;
+  int data_threads = 1;  // pipeline reader threads
+};
+
+struct TrainingResult {
+  bool completed = false;  // reached train.steps (false: stopped by a vote)
+  int64_t steps_done = 0;  // the next step to train
+  double auc = NAN, logloss = NAN, teacher_auc = NAN;
+  double last_loss = NAN;
+  double samples_per_sec = 0;     // global, over the whole run
+  std::string model_checksum;     // rank 0, when completed
+  ModelChecksum dense_checksum;   // every rank
+  std::vector<float> dense_params;  // every rank: the dense model at the end (tests, export)
+};
+
+// Runs until train.steps or an agreed stop. Errors name the step.
+StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& options);
+
+}  // namespace tandem::worker
