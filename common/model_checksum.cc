@@ -23,6 +23,13 @@ void PutFloats(std::string* out, std::span<const float> v) {
 
 }  // namespace
 
+ModelChecksum ModelChecksum::FromParts(uint64_t high, uint64_t low) {
+  ModelChecksum sum;
+  sum.hi_ = high;
+  sum.lo_ = low;
+  return sum;
+}
+
 void ModelChecksum::AddRecord(const std::string& bytes) {
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   const uint64_t lo = lo_ + h.low64;

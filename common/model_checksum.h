@@ -21,6 +21,9 @@ namespace tandem {
 // Requires external synchronization. Combine partial sums with Merge.
 class ModelChecksum {
  public:
+  // A partial sum carried over the wire as its two halves (a shard's part, PROTOCOLS §4).
+  static ModelChecksum FromParts(uint64_t high, uint64_t low);
+
   void AddDenseTensor(std::string_view name, std::span<const int64_t> shape,
                       std::span<const float> values, std::span<const float> optimizer_slots);
   void AddRow(uint32_t table, uint64_t id, std::span<const float> embedding,

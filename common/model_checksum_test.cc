@@ -56,5 +56,20 @@ TEST(ModelChecksumTest, EmptyIsZeroAndValueIsPinned) {
   EXPECT_EQ(one.Hex(), "bdaf3d6c3c5461038049220bcd41db2c");
 }
 
+// A part sent over the wire as (high, low) and rebuilt merges like the original, carry included.
+TEST(ModelChecksumTest, FromPartsRoundTripsAndMergesWithCarry) {
+  ModelChecksum a;
+  a.AddAdmissionCounter(1, 2, 3);
+  ModelChecksum b = ModelChecksum::FromParts(a.high(), a.low());
+  EXPECT_EQ(b.Hex(), a.Hex());
+  ModelChecksum max_low = ModelChecksum::FromParts(7, ~0ull);
+  max_low.Merge(ModelChecksum::FromParts(0, 1));
+  EXPECT_EQ(max_low.high(), 8u);
+  EXPECT_EQ(max_low.low(), 0u);
+  ModelChecksum wraps = ModelChecksum::FromParts(~0ull, ~0ull);
+  wraps.Merge(ModelChecksum::FromParts(0, 2));
+  EXPECT_EQ(wraps.Hex(), "00000000000000000000000000000001");
+}
+
 }  // namespace
 }  // namespace tandem

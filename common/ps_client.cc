@@ -36,6 +36,8 @@ bool PsClient::Observe(size_t shard, const wire::InMessage& reply) {
     applied = body.getPullReply().getAppliedStep();
   if (body.which() == wire::Envelope::Body::PUSH_REPLY)
     applied = body.getPushReply().getAppliedStep();
+  if (body.which() == wire::Envelope::Body::CHECKSUM_REPLY)
+    applied = body.getChecksumReply().getAppliedStep();
   if (reply.reply_code() == wire::ReplyCode::STALE || reply.reply_code() == wire::ReplyCode::RETRY)
     applied = reply.envelope().getReply().getView().getAppliedStep();
   // A restarted shard may report a lower applied step (machine crash in `process` mode): trust it.
@@ -291,6 +293,38 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
   return CallShards(
       targets, [&](size_t s) { return BuildPush(step, sent[s]); }, on_reply,
       Clock::now() + options_.timeout);
+}
+
+StatusOr<ModelChecksum> PsClient::Checksum(int64_t step, uint64_t* rows) {
+  if (step < -1) return Status::InvalidArgument("checksum of step " + std::to_string(step));
+  std::vector<size_t> targets(shards_.size());
+  for (size_t s = 0; s < targets.size(); ++s) targets[s] = s;
+  // Per shard, so a shard answering twice (a resend after a lost reply) is counted once.
+  std::vector<ModelChecksum> parts(shards_.size());
+  std::vector<uint64_t> part_rows(shards_.size(), 0);
+  auto build = [&](size_t) {
+    wire::OutMessage m;
+    m.envelope().getBody().initChecksumRequest().setStep(step);
+    return m;
+  };
+  auto on_reply = [&](size_t s, wire::InMessage& r) -> Status {
+    auto body = r.envelope().getBody();
+    if (body.which() != wire::Envelope::Body::CHECKSUM_REPLY)
+      return Status::InvalidArgument("checksum answered without a checksum reply");
+    auto reply = body.getChecksumReply();
+    parts[s] = ModelChecksum::FromParts(reply.getHigh(), reply.getLow());
+    part_rows[s] = reply.getRows();
+    return Status::Ok();
+  };
+  TANDEM_RETURN_IF_ERROR(CallShards(targets, build, on_reply, Clock::now() + options_.timeout));
+  ModelChecksum sum;
+  uint64_t total = 0;
+  for (size_t s = 0; s < parts.size(); ++s) {
+    sum.Merge(parts[s]);
+    total += part_rows[s];
+  }
+  if (rows != nullptr) *rows = total;
+  return sum;
 }
 
 Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {

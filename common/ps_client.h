@@ -18,6 +18,7 @@
 
 #include "common/embedding_client.h"
 #include "common/flat_id_index.h"
+#include "common/model_checksum.h"
 #include "common/status.h"
 #include "common/wire/rpc_client.h"
 
@@ -55,6 +56,14 @@ class PsClient : public EmbeddingClient {
     return Push(step, tables, /*skip=*/false);
   }
   Status Push(int64_t step, std::span<const TableGrads> tables, bool skip);
+
+  // The embedding part of model_checksum (DESIGN §12): the sum of every shard's part, each taken
+  // once that shard has applied `step` (-1: whatever it holds). A shard already past `step`
+  // answers with its current state, so call it when no more pushes are coming (the end of
+  // training). `rows` (if not null) gets the number of materialised rows over all shards.
+  // Retries like Pull; kDeadlineExceeded when a shard never gets there; kInvalidArgument for
+  // step < -1.
+  StatusOr<ModelChecksum> Checksum(int64_t step, uint64_t* rows = nullptr);
 
   void SetIdentity(const wire::Identity& identity) { rpc_.SetIdentity(identity); }
   int64_t shard_applied_step(size_t shard) const { return shards_[shard].applied; }

@@ -29,6 +29,9 @@ void PsService::Register() {
                   [this](wire::InMessage& m, wire::Responder r) { HandlePull(m, std::move(r)); });
   server_->Handle(Envelope::Body::PUSH_REQUEST, kPushLane,
                   [this](wire::InMessage& m, wire::Responder r) { HandlePush(m, std::move(r)); });
+  server_->Handle(
+      Envelope::Body::CHECKSUM_REQUEST, kPullLane,
+      [this](wire::InMessage& m, wire::Responder r) { HandleChecksum(m, std::move(r)); });
   server_->SetGate([this](const wire::InMessage& m) { return Fence(m); });
 }
 
@@ -197,6 +200,45 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
   // An apply may have finished between the check and the parking: look again, so no pull waits
   // for a wake-up that already happened.
   ReleaseParked();
+}
+
+void PsService::HandleChecksum(wire::InMessage& m, wire::Responder r) {
+  const int64_t step = m.envelope().getBody().getChecksumRequest().getStep();
+  if (step < -1) {
+    MutexLock lock(&mu_);
+    stats_.invalid++;
+    r.SendError(ReplyCode::INVALID, "checksum of step " + std::to_string(step));
+    return;
+  }
+  // Not parked like a pull: a checksum is rare, and the client's back-off is cheap enough.
+  const int64_t applied = shard_->applied_step();
+  if (applied < step) {
+    r.SendView(
+        ReplyCode::RETRY,
+        "checksum of step " + std::to_string(step) + " at applied step " + std::to_string(applied),
+        static_cast<uint64_t>(applied));
+    return;
+  }
+  ModelChecksum sum;
+  uint64_t rows = 0;
+  int64_t covered = -1;
+  Status s = shard_->AddToChecksum(&sum, &rows, &covered);
+  if (!s.ok()) {
+    TLOG_ERROR("checksum failed: {}", s.ToString());
+    r.SendError(ReplyCode::INTERNAL, s.message());
+    return;
+  }
+  {
+    MutexLock lock(&mu_);
+    stats_.checksums++;
+  }
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initChecksumReply();
+  body.setHigh(sum.high());
+  body.setLow(sum.low());
+  body.setAppliedStep(covered);
+  body.setRows(rows);
+  r.Send(std::move(reply));
 }
 
 void PsService::ReleaseParked() {

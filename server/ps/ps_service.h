@@ -1,6 +1,7 @@
 // The parameter-server shard's RPC service (PROTOCOLS §2-§3, §13): versioned pulls on the pull
 // lane (parked, holding no thread, until the version they need is applied) and pushes on the
-// push lane, so parked pulls can never delay a push. Decodes and validates every message and
+// push lane, so parked pulls can never delay a push; the shard's part of model_checksum on the
+// pull lane. Decodes and validates every message and
 // turns the Shard's Status values into explicit replies.
 #pragma once
 
@@ -26,6 +27,7 @@ struct PsServiceStats {
   uint64_t parked = 0;
   uint64_t invalid = 0;
   uint64_t stale = 0;
+  uint64_t checksums = 0;  // checksum requests answered with a sum
 };
 
 // Safe for concurrent use. `shard` and `server` must outlive the service.
@@ -42,6 +44,10 @@ class PsService {
  private:
   void HandlePull(wire::InMessage& request, wire::Responder responder);
   void HandlePush(wire::InMessage& request, wire::Responder responder);
+  // The shard's part of model_checksum once it has applied the requested step; RETRY (with the
+  // view) before that. Runs on the pull lane: the scan holds the apply mutex, never a push
+  // handler thread.
+  void HandleChecksum(wire::InMessage& request, wire::Responder responder);
   void AnswerPull(wire::InMessage& request, wire::Responder responder);
   void ReleaseParked();
   std::optional<wire::Rejection> Fence(const wire::InMessage& request);

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "common/local_embedding_table.h"
 #include "common/ps_client.h"
 #include "server/ps/shard_test_util.h"
 
@@ -267,6 +268,141 @@ TEST_F(PsServiceTest, PullOfAPastStepAtK0IsStale) {
   EXPECT_TRUE(c.Pull(1, {&t, 1}, &rows).IsAborted());
   EXPECT_TRUE(c.Pull(2, {&t, 1}, &rows).ok());
   EXPECT_TRUE(c.Pull(1, {&t, 1}, &rows, /*from_pre_images=*/true).ok());
+}
+
+wire::OutMessage ChecksumRequest(int64_t step) {
+  wire::OutMessage m;
+  m.envelope().getBody().initChecksumRequest().setStep(step);
+  return m;
+}
+
+// PROTOCOLS §4: a checksum of a step the shard has not applied is answered RETRY with the
+// shard's view; once the step is applied the reply carries the shard's sum and row count.
+TEST_F(PsServiceTest, ChecksumOfAStepNotAppliedYetIsRetryThenTheShardsSum) {
+  Start(1);
+  wire::RpcClient raw(&context_, Worker(0));
+  int h = *raw.Connect(server_->endpoint());
+  auto r = raw.Call(h, ChecksumRequest(0), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reply_code(), wire::ReplyCode::RETRY);
+  EXPECT_EQ(r->envelope().getReply().getView().getAppliedStep(), -1);
+  PsClient c = Client(0);
+  std::vector<uint64_t> ids = {1, 2, 3};
+  std::vector<float> grads(12, 0.5f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(c.Push(0, {&g, 1}).ok());
+  r = raw.Call(h, ChecksumRequest(0), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->reply_code(), wire::ReplyCode::OK) << wire::ReplyStatus(*r);
+  auto body = r->envelope().getBody().getChecksumReply();
+  ModelChecksum want;
+  uint64_t rows = 0;
+  ASSERT_TRUE(shard_->AddToChecksum(&want, &rows).ok());
+  EXPECT_EQ(ModelChecksum::FromParts(body.getHigh(), body.getLow()).Hex(), want.Hex());
+  EXPECT_EQ(body.getRows(), 3u);
+  EXPECT_EQ(body.getAppliedStep(), 0);
+  EXPECT_EQ(service_->stats().checksums, 1u);  // the RETRY is not counted
+}
+
+// The client backs off on RETRY and gets the sum once the step is applied; a step that never
+// comes is a timeout, and a nonsense step is refused.
+TEST_F(PsServiceTest, ClientChecksumWaitsForTheStep) {
+  Start(1);
+  PsClient c = Client(0);
+  std::vector<uint64_t> ids = {4, 5};
+  std::vector<float> grads(8, 0.25f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(c.Push(0, {&g, 1}).ok());
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    PsClient pusher = Client(0);
+    ASSERT_TRUE(pusher.Push(1, {&g, 1}).ok());
+  });
+  uint64_t rows = 0;
+  auto sum = c.Checksum(1, &rows);
+  late.join();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  ModelChecksum want;
+  ASSERT_TRUE(shard_->AddToChecksum(&want, nullptr).ok());
+  EXPECT_EQ(sum->Hex(), want.Hex());
+  EXPECT_EQ(rows, 2u);
+  EXPECT_GT(c.stats().retries, 0u);
+  EXPECT_EQ(c.shard_applied_step(0), 1);
+
+  PsClientOptions o;
+  o.shards = {server_->endpoint()};
+  for (const auto& t : options_.tables) o.dims.push_back(t.dim);
+  o.timeout = milliseconds(300);
+  PsClient impatient(&context_, Worker(0), o);
+  EXPECT_TRUE(impatient.Checksum(5).status().IsDeadlineExceeded());
+  EXPECT_TRUE(impatient.Checksum(-2).status().IsInvalidArgument());
+  wire::RpcClient raw(&context_, Worker(0));
+  auto r = raw.Call(*raw.Connect(server_->endpoint()), ChecksumRequest(-2), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reply_code(), wire::ReplyCode::INVALID);
+}
+
+// The key property: training through PsClient on two shards and training a LocalEmbeddingTable
+// with the same gradients give the same model_checksum.
+TEST(PsChecksumTest, TwoShardsThroughTheClientEqualTheLocalTable) {
+  constexpr uint32_t kShards = 2;
+  zmq::context_t context(2);
+  TempDir dirs[kShards];
+  std::unique_ptr<Shard> shards[kShards];
+  std::unique_ptr<wire::RpcServer> servers[kShards];
+  std::unique_ptr<PsService> services[kShards];
+  PsClientOptions co;
+  co.timeout = milliseconds(20000);
+  std::vector<embedding::TableSpec> tables;
+  for (uint32_t i = 0; i < kShards; ++i) {
+    auto o = SmallShard(dirs[i].path(), 1);
+    o.tables.push_back(Spec(2, 4, embedding::OptimizerKind::kAdam));
+    o.shard_index = i;
+    o.num_shards = kShards;
+    tables = o.tables;
+    auto s = Shard::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    shards[i] = std::move(s).value();
+    wire::ServerOptions so;
+    so.lanes = PsLanes(2);
+    servers[i] = std::make_unique<wire::RpcServer>(&context, so, wire::Identity{});
+    services[i] = std::make_unique<PsService>(shards[i].get(), servers[i].get());
+    services[i]->Register();
+    ASSERT_TRUE(servers[i]->Start().ok());
+    co.shards.push_back(servers[i]->endpoint());
+  }
+  for (const auto& t : tables) co.dims.push_back(t.dim);
+  PsClient client(&context, Worker(0), co);
+  LocalEmbeddingTable local(tables, shards[0]->options().seed);
+  for (int64_t step = 0; step < 12; ++step) {
+    std::vector<std::vector<uint64_t>> ids(tables.size());
+    std::vector<std::vector<float>> grads(tables.size());
+    std::vector<TableGrads> g;
+    for (uint32_t t = 0; t < tables.size(); ++t) {
+      for (uint64_t id = step % 3; id < 40; id += 3 + t) {
+        ids[t].push_back(id);
+        auto v = Grad(step, 0, t, id, tables[t].dim);
+        grads[t].insert(grads[t].end(), v.begin(), v.end());
+      }
+      g.push_back({t, ids[t], grads[t]});
+    }
+    ASSERT_TRUE(client.Push(step, g).ok());
+    ASSERT_TRUE(local.Push(step, g).ok());
+  }
+  for (uint32_t i = 0; i < kShards; ++i) {
+    uint64_t rows = 0;
+    ModelChecksum part;
+    ASSERT_TRUE(shards[i]->AddToChecksum(&part, &rows).ok());
+    EXPECT_GT(rows, 0u) << "shard " << i << " holds nothing: the test would prove little";
+  }
+  uint64_t rows = 0;
+  auto sum = client.Checksum(11, &rows);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  ModelChecksum want;
+  local.AddToChecksum(&want);
+  EXPECT_EQ(sum->Hex(), want.Hex());
+  EXPECT_EQ(rows, local.rows_stored());
+  for (auto& s : servers) s->Stop();
 }
 
 }  // namespace

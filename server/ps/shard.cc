@@ -532,6 +532,28 @@ Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float
   return Status::Ok();
 }
 
+Status Shard::AddToChecksum(ModelChecksum* sum, uint64_t* rows, int64_t* applied_step) {
+  MutexLock lock(&mu_);
+  // A local partial sum, so a failed scan leaves `sum` as it was.
+  ModelChecksum part;
+  uint64_t n = 0;
+  TANDEM_RETURN_IF_ERROR(store_->ForEachRow([&](uint32_t table, uint64_t id, const uint8_t* bytes) {
+    const TableSpec& spec = options_.tables[table];
+    const RowRef row{const_cast<uint8_t*>(bytes)};
+    part.AddRow(table, id, {row.embedding(), spec.dim}, {row.state(spec.dim), spec.state_floats()},
+                row.meta()->last_updated_step, row.meta()->frequency);
+    ++n;
+  }));
+  TANDEM_RETURN_IF_ERROR(
+      store_->ForEachAdmissionCount([&](uint32_t table, uint64_t id, uint64_t count) {
+        part.AddAdmissionCounter(table, id, count);
+      }));
+  sum->Merge(part);
+  if (rows != nullptr) *rows = n;
+  if (applied_step != nullptr) *applied_step = applied_.load();
+  return Status::Ok();
+}
+
 int64_t Shard::applied_step() const { return applied_.load(); }
 
 ShardStats Shard::stats() const {

@@ -27,6 +27,7 @@
 
 #include "common/embedding/table_spec.h"
 #include "common/flat_id_index.h"
+#include "common/model_checksum.h"
 #include "common/status.h"
 #include "common/sync.h"
 #include "server/ps/embedding_store.h"
@@ -125,6 +126,15 @@ class Shard {
   // Takes a restore point after the current applied step (flush + RocksDB checkpoint + marker),
   // rolls the log, and keeps the newest two restore points.
   Status TakeRestorePoint();
+
+  // Adds the shard's part of model_checksum (DESIGN §12) to `sum`: every stored row and every
+  // admission counter, as of one applied step (applies wait until the scan is done; pulls do
+  // not). `rows` (if not null) gets the number of rows added, `applied_step` (if not null) the
+  // step the sum covers. Rows that logical TTL (PROTOCOLS §4) would treat as absent at the next
+  // apply are still stored and are included as they are: whether a row has expired depends on
+  // the step that reads it, and the sum must not. At k >= 1 rows of steps after the applied one
+  // may already be in. Errors are the store's (kDataLoss for a malformed entry).
+  Status AddToChecksum(ModelChecksum* sum, uint64_t* rows, int64_t* applied_step = nullptr);
 
   int64_t applied_step() const;
   uint64_t timeline() const { return timeline_; }
