@@ -178,6 +178,14 @@ Status Shard::Recover() {
 
   uint64_t replayed = 0;
   Status s = log_->Replay(replay_from - 1, [&](const PushRecord& r) -> Status {
+    // Replay trusts logged pushes, so a directory opened with another job's shape (a tool given
+    // the wrong config) would rebuild a wrong model, and the restore point below would keep it.
+    if (r.header.shard != options_.shard_index || r.header.rank >= options_.num_workers)
+      return Status::FailedPrecondition(
+          "the push log holds a push of shard " + std::to_string(r.header.shard) + " rank " +
+          std::to_string(r.header.rank) + ", but this is shard " +
+          std::to_string(options_.shard_index) + " of a job with " +
+          std::to_string(options_.num_workers) + " workers: the config does not match the job");
     PushInput in;
     in.timeline = r.header.timeline;
     in.step = r.header.step;

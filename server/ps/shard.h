@@ -95,7 +95,9 @@ class Shard {
  public:
   // Locks the directory (kFailedPrecondition if another process holds it), then recovers: the
   // newest complete restore point is hard-linked into a fresh live DB and the log after it is
-  // replayed. A fresh directory starts empty with a restore point at step -1.
+  // replayed. A fresh directory starts empty with a restore point at step -1. Also
+  // kFailedPrecondition when the log holds pushes of another shard index or of a rank >=
+  // num_workers: options that do not match the job that wrote the directory.
   static StatusOr<std::unique_ptr<Shard>> Open(const ShardOptions& options);
   ~Shard();
 

@@ -532,3 +532,35 @@ TEST(ShardChecksumTest, SameAfterReopen) {
 
 }  // namespace
 }  // namespace tandem::ps
+
+namespace tandem::ps {
+namespace {
+
+// Reopening a directory with another job's shape must fail, not rebuild a different model.
+TEST(ShardTest, RecoveryRefusesOptionsThatDoNotMatchTheLog) {
+  ::tandem::testing::TempDir dir;
+  auto o = testing::SmallShard(dir.path(), 2);
+  {
+    auto shard = std::move(Shard::Open(o)).value();
+    ASSERT_TRUE(shard->Push(testing::MakePush(0, 0, {{0, {1}}}, o).input()).ok());
+    ASSERT_TRUE(shard->Push(testing::MakePush(0, 1, {{0, {2}}}, o).input()).ok());
+  }
+  auto fewer_workers = o;
+  fewer_workers.num_workers = 1;
+  auto s = Shard::Open(fewer_workers);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.status().IsFailedPrecondition()) << s.status();
+  EXPECT_NE(s.status().message().find("does not match"), std::string::npos) << s.status();
+  auto other_index = o;
+  other_index.shard_index = 1;
+  other_index.num_shards = 2;
+  EXPECT_TRUE(Shard::Open(other_index).status().IsFailedPrecondition());
+  // Nothing was lost: the right options still recover both pushes.
+  auto shard = Shard::Open(o);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ((*shard)->applied_step(), 0);
+  EXPECT_EQ(testing::Rows(shard->get()).size(), 2u);
+}
+
+}  // namespace
+}  // namespace tandem::ps
