@@ -267,7 +267,8 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     result.model_checksum = sum.Hex();
     if (o.metrics)
       TANDEM_RETURN_IF_ERROR(
-          o.metrics->WriteFinal({result.auc, result.logloss, result.model_checksum}));
+          o.metrics->WriteFinal({result.auc, result.logloss, result.model_checksum,
+                                 result.teacher_auc, total - 1}));
     if (o.tensorboard) {
       metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(result.auc)},
                              {metrics::kTagLogloss, AsScalar(result.logloss)}};

@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -111,8 +112,11 @@ Status MetricsWriter::WriteFinal(const FinalMetrics& m) {
                      {"logloss", m.logloss},
                      {"model_checksum", m.model_checksum},
                      {"wall_time", WallTimeSeconds()}};
+  Json line = json;
+  if (std::isfinite(m.teacher_auc)) line["teacher_auc"] = m.teacher_auc;
+  if (m.step >= 0) line["step"] = m.step;
   MutexLock lock(&mu_);
-  TANDEM_RETURN_IF_ERROR(WriteLine(Dump(json)));
+  TANDEM_RETURN_IF_ERROR(WriteLine(Dump(line)));
   finished_ = true;
   return file_.Sync();
 }

@@ -4,6 +4,7 @@
 // while the job runs, and a crash loses at most the line being written.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +45,8 @@ struct FinalMetrics {
   double auc = 0;  // the final held-out eval
   double logloss = 0;
   std::string model_checksum;  // ModelChecksum::Hex()
+  double teacher_auc = NAN;    // synthetic data: the best achievable AUC (written when finite)
+  int64_t step = -1;           // the last trained step (written when >= 0)
 };
 
 // Safe for concurrent use (the trainer and an eval thread may both write).
