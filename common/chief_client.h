@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,6 +111,7 @@ class ChiefClient {
   bool fenced() const { return fenced_.load(); }
   std::string job_state() const;
   uint64_t generation() const { return generation_.load(); }
+  // The issued incarnation, and the latest term, generation and timeline heard from the chief.
   wire::Identity identity() const;
 
   StatusOr<ClusterView> View(std::chrono::milliseconds budget);
@@ -126,21 +128,35 @@ class ChiefClient {
  private:
   StatusOr<wire::InMessage> ControlCall(wire::OutMessage message, std::chrono::milliseconds budget)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ControlCall again (after a back-off) while the chief is unreachable or answers OVERLOADED or
+  // RETRY, until `budget` is spent. Returns an OK reply or the error.
+  StatusOr<wire::InMessage> ControlRetry(const std::function<wire::OutMessage()>& build,
+                                         std::chrono::milliseconds budget) LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop();
   Status SendHeartbeat(wire::RpcClient* client, int handle, std::chrono::milliseconds budget);
+  // kFailedPrecondition when the chief answered RETRY (register again), kAborted when STALE.
+  Status OnHeartbeatReply(const wire::InMessage& reply);
+  // One registration attempt over `client`. kUnavailable: try again; kPermissionDenied: refused.
+  StatusOr<Registration> RegisterOnce(wire::RpcClient* client, int handle, int64_t step,
+                                      std::chrono::milliseconds budget);
+  std::chrono::milliseconds HeartbeatBudget() const;
 
   zmq::context_t* const context_;
   const ChiefClientOptions options_;
-  mutable Mutex mu_;
+  mutable Mutex mu_;  // the control socket; held across its calls
   wire::RpcClient control_ GUARDED_BY(mu_);
   int control_handle_ GUARDED_BY(mu_) = -1;
-  wire::Identity identity_ GUARDED_BY(mu_);
-  Progress progress_ GUARDED_BY(mu_);
-  std::string job_state_ GUARDED_BY(mu_) = "starting";
-  int64_t registered_step_ GUARDED_BY(mu_) = -1;
+  // The state the heartbeat thread shares; never held across a network call.
+  mutable Mutex state_mu_;
+  wire::Identity identity_ GUARDED_BY(state_mu_);
+  Progress progress_ GUARDED_BY(state_mu_);
+  std::string job_state_ GUARDED_BY(state_mu_) = "starting";
+  int64_t registered_step_ GUARDED_BY(state_mu_) = -1;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> fenced_{false};
   std::atomic<uint64_t> generation_{0};
+  Mutex heartbeat_mu_;  // lets StopHeartbeats cut the heartbeat thread's sleep short
+  CondVar heartbeat_cv_{&heartbeat_mu_};
   std::atomic<bool> heartbeats_running_{false};
   std::thread heartbeat_thread_;
 };

@@ -1,11 +1,498 @@
 #include "server/chief/chief_service.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/build_info.h"
+#include "common/log.h"
 #include "common/wire/diagnostics.h"
 
 namespace tandem::chief {
 
+using std::chrono::milliseconds;
+using wire::Envelope;
+using wire::ReplyCode;
+
+namespace {
+
+constexpr int kControlLane = 0;
+constexpr size_t kMaxKeyBytes = 4096;
+constexpr uint32_t kMaxBarrierCount = 1 << 16;
+constexpr uint64_t kNoAppliedStep = static_cast<uint64_t>(-1);
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return buf;
+}
+
+capnp::Text::Reader Text(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+
+std::optional<MemberRole> RoleOf(wire::Role role) {
+  if (role == wire::Role::PS) return MemberRole::kPs;
+  if (role == wire::Role::WORKER) return MemberRole::kWorker;
+  return std::nullopt;
+}
+
+void SendStatus(wire::Responder& r, const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+      r.SendError(ReplyCode::INVALID, s.message());
+      break;
+    case StatusCode::kPermissionDenied:
+      r.SendView(ReplyCode::STALE, s.message(), kNoAppliedStep);
+      break;
+    default:
+      r.SendError(ReplyCode::INTERNAL, s.message());
+  }
+}
+
+}  // namespace
+
 std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2}}; }
 
-void RegisterChiefService(wire::RpcServer* server) { wire::RegisterDiagnostics(server, 0); }
+void RegisterChiefService(wire::RpcServer* server) {
+  wire::RegisterDiagnostics(server, kControlLane);
+}
+
+StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobConfig& job,
+                                                             wire::RpcServer* server) {
+  auto state = ChiefState::Open(job.checkpoint.dir);
+  if (!state.ok()) return state.status();
+  const ChiefStateData& d = (*state)->data();
+  TLOG_INFO("chief term {} (generation {}, timeline {}, highest incarnation {}) from {}", d.term,
+            d.generation, d.timeline, d.highest_incarnation, (*state)->path());
+  std::unique_ptr<ChiefService> service(new ChiefService(job, server, std::move(state).value()));
+  {
+    MutexLock lock(&service->mu_);
+    service->SyncIdentity();
+  }
+  return service;
+}
+
+ChiefService::ChiefService(const config::JobConfig& job, wire::RpcServer* server,
+                           std::unique_ptr<ChiefState> state)
+    : job_(job),
+      server_(server),
+      tick_(std::clamp<int64_t>(job.chief.heartbeat_interval_ms / 2, 10, 100)),
+      probe_budget_(std::clamp<int64_t>(job.chief.heartbeat_timeout_ms / 2, 10, 1000)),
+      state_(std::move(state)),
+      membership_(
+          MembershipOptions{
+              .num_ps = static_cast<uint32_t>(job.cluster.ps.size()),
+              .num_workers = static_cast<uint32_t>(job.cluster.workers.size()),
+              .build_id = std::string(BuildId()),
+              .config_hash = job.ComputationHash(),
+              .strict_determinism =
+                  job.train.deterministic == "strict" && job.train.embedding_staleness == 0,
+              .heartbeat_interval = milliseconds(job.chief.heartbeat_interval_ms),
+              .heartbeat_timeout = milliseconds(job.chief.heartbeat_timeout_ms),
+              .total_steps = job.train.steps,
+          },
+          state_.get()) {}
+
+ChiefService::~ChiefService() { Stop(); }
+
+void ChiefService::Register() {
+  wire::RegisterDiagnostics(server_, kControlLane);
+  auto on = [this](Envelope::Body::Which body,
+                   void (ChiefService::*fn)(wire::InMessage&, wire::Responder)) {
+    server_->Handle(body, kControlLane, [this, fn](wire::InMessage& m, wire::Responder r) {
+      (this->*fn)(m, std::move(r));
+    });
+  };
+  on(Envelope::Body::REGISTER_REQUEST, &ChiefService::HandleRegister);
+  on(Envelope::Body::HEARTBEAT, &ChiefService::HandleHeartbeat);
+  on(Envelope::Body::CLUSTER_STATUS_REQUEST, &ChiefService::HandleStatus);
+  on(Envelope::Body::BARRIER_REQUEST, &ChiefService::HandleBarrier);
+  on(Envelope::Body::KV_SET, &ChiefService::HandleKvSet);
+  on(Envelope::Body::KV_GET, &ChiefService::HandleKvGet);
+  on(Envelope::Body::STOP_JOB_REQUEST, &ChiefService::HandleStopJob);
+}
+
+Status ChiefService::Start() {
+  if (monitor_.joinable()) return Status::FailedPrecondition("the chief monitor already runs");
+  monitor_ = std::thread([this] { MonitorLoop(); });
+  return Status::Ok();
+}
+
+void ChiefService::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_monitor_ = true;
+  }
+  monitor_wake_.SignalAll();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void ChiefService::SyncIdentity() {
+  wire::Identity id = server_->identity();
+  if (id.term == membership_.term() && id.generation == membership_.generation() &&
+      id.timeline == membership_.timeline())
+    return;
+  id.term = membership_.term();
+  id.generation = membership_.generation();
+  id.timeline = membership_.timeline();
+  server_->SetIdentity(id);
+  log::SetGeneration(id.generation);
+}
+
+uint64_t ChiefService::term() const {
+  MutexLock lock(&mu_);
+  return membership_.term();
+}
+
+std::string ChiefService::job_state() const {
+  MutexLock lock(&mu_);
+  return membership_.job_state();
+}
+
+JobSnapshot ChiefService::Snapshot() const {
+  MutexLock lock(&mu_);
+  return membership_.Snapshot(Clock::now());
+}
+
+void ChiefService::RequestStop(const std::string& reason) {
+  {
+    MutexLock lock(&mu_);
+    membership_.RequestStop(reason, Clock::now());
+  }
+  changed_.SignalAll();
+}
+
+std::string ChiefService::WaitFinished(std::chrono::steady_clock::time_point until) {
+  const auto quiet = 3 * milliseconds(job_.chief.heartbeat_interval_ms);
+  MutexLock lock(&mu_);
+  for (;;) {
+    const auto now = Clock::now();
+    if (membership_.Finished(now, quiet) || now >= until) return membership_.job_state();
+    // Members fall quiet without any event: look again every tick.
+    changed_.WaitUntil(std::min(until, now + tick_));
+  }
+}
+
+// ---- handlers ----
+
+void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
+  auto h = m.header();
+  auto role = RoleOf(h.getSenderRole());
+  if (!role) {
+    r.SendError(ReplyCode::INVALID, "a " + std::string(wire::RoleName(h.getSenderRole())) +
+                                        " cannot register; only ps and worker are members");
+    return;
+  }
+  auto req = m.envelope().getBody().getRegisterRequest();
+  RegisterInput in;
+  in.role = *role;
+  in.index = h.getSenderIndex();
+  in.build_id = h.getBuildId();
+  in.config_hash = req.getConfigHash();
+  in.determinism_class = req.getDeterminismClass();
+  in.last_incarnation = req.getLastIncarnation();
+  in.address = req.getAddress();
+  in.pid = req.getPid();
+  in.host = req.getHost();
+  in.step = req.getStep();
+  in.timeline = req.getTimeline();
+  StatusOr<Issued> issued = Status::Internal("unset");
+  {
+    MutexLock lock(&mu_);
+    issued = membership_.Register(in, Clock::now());
+    SyncIdentity();
+  }
+  changed_.SignalAll();
+  if (!issued.ok()) {
+    SendStatus(r, issued.status());
+    return;
+  }
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initRegisterReply();
+  body.setIncarnation(issued->incarnation);
+  body.setGeneration(issued->generation);
+  body.setTimeline(issued->timeline);
+  body.setTerm(issued->term);
+  body.setTotalSteps(issued->total_steps);
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
+  auto h = m.header();
+  auto role = RoleOf(h.getSenderRole());
+  if (!role) {
+    r.SendError(ReplyCode::INVALID, "heartbeat from a " +
+                                        std::string(wire::RoleName(h.getSenderRole())) +
+                                        "; only ps and worker are members");
+    return;
+  }
+  auto hb = m.envelope().getBody().getHeartbeat();
+  MemberProgress p;
+  p.step = hb.getStep();
+  p.samples_per_sec = hb.getSamplesPerSec();
+  p.state = hb.getState();
+  p.loss = hb.getLoss();
+  p.auc = hb.getAuc();
+  p.logloss = hb.getLogloss();
+  p.teacher_auc = hb.getTeacherAuc();
+  p.model_checksum = hb.getModelChecksum();
+  p.detail = hb.getDetail();
+  StatusOr<HeartbeatResult> result = Status::Internal("unset");
+  {
+    MutexLock lock(&mu_);
+    result = membership_.Heartbeat(*role, h.getSenderIndex(), h.getIncarnation(), p, Clock::now());
+  }
+  changed_.SignalAll();
+  if (!result.ok()) {
+    SendStatus(r, result.status());
+    return;
+  }
+  switch (result->verdict) {
+    case HeartbeatVerdict::kRetry:
+      r.SendView(ReplyCode::RETRY, result->message, kNoAppliedStep);
+      return;
+    case HeartbeatVerdict::kStale:
+      r.SendView(ReplyCode::STALE, result->message, kNoAppliedStep);
+      return;
+    case HeartbeatVerdict::kOk:
+      break;
+  }
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initHeartbeatReply();
+  body.setGeneration(result->generation);
+  body.setTimeline(result->timeline);
+  body.setStop(result->stop);
+  body.setJobState(Text(result->job_state));
+  body.setTerm(result->term);
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
+  const JobSnapshot j = Snapshot();
+  const wire::Identity self = server_->identity();
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initClusterStatusReply();
+  auto members = body.initMembers(static_cast<unsigned>(j.members.size() + 1));
+  auto chief = members[0];
+  chief.setRole("chief");
+  chief.setIndex(0);
+  chief.setAddress(Text(server_->endpoint()));
+  chief.setState(IsTerminalJobState(j.job_state) ? "done" : "up");
+  chief.setIncarnation(self.incarnation);
+  chief.setStep(j.step);
+  chief.setGeneration(j.generation);
+  chief.setPid(static_cast<uint32_t>(::getpid()));
+  chief.setHost(Text(HostName()));
+  chief.setMsSinceHeartbeat(0);
+  for (size_t i = 0; i < j.members.size(); ++i) {
+    const MemberSnapshot& s = j.members[i];
+    auto out = members[static_cast<unsigned>(i + 1)];
+    out.setRole(Text(s.role));
+    out.setIndex(s.index);
+    out.setAddress(Text(s.address));
+    out.setState(Text(s.state));
+    out.setIncarnation(s.incarnation);
+    out.setStep(s.step);
+    out.setGeneration(s.generation);
+    out.setSamplesPerSec(s.samples_per_sec);
+    out.setPid(s.pid);
+    out.setHost(Text(s.host));
+    out.setLostReason(Text(s.lost_reason));
+    out.setMsSinceHeartbeat(s.ms_since_heartbeat);
+    out.setDeterminismClass(Text(s.determinism_class));
+  }
+  body.setTerm(j.term);
+  body.setGeneration(j.generation);
+  body.setTimeline(j.timeline);
+  body.setLastCheckpointStep(j.last_checkpoint_step);
+  body.setSamplesPerSec(j.samples_per_sec);
+  body.setJobState(Text(j.job_state));
+  body.setStep(j.step);
+  body.setTotalSteps(j.total_steps);
+  body.setLoss(j.loss);
+  body.setAuc(j.auc);
+  body.setLogloss(j.logloss);
+  body.setTeacherAuc(j.teacher_auc);
+  body.setModelChecksum(Text(j.model_checksum));
+  body.setDetail(Text(j.detail));
+  body.setElapsedMs(j.elapsed_ms);
+  body.setConfigHash(Text(j.config_hash));
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleBarrier(wire::InMessage& m, wire::Responder r) {
+  auto req = m.envelope().getBody().getBarrierRequest();
+  const std::string name = req.getName();
+  const uint32_t count = req.getCount();
+  if (name.empty() || name.size() > kMaxKeyBytes) {
+    r.SendError(ReplyCode::INVALID,
+                "a barrier needs a name of 1.." + std::to_string(kMaxKeyBytes) + " bytes");
+    return;
+  }
+  if (count == 0 || count > kMaxBarrierCount) {
+    r.SendError(ReplyCode::INVALID, "barrier '" + name + "': count " + std::to_string(count) +
+                                        " is outside 1.." + std::to_string(kMaxBarrierCount));
+    return;
+  }
+  const auto who =
+      std::make_pair(static_cast<int>(m.header().getSenderRole()), m.header().getSenderIndex());
+  int64_t release_key = -1;
+  {
+    MutexLock lock(&mu_);
+    auto [it, fresh] = barriers_.try_emplace(name);
+    BarrierState& b = it->second;
+    if (fresh) {
+      b.key = next_barrier_key_++;
+      b.count = count;
+    }
+    if (b.count != count) {
+      r.SendError(ReplyCode::INVALID, "barrier '" + name + "' has count " +
+                                          std::to_string(b.count) + ", not " +
+                                          std::to_string(count));
+      return;
+    }
+    b.entered.insert(who);
+    if (!b.complete && b.entered.size() < b.count) {
+      // Parked under the lock, so a completion (which also takes it) cannot slip in between.
+      barriers_parked_.Park(b.key, std::move(r), std::make_unique<wire::InMessage>(std::move(m)));
+      return;
+    }
+    if (!b.complete) {
+      b.complete = true;
+      release_key = b.key;
+    }
+  }
+  auto answer = [](wire::Responder responder) {
+    wire::OutMessage reply = responder.NewReply();
+    reply.envelope().getBody().initBarrierReply();
+    responder.Send(std::move(reply));
+  };
+  answer(std::move(r));
+  if (release_key < 0) return;
+  // The lot releases every key up to the one asked for; the other barriers' go back.
+  for (auto& p : barriers_parked_.ReleaseUpTo(release_key)) {
+    const std::string other = p.request->envelope().getBody().getBarrierRequest().getName();
+    int64_t key = release_key;
+    bool complete = true;
+    {
+      MutexLock lock(&mu_);
+      auto it = barriers_.find(other);
+      if (it != barriers_.end()) {
+        key = it->second.key;
+        complete = it->second.complete;
+      }
+    }
+    if (key == release_key || complete)
+      answer(std::move(p.responder));
+    else
+      barriers_parked_.Park(key, std::move(p.responder), std::move(p.request));
+  }
+}
+
+void ChiefService::HandleKvSet(wire::InMessage& m, wire::Responder r) {
+  auto req = m.envelope().getBody().getKvSet();
+  const std::string key = req.getKey();
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    r.SendError(ReplyCode::INVALID, "a key needs 1.." + std::to_string(kMaxKeyBytes) + " bytes");
+    return;
+  }
+  auto value = req.getValue();
+  {
+    MutexLock lock(&mu_);
+    kv_[key] = std::string(reinterpret_cast<const char*>(value.begin()), value.size());
+  }
+  wire::OutMessage reply = r.NewReply();
+  reply.envelope().getBody().initKvSetReply();
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleKvGet(wire::InMessage& m, wire::Responder r) {
+  const std::string key = m.envelope().getBody().getKvGet().getKey();
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    r.SendError(ReplyCode::INVALID, "a key needs 1.." + std::to_string(kMaxKeyBytes) + " bytes");
+    return;
+  }
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initKvGetReply();
+  {
+    MutexLock lock(&mu_);
+    auto it = kv_.find(key);
+    body.setFound(it != kv_.end());
+    if (it != kv_.end())
+      body.setValue(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(it->second.data()),
+                                        it->second.size()));
+  }
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleStopJob(wire::InMessage& m, wire::Responder r) {
+  std::string reason = m.envelope().getBody().getStopJobRequest().getReason();
+  if (reason.empty()) reason = "requested by " + wire::ReadIdentity(m.header()).Who();
+  std::string state;
+  {
+    MutexLock lock(&mu_);
+    state = membership_.RequestStop(reason, Clock::now());
+  }
+  changed_.SignalAll();
+  wire::OutMessage reply = r.NewReply();
+  reply.envelope().getBody().initStopJobReply().setJobState(Text(state));
+  r.Send(std::move(reply));
+}
+
+// ---- the heartbeat monitor ----
+
+void ChiefService::MonitorLoop() {
+  wire::RpcClient client(&probe_context_, server_->identity());
+  std::map<std::string, int> handles;  // one socket per probed address
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (!stop_monitor_) monitor_wake_.WaitUntil(Clock::now() + tick_);
+      if (stop_monitor_) return;
+    }
+    MonitorTick(&client, &handles);
+  }
+}
+
+// Probes run without the lock: heartbeats and registrations continue meanwhile, and
+// DeclareLost re-checks that the member stayed silent.
+void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, int>* handles) {
+  std::vector<Suspect> suspects;
+  {
+    MutexLock lock(&mu_);
+    suspects = membership_.Suspects(Clock::now());
+  }
+  for (const Suspect& s : suspects) {
+    const std::string who = std::string(MemberRoleName(s.role)) + ":" + std::to_string(s.index) +
+                            "#" + std::to_string(s.incarnation);
+    auto it = handles->find(s.address);
+    if (it == handles->end()) {
+      auto h = client->Connect(s.address);
+      it = handles->emplace(s.address, h.ok() ? *h : -1).first;
+    }
+    client->SetIdentity(server_->identity());
+    StatusOr<wire::PingResult> pong =
+        it->second < 0 ? StatusOr<wire::PingResult>(Status::InvalidArgument("bad address"))
+                       : wire::Ping(client, it->second, probe_budget_);
+    const bool same = pong.ok() && pong->peer.incarnation == s.incarnation &&
+                      RoleOf(pong->peer.role) == s.role && pong->peer.index == s.index;
+    MutexLock lock(&mu_);
+    if (same) {
+      TLOG_WARN("{} at {}: no heartbeat for {} ms, but it answers a probe: kept", who, s.address,
+                s.ms_since_heartbeat);
+      membership_.ProbeAnswered(s, Clock::now());
+      continue;
+    }
+    std::string reason =
+        "no heartbeat for " + std::to_string(s.ms_since_heartbeat) + " ms and no answer to a probe";
+    if (pong.ok())
+      reason += " (" + s.address + " answered as " + pong->peer.Who() + ")";
+    else
+      reason += " (" + pong.status().ToString() + ")";
+    auto lost = membership_.DeclareLost(s, reason, Clock::now());
+    if (!lost.ok()) TLOG_ERROR("cannot declare {} lost: {}", who, lost.status().ToString());
+    SyncIdentity();
+    changed_.SignalAll();
+  }
+}
 
 }  // namespace tandem::chief

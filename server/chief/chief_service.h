@@ -1,12 +1,109 @@
-// The chief's RPC service. The foundation answers diagnostics; membership, barriers and
-// checkpoints arrive with the distributed-training and checkpoint issues.
+// The chief's RPC service (DESIGN §5, PROTOCOLS §1, §10, §12): registration and heartbeats
+// (Membership), a monitor thread that probes silent members before declaring them lost, named
+// barriers, the collectives' rendezvous key/value store, the cluster view and the job's stop.
+// Training steps never wait on it.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/config/job_config.h"
+#include "common/status.h"
+#include "common/sync.h"
+#include "common/wire/parking_lot.h"
+#include "common/wire/rpc_client.h"
 #include "common/wire/rpc_server.h"
+#include "server/chief/chief_state.h"
+#include "server/chief/membership.h"
 
 namespace tandem::chief {
 
 std::vector<wire::LaneOptions> ChiefLanes();
+
+// Diagnostics only, for a chief started without a ChiefService.
+// TODO(cleanup): remove once the daemon constructs a ChiefService.
 void RegisterChiefService(wire::RpcServer* server);
+
+// Safe for concurrent use. `server` must outlive the service and be stopped before the service
+// is destroyed (its handlers call into the service).
+class ChiefService {
+ public:
+  // Opens `job.checkpoint.dir/chief/state`, raises and persists the term, and stamps the term,
+  // generation and timeline into `server`'s identity. kDataLoss naming the file for a corrupt
+  // state; kUnavailable when the state cannot be written.
+  static StatusOr<std::unique_ptr<ChiefService>> Create(const config::JobConfig& job,
+                                                        wire::RpcServer* server);
+  ~ChiefService();  // stops the monitor thread
+  ChiefService(const ChiefService&) = delete;
+  ChiefService& operator=(const ChiefService&) = delete;
+
+  // Registers the handlers and diagnostics. Call before server->Start().
+  void Register();
+  // Starts the heartbeat monitor. Call after server->Start().
+  Status Start();
+  // Stops the monitor thread (also done by the destructor).
+  void Stop();
+
+  // SIGTERM or a request: the job goes to "stopping" (heartbeat replies carry stop) unless it
+  // already ended.
+  void RequestStop(const std::string& reason);
+  // Blocks until the job state is terminal and every registered member has reported a terminal
+  // state and been silent for three heartbeat intervals, or is lost or left; or until `until`.
+  // Returns the job state then.
+  std::string WaitFinished(std::chrono::steady_clock::time_point until);
+
+  uint64_t term() const;
+  std::string job_state() const;
+  JobSnapshot Snapshot() const;
+
+ private:
+  struct BarrierState {
+    int64_t key = 0;  // parking key
+    uint32_t count = 0;
+    std::set<std::pair<int, uint32_t>> entered;  // (role, index)
+    bool complete = false;
+  };
+
+  ChiefService(const config::JobConfig& job, wire::RpcServer* server,
+               std::unique_ptr<ChiefState> state);
+
+  void HandleRegister(wire::InMessage& m, wire::Responder r);
+  void HandleHeartbeat(wire::InMessage& m, wire::Responder r);
+  void HandleStatus(wire::InMessage& m, wire::Responder r);
+  void HandleBarrier(wire::InMessage& m, wire::Responder r);
+  void HandleKvSet(wire::InMessage& m, wire::Responder r);
+  void HandleKvGet(wire::InMessage& m, wire::Responder r);
+  void HandleStopJob(wire::InMessage& m, wire::Responder r);
+  void MonitorLoop();
+  void MonitorTick(wire::RpcClient* client, std::map<std::string, int>* handles);
+  // Copies the term, generation and timeline into the server's identity, so replies carry them.
+  void SyncIdentity() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const config::JobConfig job_;
+  wire::RpcServer* const server_;
+  const std::chrono::milliseconds tick_;
+  const std::chrono::milliseconds probe_budget_;
+  std::unique_ptr<ChiefState> state_;  // used only through membership_ after construction
+  wire::ParkingLot barriers_parked_;
+  zmq::context_t probe_context_{1};  // the monitor's own sockets
+
+  mutable Mutex mu_;
+  CondVar changed_{&mu_};       // membership changed (WaitFinished looks again)
+  CondVar monitor_wake_{&mu_};  // the monitor's tick, cut short by Stop()
+  Membership membership_ GUARDED_BY(mu_);
+  std::map<std::string, BarrierState> barriers_ GUARDED_BY(mu_);
+  int64_t next_barrier_key_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::string> kv_ GUARDED_BY(mu_);
+  bool stop_monitor_ GUARDED_BY(mu_) = false;
+  std::thread monitor_;
+};
 
 }  // namespace tandem::chief

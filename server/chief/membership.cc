@@ -1,0 +1,361 @@
+#include "server/chief/membership.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace tandem::chief {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+int64_t MsBetween(Clock::time_point from, Clock::time_point to) {
+  return duration_cast<milliseconds>(to - from).count();
+}
+
+bool IsTerminalMemberState(std::string_view s) {
+  return s == "done" || s == "stopped" || s == "failed";
+}
+
+}  // namespace
+
+std::string_view MemberRoleName(MemberRole role) {
+  return role == MemberRole::kPs ? "ps" : "worker";
+}
+
+bool IsTerminalJobState(std::string_view state) {
+  return state == kJobDone || state == kJobStopped || state == kJobFailed;
+}
+
+Membership::Membership(MembershipOptions options, ChiefState* state)
+    : options_(std::move(options)),
+      state_(state),
+      ps_(options_.num_ps),
+      workers_(options_.num_workers) {}
+
+std::string Membership::Name(MemberRole role, uint32_t index) const {
+  return std::string(MemberRoleName(role)) + ":" + std::to_string(index);
+}
+
+bool Membership::Terminal(const Member& m) const { return IsTerminalMemberState(m.progress.state); }
+
+bool Membership::Alive(const Member& m, Clock::time_point now) const {
+  return m.registered && !m.lost && !m.left && !Terminal(m) &&
+         now - m.last_alive <= options_.heartbeat_timeout;
+}
+
+Status Membership::Persist(const ChiefStateData& data) {
+  Status s = state_->Save(data);
+  if (!s.ok()) TLOG_ERROR("cannot persist the chief state: {}", s.ToString());
+  return s;
+}
+
+Status Membership::BumpGeneration(const std::string& why) {
+  ChiefStateData d = state_->data();
+  d.generation += 1;
+  TANDEM_RETURN_IF_ERROR(Persist(d));
+  TLOG_WARN("generation {}: {}", d.generation, why);
+  return Status::Ok();
+}
+
+// The reasons a registration is refused, other than a malformed request. `current` is the
+// rank's record; the caller has already ruled out the same process registering again.
+std::optional<std::string> Membership::Refusal(const RegisterInput& in, const Member& current,
+                                               Clock::time_point now) const {
+  const std::string who = Name(in.role, in.index);
+  if (in.build_id != options_.build_id)
+    return who + ": build id '" + in.build_id + "' differs from the chief's '" + options_.build_id +
+           "'";
+  if (in.config_hash != options_.config_hash)
+    return who + ": config hash '" + in.config_hash + "' differs from the chief's '" +
+           options_.config_hash + "'";
+  if (in.role == MemberRole::kWorker && options_.strict_determinism) {
+    for (uint32_t j = 0; j < workers_.size(); ++j) {
+      const Member& other = workers_[j];
+      if (j == in.index || !other.registered || other.determinism_class == in.determinism_class)
+        continue;
+      return who + ": determinism class '" + in.determinism_class + "' differs from '" +
+             other.determinism_class + "' of worker:" + std::to_string(j) +
+             " (train.deterministic: strict at embedding_staleness 0)";
+    }
+  }
+  if (Alive(current, now))
+    return who + ": incarnation " + std::to_string(current.incarnation) +
+           " is alive (last heartbeat " + std::to_string(MsBetween(current.last_alive, now)) +
+           " ms ago)";
+  return std::nullopt;
+}
+
+StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point now) {
+  auto& members = Of(in.role);
+  if (in.index >= members.size())
+    return Status::InvalidArgument(Name(in.role, in.index) + " is outside the cluster of " +
+                                   std::to_string(members.size()));
+  if (in.address.empty())
+    return Status::InvalidArgument(Name(in.role, in.index) + ": registration without an address");
+  Member& m = members[in.index];
+  const std::string who = Name(in.role, in.index);
+  const ChiefStateData& d = state_->data();
+  // The same process registering again keeps its incarnation: after a restart of the chief (which
+  // forgot it), after a RETRY, or after a registration whose reply was lost.
+  const bool usable = m.registered && !m.lost && !m.left;
+  const bool same_process =
+      usable && ((in.last_incarnation != 0 && in.last_incarnation == m.incarnation) ||
+                 (in.address == m.address && in.pid == m.pid && in.host == m.host));
+  // An incarnation issued by an earlier term of this chief and newer than anything registered
+  // here since: the member outlived a chief restart. Higher is newer, so it wins the rank.
+  const bool adopt = in.last_incarnation != 0 && in.last_incarnation <= d.highest_incarnation &&
+                     (!m.registered || in.last_incarnation > m.incarnation);
+  if (!same_process && !adopt) {
+    if (auto why = Refusal(in, m, now)) {
+      TLOG_WARN("registration refused: {}", *why);
+      return Status::PermissionDenied(*why);
+    }
+  } else if (auto why = Refusal(in, Member{}, now)) {
+    TLOG_WARN("registration refused: {}", *why);
+    return Status::PermissionDenied(*why);
+  }
+  uint64_t incarnation = same_process ? m.incarnation : in.last_incarnation;
+  if (!same_process && !adopt) {
+    ChiefStateData next = d;
+    next.highest_incarnation += 1;
+    TANDEM_RETURN_IF_ERROR(Persist(next));
+    incarnation = next.highest_incarnation;
+  }
+  if (in.role == MemberRole::kWorker && !options_.strict_determinism) {
+    for (uint32_t j = 0; j < workers_.size(); ++j)
+      if (j != in.index && workers_[j].registered &&
+          workers_[j].determinism_class != in.determinism_class)
+        TLOG_WARN("{}: determinism class '{}' differs from '{}' of worker:{}: bit-identity void",
+                  who, in.determinism_class, workers_[j].determinism_class, j);
+  }
+  m = Member{};
+  m.registered = true;
+  m.incarnation = incarnation;
+  m.address = in.address;
+  m.host = in.host;
+  m.pid = in.pid;
+  m.determinism_class = in.determinism_class;
+  m.last_heartbeat = m.last_alive = now;
+  m.progress.step = in.step;
+  TLOG_INFO("{}#{} registered from {} (pid {}, host {}, step {}){}", who, incarnation, in.address,
+            in.pid, in.host, in.step,
+            same_process ? " again" : (adopt ? ", keeping its incarnation" : ""));
+  if (awaiting_workers_ && in.role == MemberRole::kWorker &&
+      std::all_of(workers_.begin(), workers_.end(),
+                  [](const Member& w) { return w.registered && !w.lost && !w.left; })) {
+    // A failed persist leaves the flag set: the next registration tries again.
+    if (BumpGeneration("every worker is present again").ok()) awaiting_workers_ = false;
+  }
+  m.generation_seen = state_->data().generation;
+  UpdateJobState(now);
+  const ChiefStateData& now_d = state_->data();
+  return Issued{incarnation, now_d.generation, now_d.timeline, now_d.term, options_.total_steps};
+}
+
+StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
+                                                uint64_t incarnation,
+                                                const MemberProgress& progress,
+                                                Clock::time_point now) {
+  auto& members = Of(role);
+  if (index >= members.size())
+    return Status::InvalidArgument(Name(role, index) + " is outside the cluster of " +
+                                   std::to_string(members.size()));
+  Member& m = members[index];
+  const std::string who = Name(role, index) + "#" + std::to_string(incarnation);
+  HeartbeatResult r;
+  if (incarnation == 0 || !m.registered || incarnation > m.incarnation) {
+    r.verdict = HeartbeatVerdict::kRetry;
+    r.message = who + " is not registered with this chief (term " + std::to_string(term()) +
+                "): register again";
+  } else if (incarnation < m.incarnation) {
+    r.verdict = HeartbeatVerdict::kStale;
+    r.message = who + " was replaced by incarnation " + std::to_string(m.incarnation);
+  } else if (m.lost) {
+    r.verdict = HeartbeatVerdict::kStale;
+    r.message = who + " was declared lost: " + m.lost_reason;
+  } else if (m.left) {
+    r.verdict = HeartbeatVerdict::kStale;
+    r.message = who + " left the job";
+  } else {
+    m.last_heartbeat = m.last_alive = now;
+    m.heartbeated = true;
+    if (progress.state == "left") {
+      m.left = true;
+      TLOG_INFO("{} left the job", who);
+    }
+    if (progress.state == "failed" && m.progress.state != "failed")
+      TLOG_ERROR("{} failed: {}", who, progress.detail);
+    m.progress = progress;
+    m.generation_seen = generation();
+    UpdateJobState(now);
+  }
+  r.generation = generation();
+  r.timeline = timeline();
+  r.term = term();
+  r.job_state = job_state_;
+  r.stop = job_state_ != kJobStarting && job_state_ != kJobTraining;
+  return r;
+}
+
+void Membership::UpdateJobState(Clock::time_point now) {
+  if (IsTerminalJobState(job_state_)) return;
+  auto end = [&](std::string_view state, std::string detail) {
+    job_state_ = std::string(state);
+    final_result_.detail = std::move(detail);
+    ended_at_ = now;
+    TLOG_INFO("job {}{}{}", job_state_, final_result_.detail.empty() ? "" : ": ",
+              final_result_.detail);
+  };
+  for (uint32_t i = 0; i < workers_.size(); ++i) {
+    const Member& w = workers_[i];
+    if (w.registered && !w.lost && w.progress.state == "failed") {
+      end(kJobFailed, "worker:" + std::to_string(i) + " failed: " + w.progress.detail);
+      return;
+    }
+  }
+  auto all = [](const std::vector<Member>& v, auto pred) {
+    return std::all_of(v.begin(), v.end(), pred);
+  };
+  if (job_state_ == kJobStarting && all(ps_, [](const Member& m) { return m.registered; }) &&
+      all(workers_, [](const Member& m) { return m.registered; })) {
+    job_state_ = std::string(kJobTraining);
+    training_since_ = now;
+    TLOG_INFO("job training: every ps and worker has registered");
+  }
+  if (all(workers_, [](const Member& m) {
+        return m.registered && !m.lost && !m.left && m.progress.state == "done";
+      })) {
+    const MemberProgress& r0 = workers_[0].progress;
+    std::string detail = r0.detail;
+    final_result_ = r0;
+    end(kJobDone, std::move(detail));
+    return;
+  }
+  if (job_state_ == kJobStopping && all(workers_, [](const Member& m) {
+        return !m.registered || m.lost || m.left || IsTerminalMemberState(m.progress.state);
+      }))
+    end(kJobStopped, stop_reason_);
+}
+
+std::string Membership::RequestStop(const std::string& reason, Clock::time_point now) {
+  if (IsTerminalJobState(job_state_) || job_state_ == kJobStopping) return job_state_;
+  stop_reason_ = reason;
+  job_state_ = std::string(kJobStopping);
+  TLOG_INFO("job stopping: {}", reason);
+  UpdateJobState(now);
+  return job_state_;
+}
+
+std::vector<Suspect> Membership::Suspects(Clock::time_point now) const {
+  std::vector<Suspect> out;
+  for (MemberRole role : {MemberRole::kPs, MemberRole::kWorker}) {
+    const auto& members = Of(role);
+    for (uint32_t i = 0; i < members.size(); ++i) {
+      const Member& m = members[i];
+      if (!m.registered || m.lost || m.left || Terminal(m)) continue;
+      if (now - m.last_alive <= options_.heartbeat_timeout) continue;
+      out.push_back({role, i, m.incarnation, m.address, MsBetween(m.last_heartbeat, now)});
+    }
+  }
+  return out;
+}
+
+void Membership::ProbeAnswered(const Suspect& s, Clock::time_point now) {
+  Member& m = Of(s.role)[s.index];
+  if (m.registered && m.incarnation == s.incarnation) m.last_alive = now;
+}
+
+StatusOr<bool> Membership::DeclareLost(const Suspect& s, const std::string& reason,
+                                       Clock::time_point now) {
+  Member& m = Of(s.role)[s.index];
+  if (!m.registered || m.incarnation != s.incarnation || m.lost || m.left || Terminal(m) ||
+      now - m.last_alive <= options_.heartbeat_timeout)
+    return false;  // it heartbeated, ended or was replaced while it was probed
+  const std::string who = Name(s.role, s.index) + "#" + std::to_string(s.incarnation);
+  if (s.role == MemberRole::kWorker) TANDEM_RETURN_IF_ERROR(BumpGeneration(who + " was lost"));
+  m.lost = true;
+  m.lost_reason = reason;
+  TLOG_WARN("{} at {} declared lost: {}", who, m.address, reason);
+  if (s.role == MemberRole::kWorker) awaiting_workers_ = true;
+  UpdateJobState(now);
+  return true;
+}
+
+bool Membership::Finished(Clock::time_point now, std::chrono::milliseconds quiet) const {
+  if (!IsTerminalJobState(job_state_)) return false;
+  auto quiet_now = [&](const Member& m) {
+    return !m.registered || m.lost || m.left || (Terminal(m) && now - m.last_heartbeat >= quiet);
+  };
+  return std::all_of(ps_.begin(), ps_.end(), quiet_now) &&
+         std::all_of(workers_.begin(), workers_.end(), quiet_now);
+}
+
+JobSnapshot Membership::Snapshot(Clock::time_point now) const {
+  JobSnapshot j;
+  const ChiefStateData& d = state_->data();
+  j.term = d.term;
+  j.generation = d.generation;
+  j.timeline = d.timeline;
+  j.last_checkpoint_step = d.latest_step;
+  j.job_state = job_state_;
+  j.total_steps = options_.total_steps;
+  j.config_hash = options_.config_hash;
+  for (MemberRole role : {MemberRole::kPs, MemberRole::kWorker}) {
+    const auto& members = Of(role);
+    for (uint32_t i = 0; i < members.size(); ++i) {
+      const Member& m = members[i];
+      MemberSnapshot s;
+      s.role = std::string(MemberRoleName(role));
+      s.index = i;
+      if (!m.registered) {
+        s.state = "starting";
+        j.members.push_back(std::move(s));
+        continue;
+      }
+      s.address = m.address;
+      s.incarnation = m.incarnation;
+      s.step = m.progress.step;
+      s.generation = m.generation_seen;
+      s.pid = m.pid;
+      s.host = m.host;
+      s.lost_reason = m.lost_reason;
+      s.ms_since_heartbeat = MsBetween(m.last_heartbeat, now);
+      s.determinism_class = m.determinism_class;
+      const bool up = !m.lost && !m.left && !Terminal(m);
+      s.samples_per_sec = up ? m.progress.samples_per_sec : 0;
+      if (m.lost)
+        s.state = "lost";
+      else if (m.left)
+        s.state = "left";
+      else if (m.progress.state.empty() || m.progress.state == "starting")
+        s.state = "up";
+      else
+        s.state = m.progress.state;
+      if (role == MemberRole::kWorker) {
+        j.step = j.step < 0 ? s.step : std::min(j.step, s.step);
+        j.samples_per_sec += s.samples_per_sec;
+      }
+      j.members.push_back(std::move(s));
+    }
+  }
+  const MemberProgress* result = nullptr;
+  if (job_state_ == kJobDone)
+    result = &final_result_;
+  else if (!workers_.empty() && workers_[0].registered)
+    result = &workers_[0].progress;
+  if (result) {
+    j.loss = result->loss;
+    j.auc = result->auc;
+    j.logloss = result->logloss;
+    j.teacher_auc = result->teacher_auc;
+    j.model_checksum = result->model_checksum;
+  }
+  j.detail = IsTerminalJobState(job_state_) ? final_result_.detail : stop_reason_;
+  if (training_since_ != Clock::time_point{})
+    j.elapsed_ms = MsBetween(training_since_, IsTerminalJobState(job_state_) ? ended_at_ : now);
+  return j;
+}
+
+}  // namespace tandem::chief

@@ -1,0 +1,212 @@
+// Membership: the chief's view of the job (DESIGN §5, PROTOCOLS §1, §10, §12) as plain logic:
+// who is registered with which incarnation, heartbeats and losses, the generation, and the job's
+// state machine. No sockets and no clock of its own (every call takes `now`), so tests drive it
+// directly; ChiefService wraps it in RPC handlers and a monitor thread.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "server/chief/chief_state.h"
+
+namespace tandem::chief {
+
+using Clock = std::chrono::steady_clock;
+
+enum class MemberRole { kPs, kWorker };
+std::string_view MemberRoleName(MemberRole role);
+
+// Job states (ClusterStatusReply.jobState).
+inline constexpr std::string_view kJobStarting = "starting";
+inline constexpr std::string_view kJobTraining = "training";
+inline constexpr std::string_view kJobStopping = "stopping";
+inline constexpr std::string_view kJobDone = "done";
+inline constexpr std::string_view kJobStopped = "stopped";
+inline constexpr std::string_view kJobFailed = "failed";
+bool IsTerminalJobState(std::string_view state);
+
+struct MembershipOptions {
+  uint32_t num_ps = 1;
+  uint32_t num_workers = 1;
+  std::string build_id;     // the chief's; members built from other code are refused
+  std::string config_hash;  // the chief's JobConfig::ComputationHash()
+  // `train.deterministic: strict` with `train.embedding_staleness == 0`: every worker must share
+  // one determinism class, or bit-identity (PROTOCOLS §5) cannot hold.
+  bool strict_determinism = true;
+  std::chrono::milliseconds heartbeat_interval{200};
+  std::chrono::milliseconds heartbeat_timeout{2000};
+  int64_t total_steps = 0;  // train.steps
+};
+
+struct RegisterInput {
+  MemberRole role = MemberRole::kWorker;
+  uint32_t index = 0;
+  std::string build_id;
+  std::string config_hash;
+  std::string determinism_class;
+  uint64_t last_incarnation = 0;  // 0 on a first start
+  std::string address;            // the member's bound endpoint, where probes go
+  uint32_t pid = 0;
+  std::string host;
+  int64_t step = -1;
+  uint64_t timeline = 0;
+};
+
+struct Issued {
+  uint64_t incarnation = 0, generation = 0, timeline = 0, term = 0;
+  int64_t total_steps = 0;
+};
+
+// What a member reports with each heartbeat.
+struct MemberProgress {
+  int64_t step = -1;
+  double samples_per_sec = 0;
+  std::string state;  // starting | waiting | training | evaluating | done | stopped | failed | left
+  double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
+  std::string model_checksum;
+  std::string detail;
+};
+
+enum class HeartbeatVerdict {
+  kOk,
+  kRetry,  // this chief does not know that incarnation: register again with it
+  kStale,  // the incarnation was replaced or declared lost: the member is fenced
+};
+
+struct HeartbeatResult {
+  HeartbeatVerdict verdict = HeartbeatVerdict::kOk;
+  std::string message;  // why, for RETRY and STALE
+  uint64_t generation = 0, timeline = 0, term = 0;
+  bool stop = false;
+  std::string job_state;
+};
+
+// A member whose heartbeats stopped: the service probes it before declaring it lost.
+struct Suspect {
+  MemberRole role;
+  uint32_t index;
+  uint64_t incarnation;
+  std::string address;
+  int64_t ms_since_heartbeat;
+};
+
+struct MemberSnapshot {
+  std::string role;
+  uint32_t index = 0;
+  std::string address;
+  std::string state;  // starting (never registered) | up | lost | left | the reported state
+  uint64_t incarnation = 0;
+  int64_t step = -1;
+  uint64_t generation = 0;  // the generation the member last heard
+  double samples_per_sec = 0;
+  uint32_t pid = 0;
+  std::string host;
+  std::string lost_reason;
+  int64_t ms_since_heartbeat = -1;
+  std::string determinism_class;
+};
+
+struct JobSnapshot {
+  uint64_t term = 0, generation = 0, timeline = 0;
+  int64_t last_checkpoint_step = -1;
+  std::string job_state;
+  int64_t step = -1;  // the lowest step among registered workers
+  int64_t total_steps = 0;
+  double samples_per_sec = 0;  // summed over workers that are up
+  double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;  // worker 0's, final once done
+  std::string model_checksum;
+  std::string detail;
+  int64_t elapsed_ms = 0;  // since the job became "training"
+  std::string config_hash;
+  std::vector<MemberSnapshot> members;  // ps 0.., then workers 0..
+};
+
+// Requires external synchronization (ChiefService holds one mutex around it).
+class Membership {
+ public:
+  // Persists the issued numbers before they are used; an error refuses the operation that
+  // needed them. `state` must outlive this object.
+  Membership(MembershipOptions options, ChiefState* state);
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // Admits a member and issues its identities, or refuses it:
+  //   kInvalidArgument   malformed (index out of range, no address);
+  //   kPermissionDenied  refused (a live incarnation of this rank, another build or config hash,
+  //                      another determinism class under strict determinism), with the reason;
+  //   kUnavailable       the chief state could not be persisted (nothing was issued).
+  StatusOr<Issued> Register(const RegisterInput& in, Clock::time_point now);
+
+  // Records a heartbeat. kInvalidArgument for an index out of range.
+  StatusOr<HeartbeatResult> Heartbeat(MemberRole role, uint32_t index, uint64_t incarnation,
+                                      const MemberProgress& progress, Clock::time_point now);
+
+  // Members whose last sign of life (a heartbeat, or an answered probe) is older than the
+  // heartbeat timeout and that are neither lost, left nor in a terminal state.
+  std::vector<Suspect> Suspects(Clock::time_point now) const;
+  // The probe of `s` was answered by the same incarnation: keep it and probe again only after
+  // another timeout.
+  void ProbeAnswered(const Suspect& s, Clock::time_point now);
+  // Declares `s` lost unless it heartbeated or was replaced meanwhile; a lost worker raises the
+  // generation. Returns whether it was declared lost. kUnavailable when the new generation could
+  // not be persisted (the member is not declared lost then; the next tick tries again).
+  StatusOr<bool> DeclareLost(const Suspect& s, const std::string& reason, Clock::time_point now);
+
+  // SIGTERM or StopJob: "stopping" unless the job already ended. Returns the job state.
+  std::string RequestStop(const std::string& reason, Clock::time_point now);
+
+  std::string job_state() const { return job_state_; }
+  uint64_t generation() const { return state_->data().generation; }
+  uint64_t timeline() const { return state_->data().timeline; }
+  uint64_t term() const { return state_->data().term; }
+  // The job ended and every registered member reported a terminal state and has been silent for
+  // `quiet`, or is lost or left.
+  bool Finished(Clock::time_point now, std::chrono::milliseconds quiet) const;
+  JobSnapshot Snapshot(Clock::time_point now) const;
+
+ private:
+  struct Member {
+    bool registered = false;
+    uint64_t incarnation = 0;
+    std::string address, host, determinism_class;
+    uint32_t pid = 0;
+    bool lost = false, left = false;
+    std::string lost_reason;
+    Clock::time_point last_heartbeat{}, last_alive{};  // last_alive: heartbeat or probe
+    bool heartbeated = false;
+    MemberProgress progress;
+    uint64_t generation_seen = 0;
+  };
+
+  std::vector<Member>& Of(MemberRole role) { return role == MemberRole::kPs ? ps_ : workers_; }
+  const std::vector<Member>& Of(MemberRole role) const {
+    return role == MemberRole::kPs ? ps_ : workers_;
+  }
+  bool Alive(const Member& m, Clock::time_point now) const;
+  bool Terminal(const Member& m) const;
+  std::optional<std::string> Refusal(const RegisterInput& in, const Member& current,
+                                     Clock::time_point now) const;
+  Status Persist(const ChiefStateData& data);
+  Status BumpGeneration(const std::string& why);
+  void UpdateJobState(Clock::time_point now);
+  std::string Name(MemberRole role, uint32_t index) const;
+
+  const MembershipOptions options_;
+  ChiefState* const state_;
+  std::vector<Member> ps_, workers_;
+  std::string job_state_{kJobStarting};
+  std::string stop_reason_;
+  Clock::time_point training_since_{};
+  Clock::time_point ended_at_{};
+  bool awaiting_workers_ = false;  // a worker was lost; the generation rises again when all are up
+  MemberProgress final_result_;    // worker 0's report once the job is done
+};
+
+}  // namespace tandem::chief

@@ -1,0 +1,437 @@
+#include "server/chief/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "common/testing/test_util.h"
+
+namespace tandem::chief {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::ReadFile;
+using testing::TempDir;
+
+constexpr milliseconds kTimeout{1000};
+
+MembershipOptions Options(bool strict = true) {
+  MembershipOptions o;
+  o.num_ps = 1;
+  o.num_workers = 2;
+  o.build_id = "0.1.0+gabc";
+  o.config_hash = "00ff00ff00ff00ff";
+  o.strict_determinism = strict;
+  o.heartbeat_interval = milliseconds(100);
+  o.heartbeat_timeout = kTimeout;
+  o.total_steps = 50;
+  return o;
+}
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Restart(); }
+
+  // A new chief process on the same checkpoint directory.
+  void Restart(bool strict = true) {
+    members_.reset();
+    auto state = ChiefState::Open(dir_.path());
+    ASSERT_TRUE(state.ok()) << state.status();
+    state_ = std::move(state).value();
+    members_ = std::make_unique<Membership>(Options(strict), state_.get());
+  }
+
+  RegisterInput Input(MemberRole role, uint32_t index, uint64_t last = 0) {
+    RegisterInput in;
+    in.role = role;
+    in.index = index;
+    in.build_id = "0.1.0+gabc";
+    in.config_hash = "00ff00ff00ff00ff";
+    in.determinism_class = "cpu-avx2";
+    in.last_incarnation = last;
+    in.address = "tcp://127.0.0.1:" + std::to_string(40000 + next_port_++);
+    in.pid = static_cast<uint32_t>(1000 + next_port_);
+    in.host = "h";
+    return in;
+  }
+
+  uint64_t Reg(MemberRole role, uint32_t index, uint64_t last = 0) {
+    auto issued = members_->Register(Input(role, index, last), now_);
+    EXPECT_TRUE(issued.ok()) << issued.status();
+    return issued.ok() ? issued->incarnation : 0;
+  }
+
+  HeartbeatResult Beat(MemberRole role, uint32_t index, uint64_t inc,
+                       std::string state = "training", double loss = 0.5) {
+    MemberProgress p;
+    p.state = std::move(state);
+    p.loss = loss;
+    p.step = 3;
+    auto r = members_->Heartbeat(role, index, inc, p, now_);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : HeartbeatResult{};
+  }
+
+  // Lets `ms` pass, then declares every silent member lost (as if no probe answered).
+  int SilenceAndDeclare(milliseconds ms) {
+    now_ += ms;
+    int lost = 0;
+    for (const auto& s : members_->Suspects(now_)) {
+      auto r = members_->DeclareLost(s, "test", now_);
+      EXPECT_TRUE(r.ok()) << r.status();
+      lost += r.ok() && *r;
+    }
+    return lost;
+  }
+
+  void RegisterAll() {
+    ps0_ = Reg(MemberRole::kPs, 0);
+    w0_ = Reg(MemberRole::kWorker, 0);
+    w1_ = Reg(MemberRole::kWorker, 1);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ChiefState> state_;
+  std::unique_ptr<Membership> members_;
+  Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
+  int next_port_ = 0;
+  uint64_t ps0_ = 0, w0_ = 0, w1_ = 0;
+};
+
+TEST_F(MembershipTest, IncarnationsComeFromOneIncreasingCounterPersistedBeforeUse) {
+  RegisterAll();
+  EXPECT_EQ(ps0_, 1u);
+  EXPECT_EQ(w0_, 2u);
+  EXPECT_EQ(w1_, 3u);
+  auto disk = DecodeChiefState(ReadFile(state_->path()), "state");
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->highest_incarnation, 3u);
+  EXPECT_EQ(SilenceAndDeclare(kTimeout + milliseconds(1)), 3);
+  EXPECT_EQ(Reg(MemberRole::kWorker, 1), 4u);
+  EXPECT_EQ(Reg(MemberRole::kPs, 0), 5u);
+  // A new chief continues the counter: higher is always newer.
+  Restart();
+  EXPECT_EQ(Reg(MemberRole::kWorker, 0), 6u);
+}
+
+TEST_F(MembershipTest, DuplicateLiveRankIsRefused) {
+  RegisterAll();
+  now_ += milliseconds(500);
+  auto again = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(again.status().message().find("worker:1"), std::string::npos) << again.status();
+  EXPECT_NE(again.status().message().find("alive"), std::string::npos) << again.status();
+  // A stale claim of an older incarnation is refused too.
+  auto old = members_->Register(Input(MemberRole::kWorker, 1, w1_ - 1), now_);
+  EXPECT_FALSE(old.ok());
+}
+
+TEST_F(MembershipTest, SameIncarnationRegisteringAgainKeepsIt) {
+  RegisterAll();
+  now_ += milliseconds(500);
+  auto again = members_->Register(Input(MemberRole::kWorker, 1, w1_), now_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->incarnation, w1_);
+  EXPECT_EQ(state_->data().highest_incarnation, 3u);
+}
+
+TEST_F(MembershipTest, RegistrationRetriedByTheSameProcessKeepsItsIncarnation) {
+  // The first reply was lost: the process retries without an incarnation.
+  RegisterInput in = Input(MemberRole::kWorker, 0);
+  auto first = members_->Register(in, now_);
+  ASSERT_TRUE(first.ok());
+  auto retry = members_->Register(in, now_ + milliseconds(10));
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_EQ(retry->incarnation, first->incarnation);
+}
+
+TEST_F(MembershipTest, BuildIdMismatchIsRefusedNamingBoth) {
+  RegisterInput in = Input(MemberRole::kPs, 0);
+  in.build_id = "0.1.0+gdef";
+  auto r = members_->Register(in, now_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("0.1.0+gdef"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("0.1.0+gabc"), std::string::npos) << r.status();
+}
+
+TEST_F(MembershipTest, ConfigHashMismatchIsRefusedNamingBoth) {
+  RegisterInput in = Input(MemberRole::kWorker, 1);
+  in.config_hash = "1234123412341234";
+  auto r = members_->Register(in, now_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("1234123412341234"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("00ff00ff00ff00ff"), std::string::npos) << r.status();
+  EXPECT_EQ(state_->data().highest_incarnation, 0u) << "a refusal issues nothing";
+}
+
+TEST_F(MembershipTest, StrictDeterminismRefusesAnotherClassNamingBoth) {
+  Reg(MemberRole::kWorker, 0);
+  RegisterInput in = Input(MemberRole::kWorker, 1);
+  in.determinism_class = "cuda-sm90";
+  auto r = members_->Register(in, now_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("cuda-sm90"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("cpu-avx2"), std::string::npos) << r.status();
+  // PS classes do not matter for bit-identity of the dense model.
+  RegisterInput ps = Input(MemberRole::kPs, 0);
+  ps.determinism_class = "whatever";
+  EXPECT_TRUE(members_->Register(ps, now_).ok());
+}
+
+TEST_F(MembershipTest, RelaxedDeterminismAcceptsAnotherClass) {
+  Restart(/*strict=*/false);
+  Reg(MemberRole::kWorker, 0);
+  RegisterInput in = Input(MemberRole::kWorker, 1);
+  in.determinism_class = "cuda-sm90";
+  auto r = members_->Register(in, now_);
+  EXPECT_TRUE(r.ok()) << r.status();
+  auto snap = members_->Snapshot(now_);
+  EXPECT_EQ(snap.members[2].determinism_class, "cuda-sm90");
+}
+
+TEST_F(MembershipTest, HeartbeatOfLostOrReplacedIncarnationIsStale) {
+  RegisterAll();
+  now_ += milliseconds(100);
+  Beat(MemberRole::kPs, 0, ps0_);
+  Beat(MemberRole::kWorker, 0, w0_);
+  EXPECT_EQ(SilenceAndDeclare(kTimeout - milliseconds(150)), 0);
+  Beat(MemberRole::kPs, 0, ps0_);
+  Beat(MemberRole::kWorker, 0, w0_);
+  EXPECT_EQ(SilenceAndDeclare(milliseconds(100)), 1);  // worker 1 never heartbeated
+  auto lost = members_->Heartbeat(MemberRole::kWorker, 1, w1_, {}, now_);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->verdict, HeartbeatVerdict::kStale);
+  EXPECT_NE(lost->message.find("lost"), std::string::npos) << lost->message;
+  const uint64_t replacement = Reg(MemberRole::kWorker, 1);
+  EXPECT_GT(replacement, w1_);
+  auto zombie = members_->Heartbeat(MemberRole::kWorker, 1, w1_, {}, now_);
+  ASSERT_TRUE(zombie.ok());
+  EXPECT_EQ(zombie->verdict, HeartbeatVerdict::kStale);
+  EXPECT_EQ(Beat(MemberRole::kWorker, 1, replacement).verdict, HeartbeatVerdict::kOk);
+}
+
+TEST_F(MembershipTest, HeartbeatOfUnknownMemberAsksForRegistration) {
+  auto r = members_->Heartbeat(MemberRole::kWorker, 0, 7, {}, now_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->verdict, HeartbeatVerdict::kRetry);
+  RegisterAll();
+  auto newer = members_->Heartbeat(MemberRole::kWorker, 0, w1_ + 10, {}, now_);
+  ASSERT_TRUE(newer.ok());
+  EXPECT_EQ(newer->verdict, HeartbeatVerdict::kRetry);
+}
+
+TEST_F(MembershipTest, MemberKeepsItsIncarnationAcrossAChiefRestart) {
+  RegisterAll();
+  Restart();
+  EXPECT_EQ(members_->term(), 2u);
+  auto hb = members_->Heartbeat(MemberRole::kWorker, 0, w0_, {}, now_);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->verdict, HeartbeatVerdict::kRetry);
+  auto again = members_->Register(Input(MemberRole::kWorker, 0, w0_), now_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->incarnation, w0_);
+  EXPECT_EQ(again->term, 2u);
+}
+
+TEST_F(MembershipTest, AfterAChiefRestartTheNewerIncarnationWinsTheRank) {
+  RegisterAll();
+  EXPECT_EQ(SilenceAndDeclare(kTimeout + milliseconds(1)), 3);
+  const uint64_t newer = Reg(MemberRole::kWorker, 0);
+  Restart();
+  // The zombie of the replaced incarnation registers first; the newer one still wins.
+  ASSERT_TRUE(members_->Register(Input(MemberRole::kWorker, 0, w0_), now_).ok());
+  auto winner = members_->Register(Input(MemberRole::kWorker, 0, newer), now_);
+  ASSERT_TRUE(winner.ok()) << winner.status();
+  EXPECT_EQ(winner->incarnation, newer);
+  auto zombie = members_->Heartbeat(MemberRole::kWorker, 0, w0_, {}, now_);
+  ASSERT_TRUE(zombie.ok());
+  EXPECT_EQ(zombie->verdict, HeartbeatVerdict::kStale);
+}
+
+TEST_F(MembershipTest, SilentMemberIsSuspectedAndAnAnsweredProbeKeepsIt) {
+  RegisterAll();
+  now_ += kTimeout;
+  EXPECT_TRUE(members_->Suspects(now_).empty()) << "not before the timeout";
+  now_ += milliseconds(1);
+  auto suspects = members_->Suspects(now_);
+  ASSERT_EQ(suspects.size(), 3u);
+  for (const auto& s : suspects) members_->ProbeAnswered(s, now_);
+  now_ += milliseconds(500);
+  EXPECT_TRUE(members_->Suspects(now_).empty());
+  for (const auto& s : suspects) EXPECT_FALSE(*members_->DeclareLost(s, "x", now_));
+  now_ += kTimeout;
+  ASSERT_EQ(members_->Suspects(now_).size(), 3u);
+  // A heartbeat arriving while the probe is out saves the member.
+  suspects = members_->Suspects(now_);
+  Beat(MemberRole::kWorker, 0, w0_);
+  int lost = 0;
+  for (const auto& s : suspects) lost += *members_->DeclareLost(s, "no heartbeat", now_);
+  EXPECT_EQ(lost, 2);
+  auto snap = members_->Snapshot(now_);
+  EXPECT_EQ(snap.members[0].state, "lost");
+  EXPECT_EQ(snap.members[0].lost_reason, "no heartbeat");
+  EXPECT_EQ(snap.members[1].state, "training");
+  EXPECT_EQ(snap.members[2].state, "lost");
+}
+
+TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack) {
+  RegisterAll();
+  EXPECT_EQ(members_->generation(), 1u);
+  now_ += kTimeout + milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(MemberRole::kWorker, 1, w1_);
+  ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);  // only the PS
+  EXPECT_EQ(members_->generation(), 1u) << "a lost PS does not change the generation";
+  now_ += milliseconds(500);
+  Beat(MemberRole::kWorker, 0, w0_);
+  ASSERT_EQ(SilenceAndDeclare(milliseconds(600)), 1);  // worker 1
+  EXPECT_EQ(members_->generation(), 2u);
+  Reg(MemberRole::kPs, 0);
+  EXPECT_EQ(members_->generation(), 2u);
+  auto back = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->generation, 3u);
+  EXPECT_EQ(members_->generation(), 3u);
+  auto disk = DecodeChiefState(ReadFile(state_->path()), "state");
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->generation, 3u);
+}
+
+TEST_F(MembershipTest, JobTrainsOnceEveryoneRegisteredAndIsDoneWithRankZerosResult) {
+  const uint64_t w0 = Reg(MemberRole::kWorker, 0);
+  const uint64_t w1 = Reg(MemberRole::kWorker, 1);
+  EXPECT_EQ(members_->job_state(), "starting");
+  now_ += milliseconds(20);
+  Reg(MemberRole::kPs, 0);
+  EXPECT_EQ(members_->job_state(), "training");
+  MemberProgress r0;
+  r0.state = "done";
+  r0.step = 50;
+  r0.loss = 0.25;
+  r0.auc = 0.75;
+  r0.logloss = 0.4;
+  r0.teacher_auc = 0.8;
+  r0.model_checksum = "abcd";
+  r0.detail = "outputs in /out";
+  now_ += milliseconds(30);
+  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 0, w0, r0, now_).ok());
+  EXPECT_EQ(members_->job_state(), "training");
+  MemberProgress r1 = r0;
+  r1.loss = 9;
+  r1.auc = 0.1;
+  r1.model_checksum = "ffff";
+  auto last = members_->Heartbeat(MemberRole::kWorker, 1, w1, r1, now_);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->job_state, "done");
+  EXPECT_TRUE(last->stop);
+  auto snap = members_->Snapshot(now_ + milliseconds(1000));
+  EXPECT_EQ(snap.job_state, "done");
+  EXPECT_DOUBLE_EQ(snap.loss, 0.25);
+  EXPECT_DOUBLE_EQ(snap.auc, 0.75);
+  EXPECT_DOUBLE_EQ(snap.logloss, 0.4);
+  EXPECT_DOUBLE_EQ(snap.teacher_auc, 0.8);
+  EXPECT_EQ(snap.model_checksum, "abcd");
+  EXPECT_EQ(snap.detail, "outputs in /out");
+  EXPECT_EQ(snap.step, 50);
+  EXPECT_EQ(snap.elapsed_ms, 30) << "frozen once the job ended";
+}
+
+TEST_F(MembershipTest, StopGoesThroughStoppingToStopped) {
+  RegisterAll();
+  EXPECT_EQ(members_->RequestStop("SIGTERM to the chief", now_), "stopping");
+  auto hb = Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  EXPECT_TRUE(hb.stop);
+  EXPECT_EQ(hb.job_state, "stopping");
+  EXPECT_TRUE(Beat(MemberRole::kPs, 0, ps0_).stop);
+  EXPECT_EQ(Beat(MemberRole::kWorker, 1, w1_, "stopped").job_state, "stopped");
+  EXPECT_EQ(members_->Snapshot(now_).detail, "SIGTERM to the chief");
+  // Once ended the state no longer changes.
+  EXPECT_EQ(members_->RequestStop("again", now_), "stopped");
+}
+
+TEST_F(MembershipTest, StoppingCountsLostWorkersAsStopped) {
+  RegisterAll();
+  members_->RequestStop("test", now_);
+  now_ += milliseconds(900);
+  Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  Beat(MemberRole::kPs, 0, ps0_);
+  EXPECT_EQ(members_->job_state(), "stopping");
+  EXPECT_EQ(SilenceAndDeclare(milliseconds(200)), 1);
+  EXPECT_EQ(members_->job_state(), "stopped");
+}
+
+TEST_F(MembershipTest, FailedWorkerFailsTheJobAndStopsEveryone) {
+  RegisterAll();
+  auto hb = Beat(MemberRole::kWorker, 1, w1_, "failed");
+  EXPECT_EQ(hb.job_state, "failed");
+  EXPECT_TRUE(hb.stop);
+  MemberProgress p;
+  p.state = "failed";
+  p.detail = "NaN loss at step 12";
+  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 1, w1_, p, now_).ok());
+  EXPECT_TRUE(Beat(MemberRole::kPs, 0, ps0_).stop);
+  auto snap = members_->Snapshot(now_);
+  EXPECT_EQ(snap.job_state, "failed");
+  EXPECT_NE(snap.detail.find("worker:1"), std::string::npos) << snap.detail;
+}
+
+TEST_F(MembershipTest, FailedDetailIsTheWorkersReason) {
+  RegisterAll();
+  MemberProgress p;
+  p.state = "failed";
+  p.detail = "NaN loss at step 12";
+  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 1, w1_, p, now_).ok());
+  EXPECT_NE(members_->Snapshot(now_).detail.find("NaN loss at step 12"), std::string::npos);
+}
+
+TEST_F(MembershipTest, TerminalMembersAreNotMonitoredAndFinishAfterFallingQuiet) {
+  RegisterAll();
+  Beat(MemberRole::kWorker, 0, w0_, "done");
+  Beat(MemberRole::kWorker, 1, w1_, "done");
+  EXPECT_EQ(members_->job_state(), "done");
+  Beat(MemberRole::kPs, 0, ps0_, "stopped");
+  EXPECT_FALSE(members_->Finished(now_, milliseconds(300)));
+  now_ += milliseconds(300);
+  EXPECT_TRUE(members_->Suspects(now_ + kTimeout * 10).empty());
+  EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
+}
+
+TEST_F(MembershipTest, RunningMemberHoldsBackFinished) {
+  RegisterAll();
+  members_->RequestStop("test", now_);
+  Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  Beat(MemberRole::kWorker, 1, w1_, "stopped");
+  EXPECT_EQ(members_->job_state(), "stopped");
+  now_ += milliseconds(500);
+  Beat(MemberRole::kPs, 0, ps0_, "training");
+  EXPECT_FALSE(members_->Finished(now_ + milliseconds(400), milliseconds(300)));
+  // A PS that simply exits is declared lost, and then the chief may leave.
+  EXPECT_EQ(SilenceAndDeclare(kTimeout + milliseconds(1)), 1);
+  EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
+}
+
+TEST_F(MembershipTest, MalformedRegistrationsAreInvalid) {
+  auto out_of_range = members_->Register(Input(MemberRole::kWorker, 2), now_);
+  EXPECT_TRUE(out_of_range.status().IsInvalidArgument()) << out_of_range.status();
+  RegisterInput no_address = Input(MemberRole::kPs, 0);
+  no_address.address.clear();
+  EXPECT_TRUE(members_->Register(no_address, now_).status().IsInvalidArgument());
+  auto hb = members_->Heartbeat(MemberRole::kPs, 1, 1, {}, now_);
+  EXPECT_TRUE(hb.status().IsInvalidArgument());
+}
+
+TEST_F(MembershipTest, MemberThatLeavesIsNotMonitored) {
+  RegisterAll();
+  Beat(MemberRole::kPs, 0, ps0_, "left");
+  auto snap = members_->Snapshot(now_);
+  EXPECT_EQ(snap.members[0].state, "left");
+  for (const auto& s : members_->Suspects(now_ + kTimeout * 2))
+    EXPECT_FALSE(s.role == MemberRole::kPs);
+}
+
+}  // namespace
+}  // namespace tandem::chief
