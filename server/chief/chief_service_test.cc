@@ -1,1 +1,528 @@
+// ChiefService with real sockets in one process: the chief's RpcServer on 127.0.0.1:0 and
+// ChiefClients acting as members, each with its own RpcServer answering the chief's probes.
+#include "server/chief/chief_service.h"
+
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "common/chief_client.h"
+#include "common/testing/test_util.h"
+#include "common/wire/diagnostics.h"
+
+namespace tandem::chief {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::TempDir;
+using testing::WriteFile;
+
+const JobId kJob{0x1234, 0x5678};
+
+struct Member {
+  std::unique_ptr<wire::RpcServer> server;  // answers the chief's probes
+  std::unique_ptr<ChiefClient> client;
+};
+
+class ChiefServiceTest : public ::testing::Test {
+ protected:
+  ChiefServiceTest() {
+    job_.cluster.chief = {"127.0.0.1:0"};
+    job_.cluster.ps = {"127.0.0.1:0"};
+    job_.cluster.workers = {"127.0.0.1:0", "127.0.0.1:0"};
+    job_.checkpoint.dir = dir_.path() + "/ckpt";
+    job_.chief.heartbeat_interval_ms = 50;
+    job_.chief.heartbeat_timeout_ms = 1000;
+    job_.train.steps = 40;
+  }
+  ~ChiefServiceTest() override {
+    members_.clear();
+    StopChief();
+  }
+
+  // Starts the chief; `endpoint` binds a given address (a restart on the same port).
+  void StartChief(const std::string& endpoint = "tcp://127.0.0.1:0") {
+    wire::ServerOptions o;
+    o.bind_endpoint = endpoint;
+    o.lanes = ChiefLanes();
+    wire::Identity self;
+    self.job_id = kJob;
+    self.role = wire::Role::CHIEF;
+    server_ = std::make_unique<wire::RpcServer>(&context_, o, self);
+    auto service = ChiefService::Create(job_, server_.get());
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(service).value();
+    service_->Register();
+    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_TRUE(service_->Start().ok());
+    endpoint_ = server_->endpoint();
+  }
+
+  void StopChief() {
+    if (server_) server_->Stop();
+    service_.reset();
+    server_.reset();
+  }
+
+  ChiefClientOptions ClientOptions(wire::Role role, uint32_t index, const std::string& address) {
+    ChiefClientOptions o;
+    o.chief_endpoint = endpoint_;
+    o.identity.job_id = kJob;
+    o.identity.role = role;
+    o.identity.index = index;
+    o.address = address;
+    o.config_hash = job_.ComputationHash();
+    o.determinism_class = "cpu-test";
+    o.heartbeat_interval = milliseconds(job_.chief.heartbeat_interval_ms);
+    o.call_budget = milliseconds(1000);
+    return o;
+  }
+
+  // A member with its own probe-answering server, not yet registered.
+  Member& NewMember(wire::Role role, uint32_t index,
+                    std::function<void(ChiefClientOptions*)> edit = nullptr) {
+    Member m;
+    wire::ServerOptions so;
+    wire::Identity id;
+    id.job_id = kJob;
+    id.role = role;
+    id.index = index;
+    m.server = std::make_unique<wire::RpcServer>(&context_, so, id);
+    wire::RegisterDiagnostics(m.server.get(), 0);
+    EXPECT_TRUE(m.server->Start().ok());
+    ChiefClientOptions o = ClientOptions(role, index, m.server->endpoint());
+    if (edit) edit(&o);
+    m.client = std::make_unique<ChiefClient>(&context_, o);
+    members_.push_back(std::move(m));
+    return members_.back();
+  }
+
+  // Registers and lets the member's server answer probes as the issued incarnation.
+  Member& Join(wire::Role role, uint32_t index, bool heartbeats = true) {
+    Member& m = NewMember(role, index);
+    auto reg = m.client->Register(0, milliseconds(5000));
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    m.server->SetIdentity(m.client->identity());
+    if (heartbeats) m.client->StartHeartbeats();
+    return m;
+  }
+
+  void JoinAll(bool heartbeats = true) {
+    ps0_ = &Join(wire::Role::PS, 0, heartbeats);
+    w0_ = &Join(wire::Role::WORKER, 0, heartbeats);
+    w1_ = &Join(wire::Role::WORKER, 1, heartbeats);
+  }
+
+  // Polls the view until `pred` holds; the last view either way.
+  ClusterView WaitView(ChiefClient* client, std::function<bool(const ClusterView&)> pred,
+                       milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    ClusterView last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto v = client->View(milliseconds(1000));
+      if (v.ok()) {
+        last = *v;
+        if (pred(last)) return last;
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return last;
+  }
+
+  static const MemberView* Find(const ClusterView& v, std::string_view role, uint32_t index) {
+    for (const auto& m : v.members)
+      if (m.role == role && m.index == index) return &m;
+    return nullptr;
+  }
+
+  TempDir dir_;
+  config::JobConfig job_;
+  zmq::context_t context_{2};
+  std::unique_ptr<wire::RpcServer> server_;
+  std::unique_ptr<ChiefService> service_;
+  std::string endpoint_;
+  std::deque<Member> members_;
+  Member *ps0_ = nullptr, *w0_ = nullptr, *w1_ = nullptr;
+};
+
+TEST_F(ChiefServiceTest, RegistersMembersWithIncreasingIncarnationsAndServesTheView) {
+  StartChief();
+  EXPECT_EQ(service_->term(), 1u);
+  EXPECT_EQ(server_->identity().term, 1u) << "replies carry the chief's term";
+  JoinAll();
+  EXPECT_LT(ps0_->client->identity().incarnation, w0_->client->identity().incarnation);
+  EXPECT_LT(w0_->client->identity().incarnation, w1_->client->identity().incarnation);
+  EXPECT_EQ(w1_->client->identity().term, 1u);
+  EXPECT_EQ(w1_->client->generation(), 1u);
+  auto view = w0_->client->AwaitComplete(milliseconds(5000));
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->job_state, "training");
+  EXPECT_EQ(view->term, 1u);
+  EXPECT_EQ(view->total_steps, 40);
+  EXPECT_EQ(view->config_hash, job_.ComputationHash());
+  ASSERT_EQ(view->members.size(), 4u);
+  EXPECT_EQ(view->members[0].role, "chief");
+  ASSERT_EQ(view->Of("worker").size(), 2u);
+  EXPECT_EQ(view->Of("worker")[1]->incarnation, w1_->client->identity().incarnation);
+  EXPECT_EQ(view->Of("ps")[0]->address, ps0_->server->endpoint());
+  EXPECT_EQ(view->Of("ps")[0]->state, "up");
+  EXPECT_EQ(view->Of("ps")[0]->determinism_class, "cpu-test");
+  EXPECT_GT(view->Of("ps")[0]->pid, 0u);
+}
+
+TEST_F(ChiefServiceTest, DuplicateLiveRankIsRefused) {
+  StartChief();
+  Join(wire::Role::WORKER, 0);
+  Member& twin = NewMember(wire::Role::WORKER, 0);
+  auto reg = twin.client->Register(0, milliseconds(5000));
+  ASSERT_FALSE(reg.ok());
+  EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied) << reg.status();
+  EXPECT_NE(reg.status().message().find("alive"), std::string::npos) << reg.status();
+}
+
+TEST_F(ChiefServiceTest, ConfigHashMismatchIsRefusedNamingBoth) {
+  StartChief();
+  Member& m = NewMember(wire::Role::PS, 0,
+                        [](ChiefClientOptions* o) { o->config_hash = "deadbeefdeadbeef"; });
+  auto reg = m.client->Register(0, milliseconds(5000));
+  ASSERT_FALSE(reg.ok());
+  EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(reg.status().message().find("deadbeefdeadbeef"), std::string::npos) << reg.status();
+  EXPECT_NE(reg.status().message().find(job_.ComputationHash()), std::string::npos) << reg.status();
+}
+
+TEST_F(ChiefServiceTest, StrictDeterminismRefusesAnotherClass) {
+  StartChief();
+  Join(wire::Role::WORKER, 0);
+  Member& m = NewMember(wire::Role::WORKER, 1,
+                        [](ChiefClientOptions* o) { o->determinism_class = "cuda-sm90"; });
+  auto reg = m.client->Register(0, milliseconds(5000));
+  ASSERT_FALSE(reg.ok());
+  EXPECT_EQ(reg.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(reg.status().message().find("cuda-sm90"), std::string::npos) << reg.status();
+  EXPECT_NE(reg.status().message().find("cpu-test"), std::string::npos) << reg.status();
+}
+
+TEST_F(ChiefServiceTest, RelaxedDeterminismAcceptsAnotherClass) {
+  job_.train.deterministic = "relaxed";
+  StartChief();
+  Join(wire::Role::WORKER, 0);
+  Member& m = NewMember(wire::Role::WORKER, 1,
+                        [](ChiefClientOptions* o) { o->determinism_class = "cuda-sm90"; });
+  auto reg = m.client->Register(0, milliseconds(5000));
+  EXPECT_TRUE(reg.ok()) << reg.status();
+}
+
+// Detection must come within heartbeat_timeout + probe budget + one monitor tick; slack covers
+// a loaded machine and the view polling.
+TEST_F(ChiefServiceTest, SilentMemberThatIgnoresProbesIsLostInTime) {
+  StartChief();
+  JoinAll();
+  ASSERT_TRUE(w1_->client->AwaitComplete(milliseconds(5000)).ok());
+  const auto bound = milliseconds(job_.chief.heartbeat_timeout_ms + 500 + 25 + 1500);
+  w1_->client->StopHeartbeats();
+  w1_->server->Stop();  // no answer to the probe either: as if the process hung or died
+  const auto stopped = std::chrono::steady_clock::now();
+  auto view = WaitView(
+      w0_->client.get(), [](const ClusterView& v) { return Find(v, "worker", 1)->state == "lost"; },
+      bound);
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  const MemberView* lost = Find(view, "worker", 1);
+  ASSERT_NE(lost, nullptr);
+  ASSERT_EQ(lost->state, "lost") << "not declared lost within " << bound.count() << " ms";
+  EXPECT_LE(took, bound);
+  EXPECT_NE(lost->lost_reason.find("no heartbeat for"), std::string::npos) << lost->lost_reason;
+  EXPECT_NE(lost->lost_reason.find("no answer to a probe"), std::string::npos);
+  EXPECT_EQ(view.generation, 2u) << "a lost worker raises the generation";
+  EXPECT_EQ(Find(view, "worker", 0)->state, "up");
+  EXPECT_EQ(Find(view, "ps", 0)->state, "up");
+  EXPECT_FALSE(view.Complete());
+}
+
+TEST_F(ChiefServiceTest, SilentMemberThatAnswersProbesIsKept) {
+  StartChief();
+  JoinAll();
+  ps0_->client->StopHeartbeats();  // its server still answers the chief's probes
+  std::this_thread::sleep_for(milliseconds(3 * job_.chief.heartbeat_timeout_ms));
+  auto view = w0_->client->View(milliseconds(2000));
+  ASSERT_TRUE(view.ok()) << view.status();
+  const MemberView* ps = Find(*view, "ps", 0);
+  EXPECT_EQ(ps->state, "up") << ps->lost_reason;
+  EXPECT_GE(ps->ms_since_heartbeat, 2 * job_.chief.heartbeat_timeout_ms);
+  EXPECT_EQ(view->generation, 1u);
+}
+
+TEST_F(ChiefServiceTest, ReplacedIncarnationIsFenced) {
+  StartChief();
+  JoinAll();
+  Member* old = w1_;
+  old->client->StopHeartbeats();
+  old->server->Stop();
+  auto view = WaitView(
+      w0_->client.get(), [](const ClusterView& v) { return Find(v, "worker", 1)->state == "lost"; },
+      milliseconds(8000));
+  ASSERT_EQ(Find(view, "worker", 1)->state, "lost");
+  Member& fresh = Join(wire::Role::WORKER, 1);
+  EXPECT_GT(fresh.client->identity().incarnation, old->client->identity().incarnation);
+  EXPECT_FALSE(old->client->fenced());
+  Status s = old->client->HeartbeatNow(milliseconds(2000));
+  EXPECT_TRUE(s.IsAborted()) << s;
+  EXPECT_TRUE(old->client->fenced());
+  // Every worker is present again: the generation rises a second time.
+  view = WaitView(
+      w0_->client.get(), [](const ClusterView& v) { return v.generation == 3; },
+      milliseconds(5000));
+  EXPECT_EQ(view.generation, 3u);
+  EXPECT_TRUE(view.Complete());
+}
+
+TEST_F(ChiefServiceTest, RestartedChiefHasANewTermAndMembersRegisterAgainKeepingIncarnations) {
+  StartChief();
+  JoinAll();
+  const uint64_t inc = w0_->client->identity().incarnation;
+  const std::string endpoint = endpoint_;
+  StopChief();
+  std::this_thread::sleep_for(milliseconds(300));  // heartbeats fail meanwhile
+  StartChief(endpoint);
+  EXPECT_EQ(service_->term(), 2u);
+  // The restarted chief answers the running members' heartbeats RETRY; they register again.
+  auto view = WaitView(
+      ps0_->client.get(),
+      [](const ClusterView& v) {
+        return Find(v, "worker", 0)->state != "starting" && Find(v, "ps", 0)->state != "starting";
+      },
+      milliseconds(5000));
+  EXPECT_EQ(view.term, 2u);
+  EXPECT_EQ(Find(view, "worker", 0)->incarnation, inc);
+  EXPECT_EQ(w0_->client->identity().term, 2u);
+  EXPECT_FALSE(w0_->client->fenced());
+}
+
+TEST_F(ChiefServiceTest, RegisterWaitsForAChiefThatIsNotUpYet) {
+  StartChief();
+  const std::string endpoint = endpoint_;
+  StopChief();
+  Member& m = NewMember(wire::Role::PS, 0);
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(400));
+    StartChief(endpoint);
+  });
+  auto reg = m.client->Register(0, milliseconds(8000));
+  later.join();
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->term, 2u);
+}
+
+TEST_F(ChiefServiceTest, BarrierReleasesEveryParkedMemberOnlyWhenTheCountIsReached) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  std::atomic<int> released{0};
+  std::vector<Status> results(2);
+  std::vector<std::thread> early;
+  for (int i = 0; i < 2; ++i) {
+    Member* m = i == 0 ? w0_ : w1_;
+    early.emplace_back([&, m, i] {
+      results[i] = m->client->Barrier("gen1/ready", 3, milliseconds(10000));
+      released++;
+    });
+  }
+  // Long enough for the parked requests to be answered NOT_READY and sent again.
+  std::this_thread::sleep_for(milliseconds(1200));
+  EXPECT_EQ(released.load(), 0) << "released before the third member entered";
+  Status last = ps0_->client->Barrier("gen1/ready", 3, milliseconds(10000));
+  EXPECT_TRUE(last.ok()) << last;
+  for (auto& t : early) t.join();
+  EXPECT_EQ(released.load(), 2);
+  for (const auto& s : results) EXPECT_TRUE(s.ok()) << s;
+  // Entering a completed barrier again returns at once.
+  EXPECT_TRUE(w0_->client->Barrier("gen1/ready", 3, milliseconds(2000)).ok());
+  // A different count for the same name is a bug in the caller.
+  EXPECT_TRUE(w0_->client->Barrier("gen1/ready", 2, milliseconds(2000)).IsInvalidArgument());
+}
+
+TEST_F(ChiefServiceTest, BarrierCountsMembersNotRequests) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  // The same member entering twice does not complete a barrier of two.
+  Status once = w0_->client->Barrier("twice", 2, milliseconds(700));
+  EXPECT_TRUE(once.IsDeadlineExceeded()) << once;
+  Status again = w0_->client->Barrier("twice", 2, milliseconds(700));
+  EXPECT_TRUE(again.IsDeadlineExceeded()) << again;
+  EXPECT_TRUE(w1_->client->Barrier("twice", 2, milliseconds(2000)).ok());
+  EXPECT_TRUE(w0_->client->Barrier("twice", 2, milliseconds(2000)).ok());
+}
+
+TEST_F(ChiefServiceTest, KvSetAndGet) {
+  StartChief();
+  Member& m = Join(wire::Role::WORKER, 0, false);
+  const std::string binary("a\0b\xff", 4);
+  ASSERT_TRUE(m.client->KvSet("gen1/rank0", binary).ok());
+  auto got = m.client->KvGet("gen1/rank0");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, binary);
+  auto missing = m.client->KvGet("gen1/rank1");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  ASSERT_TRUE(m.client->KvSet("gen1/rank0", "other").ok());
+  EXPECT_EQ(**m.client->KvGet("gen1/rank0"), "other");
+  ASSERT_TRUE(m.client->KvSet("empty", "").ok());
+  auto empty = m.client->KvGet("empty");
+  ASSERT_TRUE(empty.ok() && empty->has_value());
+  EXPECT_EQ(**empty, "");
+}
+
+TEST_F(ChiefServiceTest, StopGoesThroughStoppingToStoppedAndTheChiefFinishes) {
+  StartChief();
+  JoinAll();
+  Progress training;
+  training.state = "training";
+  for (Member* m : {ps0_, w0_, w1_}) m->client->SetProgress(training);
+  auto state = w0_->client->StopJob("test stop");
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(*state, "stopping");
+  for (Member* m : {ps0_, w0_, w1_}) {
+    auto v = WaitView(
+        m->client.get(), [&](const ClusterView&) { return m->client->stop_requested(); },
+        milliseconds(3000));
+    EXPECT_TRUE(m->client->stop_requested());
+  }
+  EXPECT_EQ(w1_->client->job_state(), "stopping");
+  Progress stopped;
+  stopped.state = "stopped";
+  w0_->client->SetProgress(stopped);
+  w1_->client->SetProgress(stopped);
+  auto view = WaitView(
+      ps0_->client.get(), [](const ClusterView& v) { return v.job_state == "stopped"; },
+      milliseconds(3000));
+  EXPECT_EQ(view.job_state, "stopped");
+  EXPECT_EQ(view.detail, "test stop");
+  // The PS still runs: the chief does not finish until it has stopped too.
+  EXPECT_EQ(service_->WaitFinished(std::chrono::steady_clock::now() + milliseconds(300)),
+            "stopped");
+  ASSERT_FALSE(service_->Snapshot().members.empty());
+  EXPECT_EQ(service_->Snapshot().members[0].state, "training");  // ps 0
+  ps0_->client->SetProgress(stopped);
+  EXPECT_TRUE(ps0_->client->HeartbeatNow(milliseconds(2000)).ok());
+  for (Member* m : {ps0_, w0_, w1_}) m->client->StopHeartbeats();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(service_->WaitFinished(start + milliseconds(10000)), "stopped");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(9000));
+}
+
+TEST_F(ChiefServiceTest, DoneByEveryWorkerEndsTheJobWithRankZerosResult) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  Progress done;
+  done.state = "done";
+  done.step = 40;
+  done.loss = 0.3;
+  done.auc = 0.71;
+  done.logloss = 0.45;
+  done.teacher_auc = 0.8;
+  done.model_checksum = "0123456789abcdef0123456789abcdef";
+  done.detail = "metrics in out/metrics.jsonl";
+  w0_->client->SetProgress(done);
+  Progress other = done;
+  other.loss = 7;
+  other.auc = 0.2;
+  other.model_checksum = "ffff";
+  w1_->client->SetProgress(other);
+  ASSERT_TRUE(w0_->client->HeartbeatNow(milliseconds(2000)).ok());
+  EXPECT_FALSE(w0_->client->stop_requested());
+  ASSERT_TRUE(w1_->client->HeartbeatNow(milliseconds(2000)).ok());
+  EXPECT_EQ(w1_->client->job_state(), "done");
+  auto view = ps0_->client->View(milliseconds(2000));
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->job_state, "done");
+  EXPECT_DOUBLE_EQ(view->loss, 0.3);
+  EXPECT_DOUBLE_EQ(view->auc, 0.71);
+  EXPECT_DOUBLE_EQ(view->logloss, 0.45);
+  EXPECT_DOUBLE_EQ(view->teacher_auc, 0.8);
+  EXPECT_EQ(view->model_checksum, "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(view->detail, "metrics in out/metrics.jsonl");
+  EXPECT_EQ(view->step, 40);
+  // The PS learns from its next heartbeat that it should stop.
+  ASSERT_TRUE(ps0_->client->HeartbeatNow(milliseconds(2000)).ok());
+  EXPECT_TRUE(ps0_->client->stop_requested());
+}
+
+TEST_F(ChiefServiceTest, FailedWorkerFailsTheJob) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  Progress failed;
+  failed.state = "failed";
+  failed.detail = "data: 3% bad records";
+  w1_->client->SetProgress(failed);
+  ASSERT_TRUE(w1_->client->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_TRUE(w0_->client->HeartbeatNow(milliseconds(2000)).ok());
+  EXPECT_TRUE(w0_->client->stop_requested());
+  EXPECT_EQ(w0_->client->job_state(), "failed");
+  auto view = ps0_->client->View(milliseconds(2000));
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->job_state, "failed");
+  EXPECT_NE(view->detail.find("data: 3% bad records"), std::string::npos) << view->detail;
+  EXPECT_NE(view->detail.find("worker:1"), std::string::npos) << view->detail;
+}
+
+TEST_F(ChiefServiceTest, MalformedRequestsAreInvalidAndTheChiefKeepsServing) {
+  StartChief();
+  wire::Identity tool;
+  tool.job_id = kJob;
+  tool.role = wire::Role::TOOL;
+  wire::RpcClient client(&context_, tool);
+  auto h = client.Connect(endpoint_);
+  ASSERT_TRUE(h.ok());
+  auto call = [&](const wire::Identity& id, std::function<void(wire::Envelope::Body::Builder)> f) {
+    client.SetIdentity(id);
+    wire::OutMessage m;
+    f(m.envelope().getBody());
+    auto r = client.Call(*h, std::move(m), milliseconds(2000));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->reply_code() : wire::ReplyCode::INTERNAL;
+  };
+  auto reg = [](wire::Envelope::Body::Builder b) {
+    b.initRegisterRequest().setAddress("tcp://127.0.0.1:1");
+  };
+  EXPECT_EQ(call(tool, reg), wire::ReplyCode::INVALID) << "a tool is not a member";
+  wire::Identity worker9 = tool;
+  worker9.role = wire::Role::WORKER;
+  worker9.index = 9;
+  EXPECT_EQ(call(worker9, reg), wire::ReplyCode::INVALID) << "index beyond the cluster";
+  EXPECT_EQ(call(worker9, [](auto b) { b.initHeartbeat(); }), wire::ReplyCode::INVALID);
+  wire::Identity worker0 = worker9;
+  worker0.index = 0;
+  EXPECT_EQ(call(worker0, [](auto b) { b.initRegisterRequest(); }), wire::ReplyCode::INVALID)
+      << "no address";
+  EXPECT_EQ(call(tool, [](auto b) { b.initBarrierRequest().setCount(2); }),
+            wire::ReplyCode::INVALID);
+  EXPECT_EQ(call(tool, [](auto b) { b.initBarrierRequest().setName("x"); }),
+            wire::ReplyCode::INVALID)
+      << "count 0";
+  EXPECT_EQ(call(tool, [](auto b) { b.initKvSet(); }), wire::ReplyCode::INVALID);
+  EXPECT_EQ(call(tool, [](auto b) { b.initKvGet(); }), wire::ReplyCode::INVALID);
+  EXPECT_EQ(call(tool, [](auto b) { b.initClusterStatusRequest(); }), wire::ReplyCode::OK);
+  Join(wire::Role::WORKER, 0, false);
+}
+
+TEST_F(ChiefServiceTest, TermIncrementsAcrossRestartsAndACorruptStateIsAnError) {
+  StartChief();
+  EXPECT_EQ(service_->term(), 1u);
+  StopChief();
+  StartChief();
+  EXPECT_EQ(service_->term(), 2u);
+  StopChief();
+  const std::string path = job_.checkpoint.dir + "/chief/state";
+  WriteFile(path, "not json");
+  wire::RpcServer server(&context_, wire::ServerOptions{}, wire::Identity{});
+  auto service = ChiefService::Create(job_, &server);
+  ASSERT_FALSE(service.ok());
+  EXPECT_TRUE(service.status().IsDataLoss()) << service.status();
+  EXPECT_NE(service.status().message().find(path), std::string::npos) << service.status();
+}
+
+}  // namespace
+}  // namespace tandem::chief
