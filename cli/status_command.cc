@@ -1,18 +1,23 @@
 #include "cli/status_command.h"
 
+#include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/cluster_file.h"
+#include "common/chief_client.h"
 #include "common/config/job_config.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
-#include "common/wire/diagnostics.h"
 
 namespace tandem::cli {
 namespace {
+
+struct Target {
+  std::string chief_endpoint;
+  std::string job_id;  // hex; empty when unknown
+};
 
 // Reads checkpoint.dir/job_id without creating it: status must not change anything.
 std::string ExistingJobId(const std::string& checkpoint_dir) {
@@ -22,21 +27,107 @@ std::string ExistingJobId(const std::string& checkpoint_dir) {
   return hex;
 }
 
-StatusOr<ClusterFile> FromConfig(const StatusArgs& args) {
+StatusOr<Target> FromConfig(const StatusArgs& args) {
   std::vector<config::Override> overrides;
   for (const auto& s : args.sets) overrides.push_back({s});
   auto job = config::LoadJobConfig(args.config_path, overrides);
   if (!job.ok()) return job.status();
-  ClusterFile f;
-  f.job_id = ExistingJobId(job->checkpoint.dir);
-  auto add = [&](const std::string& role, const std::vector<std::string>& addrs) {
-    for (size_t i = 0; i < addrs.size(); ++i)
-      f.members.push_back({role + ":" + std::to_string(i), "tcp://" + addrs[i], 0});
-  };
-  add("chief", job->cluster.chief);
-  add("ps", job->cluster.ps);
-  add("worker", job->cluster.workers);
-  return f;
+  if (job->cluster.chief.empty()) return Status::InvalidArgument("cluster.chief is empty");
+  const std::string& chief = job->cluster.chief[0];
+  if (chief.ends_with(":0"))
+    return Status::NotFound("the config names the chief with port 0 (" + chief +
+                            "): use `tandem status --dir OUTPUT` for a local cluster");
+  return Target{"tcp://" + chief, ExistingJobId(job->checkpoint.dir)};
+}
+
+StatusOr<Target> FromDir(const std::string& dir) {
+  auto file = ReadClusterFile(dir + "/cluster.json");
+  if (!file.ok()) return file.status();
+  for (const auto& m : file->members)
+    if (m.task == "chief:0") return Target{m.endpoint, file->job_id};
+  return Status::NotFound(dir + "/cluster.json names no chief:0");
+}
+
+// A member that is running and in touch with the chief.
+bool IsUp(const MemberView& m) {
+  return m.state != "starting" && m.state != "lost" && m.state != "left" && m.state != "failed" &&
+         m.state != "stopped";
+}
+
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
+
+nlohmann::json ToJson(const std::string& job_id, const std::string& chief, const ClusterView& v) {
+  nlohmann::json members = nlohmann::json::array();
+  int up = 0;
+  for (const auto& m : v.members) {
+    up += IsUp(m);
+    members.push_back({{"role", m.role},
+                       {"index", m.index},
+                       {"task", m.role + ":" + std::to_string(m.index)},
+                       {"state", m.state},
+                       {"step", m.step},
+                       {"generation", m.generation},
+                       {"incarnation", m.incarnation},
+                       {"samples_per_sec", Number(m.samples_per_sec)},
+                       {"pid", m.pid},
+                       {"host", m.host},
+                       {"address", m.address},
+                       {"ms_since_heartbeat", m.ms_since_heartbeat},
+                       {"lost_reason", m.lost_reason},
+                       {"determinism_class", m.determinism_class}});
+  }
+  return {{"job_id", job_id},
+          {"chief", chief},
+          {"job_state", v.job_state},
+          {"step", v.step},
+          {"total_steps", v.total_steps},
+          {"samples_per_sec", Number(v.samples_per_sec)},
+          {"loss", Number(v.loss)},
+          {"auc", Number(v.auc)},
+          {"logloss", Number(v.logloss)},
+          {"teacher_auc", Number(v.teacher_auc)},
+          {"model_checksum", v.model_checksum},
+          {"detail", v.detail},
+          {"generation", v.generation},
+          {"term", v.term},
+          {"timeline", v.timeline},
+          {"last_checkpoint_step", v.last_checkpoint_step},
+          {"elapsed_ms", v.elapsed_ms},
+          {"config_hash", v.config_hash},
+          {"members", members},
+          {"up", up},
+          {"expected", v.members.size()}};
+}
+
+std::string Fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+void PrintText(const std::string& job_id, const ClusterView& v) {
+  std::printf(
+      "job %s: %s, step %lld/%lld, %s samples/s, loss %s, auc %s, generation %llu, "
+      "term %llu, last checkpoint %s\n",
+      job_id.empty() ? "?" : job_id.c_str(), v.job_state.c_str(), static_cast<long long>(v.step),
+      static_cast<long long>(v.total_steps), Fixed(v.samples_per_sec, 0).c_str(),
+      Fixed(v.loss, 4).c_str(), Fixed(v.auc, 4).c_str(),
+      static_cast<unsigned long long>(v.generation), static_cast<unsigned long long>(v.term),
+      v.last_checkpoint_step < 0 ? "none" : std::to_string(v.last_checkpoint_step).c_str());
+  if (!v.detail.empty()) std::printf("  %s\n", v.detail.c_str());
+  if (!v.model_checksum.empty()) std::printf("  model checksum %s\n", v.model_checksum.c_str());
+  std::printf("%-7s %5s %-10s %8s %4s %6s %10s %8s  %s\n", "ROLE", "INDEX", "STATE", "STEP", "GEN",
+              "INC", "SAMPLES/S", "PID", "ADDRESS");
+  for (const auto& m : v.members) {
+    std::printf(
+        "%-7s %5u %-10s %8lld %4llu %6llu %10s %8s  %s\n", m.role.c_str(), m.index, m.state.c_str(),
+        static_cast<long long>(m.step), static_cast<unsigned long long>(m.generation),
+        static_cast<unsigned long long>(m.incarnation),
+        m.role == "worker" ? Fixed(m.samples_per_sec, 0).c_str() : "-",
+        m.pid ? std::to_string(m.pid).c_str() : "-", m.address.empty() ? "-" : m.address.c_str());
+    if (!m.lost_reason.empty()) std::printf("        lost: %s\n", m.lost_reason.c_str());
+  }
 }
 
 }  // namespace
@@ -46,74 +137,50 @@ int RunStatus(const StatusArgs& args) {
     std::fprintf(stderr, "tandem status: give exactly one of --config or --dir\n");
     return kExitUsage;
   }
-  StatusOr<ClusterFile> cluster =
-      args.dir.empty() ? FromConfig(args) : ReadClusterFile(args.dir + "/cluster.json");
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "tandem status: %s\n", cluster.status().message().c_str());
-    return cluster.status().IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+  if (args.timeout_ms <= 0) {
+    std::fprintf(stderr, "tandem status: --timeout-ms must be positive\n");
+    return kExitUsage;
   }
-  wire::Identity me;
-  me.role = wire::Role::TOOL;
-  std::string job_hex = args.job_id.empty() ? cluster->job_id : args.job_id;
+  StatusOr<Target> target = args.dir.empty() ? FromConfig(args) : FromDir(args.dir);
+  if (!target.ok()) {
+    std::fprintf(stderr, "tandem status: %s\n", target.status().message().c_str());
+    return target.status().IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+  }
+  ChiefClientOptions o;
+  o.chief_endpoint = target->chief_endpoint;
+  o.identity.role = wire::Role::TOOL;
+  o.call_budget = std::chrono::milliseconds(args.timeout_ms);
+  const std::string job_hex = args.job_id.empty() ? target->job_id : args.job_id;
   if (!job_hex.empty()) {
     auto id = ParseJobId(job_hex);
     if (!id.ok()) {
       std::fprintf(stderr, "tandem status: %s\n", id.status().message().c_str());
       return kExitUsage;
     }
-    me.job_id = *id;
+    o.identity.job_id = *id;
   }
   zmq::context_t context(1);
-  wire::RpcClient client(&context, me);
-  nlohmann::json out = {{"job_id", job_hex}, {"members", nlohmann::json::array()}};
-  int up = 0;
-  for (const auto& m : cluster->members) {
-    nlohmann::json row = {{"task", m.task}, {"endpoint", m.endpoint}};
-    if (m.endpoint.ends_with(":0")) {
-      row["state"] = "unknown";
-      row["error"] = "port 0 in the config: use `tandem status --dir OUTPUT`";
+  ChiefClient client(&context, o);
+  auto view = client.View(std::chrono::milliseconds(args.timeout_ms));
+  if (!view.ok()) {
+    if (args.json) {
+      nlohmann::json out = {{"job_id", job_hex},
+                            {"chief", target->chief_endpoint},
+                            {"error", "the chief does not answer: " + view.status().ToString()}};
+      std::printf("%s\n", out.dump().c_str());
     } else {
-      auto handle = client.Connect(m.endpoint);
-      auto pong = handle.ok()
-                      ? wire::Ping(&client, *handle, std::chrono::milliseconds(args.timeout_ms))
-                      : StatusOr<wire::PingResult>(handle.status());
-      if (pong.ok()) {
-        ++up;
-        row["state"] = "up";
-        row["pid"] = pong->pid;
-        row["incarnation"] = pong->peer.incarnation;
-        row["generation"] = pong->peer.generation;
-        row["uptime_ms"] = pong->uptime_ms;
-        row["build_id"] = pong->build_id;
-      } else {
-        row["state"] = "down";
-        row["error"] = pong.status().ToString();
-      }
+      std::printf("tandem status: the chief at %s does not answer: %s\n",
+                  target->chief_endpoint.c_str(), view.status().ToString().c_str());
     }
-    out["members"].push_back(row);
+    return kExitRuntimeFailure;
   }
-  out["up"] = up;
-  out["expected"] = cluster->members.size();
-  if (args.json) {
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::printf("job %s: %d/%zu processes answer\n", job_hex.empty() ? "?" : job_hex.c_str(), up,
-                cluster->members.size());
-    std::printf("%-10s %-28s %-6s %-8s %s\n", "TASK", "ENDPOINT", "STATE", "PID", "DETAIL");
-    for (const auto& r : out["members"]) {
-      std::string detail = r.contains("error")
-                               ? r["error"].get<std::string>()
-                               : "inc " + std::to_string(r["incarnation"].get<uint64_t>()) +
-                                     ", up " +
-                                     std::to_string(r["uptime_ms"].get<uint64_t>() / 1000) +
-                                     " s, " + r["build_id"].get<std::string>();
-      std::printf("%-10s %-28s %-6s %-8s %s\n", r["task"].get<std::string>().c_str(),
-                  r["endpoint"].get<std::string>().c_str(), r["state"].get<std::string>().c_str(),
-                  r.contains("pid") ? std::to_string(r["pid"].get<int>()).c_str() : "-",
-                  detail.c_str());
-    }
-  }
-  return up == static_cast<int>(cluster->members.size()) ? kExitOk : kExitRuntimeFailure;
+  if (args.json)
+    std::printf("%s\n", ToJson(job_hex, target->chief_endpoint, *view).dump().c_str());
+  else
+    PrintText(job_hex, *view);
+  bool all_up = true;
+  for (const auto& m : view->members) all_up = all_up && IsUp(m);
+  return all_up || view->job_state == "done" ? kExitOk : kExitRuntimeFailure;
 }
 
 }  // namespace tandem::cli
