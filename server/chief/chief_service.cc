@@ -196,9 +196,22 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
   in.step = req.getStep();
   in.timeline = req.getTimeline();
   StatusOr<Issued> issued = Status::Internal("unset");
+  std::optional<Suspect> rival;
   {
     MutexLock lock(&mu_);
     issued = membership_.Register(in, Clock::now());
+    if (!issued.ok()) rival = membership_.LiveRival(in, Clock::now());
+    SyncIdentity();
+  }
+  if (rival && !ProbeAnswers(*rival, nullptr, nullptr)) {
+    // The rank's incarnation still looks alive but does not answer: a crashed process whose
+    // supervisor restarted it before the heartbeat timeout. The newcomer replaces it.
+    const std::string reason =
+        "replaced by a new registration from " + in.address + " and no answer to a probe";
+    MutexLock lock(&mu_);
+    auto lost = membership_.DeclareLost(*rival, reason, Clock::now(), /*replaced=*/true);
+    if (lost.ok() && *lost) issued = membership_.Register(in, Clock::now());
+    if (!lost.ok()) issued = lost.status();
     SyncIdentity();
   }
   changed_.SignalAll();
@@ -453,6 +466,32 @@ void ChiefService::MonitorLoop() {
   }
 }
 
+bool ChiefService::ProbeAnswers(const Suspect& s, wire::RpcClient* client,
+                                std::map<std::string, int>* handles,
+                                StatusOr<wire::PingResult>* result) {
+  // A registration handler probes with a socket of its own: the monitor's belongs to its thread.
+  std::optional<wire::RpcClient> own;
+  std::map<std::string, int> own_handles;
+  if (client == nullptr) {
+    own.emplace(&probe_context_, server_->identity());
+    client = &*own;
+    handles = &own_handles;
+  }
+  auto it = handles->find(s.address);
+  if (it == handles->end()) {
+    auto h = client->Connect(s.address);
+    it = handles->emplace(s.address, h.ok() ? *h : -1).first;
+  }
+  client->SetIdentity(server_->identity());
+  StatusOr<wire::PingResult> pong =
+      it->second < 0 ? StatusOr<wire::PingResult>(Status::InvalidArgument("bad address"))
+                     : wire::Ping(client, it->second, probe_budget_);
+  const bool same = pong.ok() && pong->peer.incarnation == s.incarnation &&
+                    RoleOf(pong->peer.role) == s.role && pong->peer.index == s.index;
+  if (result) *result = std::move(pong);
+  return same;
+}
+
 // Probes run without the lock: heartbeats and registrations continue meanwhile, and
 // DeclareLost re-checks that the member stayed silent.
 void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, int>* handles) {
@@ -464,17 +503,8 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
   for (const Suspect& s : suspects) {
     const std::string who = std::string(MemberRoleName(s.role)) + ":" + std::to_string(s.index) +
                             "#" + std::to_string(s.incarnation);
-    auto it = handles->find(s.address);
-    if (it == handles->end()) {
-      auto h = client->Connect(s.address);
-      it = handles->emplace(s.address, h.ok() ? *h : -1).first;
-    }
-    client->SetIdentity(server_->identity());
-    StatusOr<wire::PingResult> pong =
-        it->second < 0 ? StatusOr<wire::PingResult>(Status::InvalidArgument("bad address"))
-                       : wire::Ping(client, it->second, probe_budget_);
-    const bool same = pong.ok() && pong->peer.incarnation == s.incarnation &&
-                      RoleOf(pong->peer.role) == s.role && pong->peer.index == s.index;
+    StatusOr<wire::PingResult> pong = Status::Internal("unset");
+    const bool same = ProbeAnswers(s, client, handles, &pong);
     MutexLock lock(&mu_);
     if (same) {
       TLOG_WARN("{} at {}: no heartbeat for {} ms, but it answers a probe: kept", who, s.address,

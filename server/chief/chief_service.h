@@ -18,6 +18,7 @@
 #include "common/config/job_config.h"
 #include "common/status.h"
 #include "common/sync.h"
+#include "common/wire/diagnostics.h"
 #include "common/wire/parking_lot.h"
 #include "common/wire/rpc_client.h"
 #include "common/wire/rpc_server.h"
@@ -82,6 +83,10 @@ class ChiefService {
   void HandleKvSet(wire::InMessage& m, wire::Responder r);
   void HandleKvGet(wire::InMessage& m, wire::Responder r);
   void HandleStopJob(wire::InMessage& m, wire::Responder r);
+  // Pings `s` at its address; true when it answers as the same incarnation. Without `client`
+  // (a handler thread) it uses a socket of its own.
+  bool ProbeAnswers(const Suspect& s, wire::RpcClient* client, std::map<std::string, int>* handles,
+                    StatusOr<wire::PingResult>* result = nullptr);
   void MonitorLoop();
   void MonitorTick(wire::RpcClient* client, std::map<std::string, int>* handles);
   // Copies the term, generation and timeline into the server's identity, so replies carry them.

@@ -183,6 +183,20 @@ TEST_F(ChiefServiceTest, DuplicateLiveRankIsRefused) {
   EXPECT_NE(reg.status().message().find("alive"), std::string::npos) << reg.status();
 }
 
+TEST_F(ChiefServiceTest, CrashedMemberIsReplacedAtOnceWhenItDoesNotAnswerAProbe) {
+  job_.chief.heartbeat_timeout_ms = 30000;  // far beyond this test: only the probe can decide
+  StartChief();
+  Member& old = Join(wire::Role::WORKER, 0);
+  old.client->StopHeartbeats();
+  old.server->Stop();  // the process crashed; its supervisor starts a new one right away
+  Member& fresh = NewMember(wire::Role::WORKER, 0);
+  auto reg = fresh.client->Register(0, milliseconds(5000));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_GT(reg->incarnation, old.client->identity().incarnation);
+  EXPECT_EQ(reg->generation, 2u) << "a replaced worker counts as lost";
+  EXPECT_TRUE(old.client->HeartbeatNow(milliseconds(2000)).IsAborted());
+}
+
 TEST_F(ChiefServiceTest, ConfigHashMismatchIsRefusedNamingBoth) {
   StartChief();
   Member& m = NewMember(wire::Role::PS, 0,

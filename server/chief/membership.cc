@@ -87,6 +87,17 @@ std::optional<std::string> Membership::Refusal(const RegisterInput& in, const Me
   return std::nullopt;
 }
 
+std::optional<Suspect> Membership::LiveRival(const RegisterInput& in, Clock::time_point now) const {
+  const auto& members = Of(in.role);
+  if (in.index >= members.size()) return std::nullopt;
+  const Member& m = members[in.index];
+  if (!Alive(m, now) || (in.last_incarnation != 0 && in.last_incarnation >= m.incarnation) ||
+      (in.address == m.address && in.pid == m.pid && in.host == m.host))
+    return std::nullopt;
+  if (Refusal(in, Member{}, now)) return std::nullopt;  // refused for another reason anyway
+  return Suspect{in.role, in.index, m.incarnation, m.address, MsBetween(m.last_heartbeat, now)};
+}
+
 StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point now) {
   auto& members = Of(in.role);
   if (in.index >= members.size())
@@ -268,10 +279,10 @@ void Membership::ProbeAnswered(const Suspect& s, Clock::time_point now) {
 }
 
 StatusOr<bool> Membership::DeclareLost(const Suspect& s, const std::string& reason,
-                                       Clock::time_point now) {
+                                       Clock::time_point now, bool replaced) {
   Member& m = Of(s.role)[s.index];
   if (!m.registered || m.incarnation != s.incarnation || m.lost || m.left || Terminal(m) ||
-      now - m.last_alive <= options_.heartbeat_timeout)
+      (!replaced && now - m.last_alive <= options_.heartbeat_timeout))
     return false;  // it heartbeated, ended or was replaced while it was probed
   const std::string who = Name(s.role, s.index) + "#" + std::to_string(s.incarnation);
   if (s.role == MemberRole::kWorker) TANDEM_RETURN_IF_ERROR(BumpGeneration(who + " was lost"));

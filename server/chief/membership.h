@@ -157,7 +157,14 @@ class Membership {
   // Declares `s` lost unless it heartbeated or was replaced meanwhile; a lost worker raises the
   // generation. Returns whether it was declared lost. kUnavailable when the new generation could
   // not be persisted (the member is not declared lost then; the next tick tries again).
-  StatusOr<bool> DeclareLost(const Suspect& s, const std::string& reason, Clock::time_point now);
+  // `replaced`: a new process claims the rank and `s` did not answer a probe, so the heartbeat
+  // timeout need not have passed.
+  StatusOr<bool> DeclareLost(const Suspect& s, const std::string& reason, Clock::time_point now,
+                             bool replaced = false);
+  // The rank's live incarnation when it alone stands in the way of `in` (Register would refuse it
+  // as a duplicate of a live member): the service probes it, since a crashed process restarted
+  // by its supervisor re-registers before its heartbeats have timed out.
+  std::optional<Suspect> LiveRival(const RegisterInput& in, Clock::time_point now) const;
 
   // SIGTERM or StopJob: "stopping" unless the job already ended. Returns the job state.
   std::string RequestStop(const std::string& reason, Clock::time_point now);

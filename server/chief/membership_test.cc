@@ -127,6 +127,24 @@ TEST_F(MembershipTest, DuplicateLiveRankIsRefused) {
   EXPECT_FALSE(old.ok());
 }
 
+TEST_F(MembershipTest, LiveRivalNamesTheIncarnationInTheWayOnly) {
+  RegisterAll();
+  RegisterInput newcomer = Input(MemberRole::kWorker, 1);
+  auto rival = members_->LiveRival(newcomer, now_);
+  ASSERT_TRUE(rival.has_value());
+  EXPECT_EQ(rival->incarnation, w1_);
+  RegisterInput other_config = newcomer;
+  other_config.config_hash = "x";
+  EXPECT_FALSE(members_->LiveRival(other_config, now_).has_value()) << "refused anyway";
+  EXPECT_FALSE(members_->LiveRival(Input(MemberRole::kWorker, 1, w1_), now_).has_value());
+  // Not answering the probe: the newcomer replaces it before any heartbeat timeout.
+  ASSERT_TRUE(*members_->DeclareLost(*rival, "replaced", now_, /*replaced=*/true));
+  auto issued = members_->Register(newcomer, now_);
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  EXPECT_GT(issued->incarnation, w1_);
+  EXPECT_FALSE(members_->LiveRival(Input(MemberRole::kWorker, 0, w0_), now_).has_value());
+}
+
 TEST_F(MembershipTest, SameIncarnationRegisteringAgainKeepsIt) {
   RegisterAll();
   now_ += milliseconds(500);
