@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -182,46 +183,72 @@ TEST(CliTest, LocalStartsChecksAndStopsACluster) {
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/out/logs/worker-1.log"));
 }
 
-TEST(CliTest, StatusReadsClusterFileOfHeldLocalCluster) {
+// `tandem status` asks the chief, found through cluster.json, for its view of a running job.
+TEST(CliTest, StatusAsksTheChiefOfARunningLocalCluster) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()));
   SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "1",
-            "--workers",   "1",     "--hold"};
+  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"),   "--ps", "1",
+            "--workers",   "1",     "--set",    "train.steps=100000000"};
+  o.unset_env = {"TF_CONFIG"};
   o.output_path = dir.File("local.log");
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok());
   const std::string cluster_path = dir.path() + "/out/cluster.json";
   ASSERT_TRUE(WaitForFile(cluster_path, milliseconds(30000))) << ReadFile(dir.File("local.log"));
-  auto status = Tandem({"status", "--dir", dir.path() + "/out", "--json"});
-  EXPECT_EQ(status.exit.exit_code, 0) << status.output;
-  auto j = nlohmann::json::parse(status.output.substr(status.output.find('{')));
-  EXPECT_EQ(j["up"].get<int>(), 3) << status.output;
-
-  // A crashed child is restarted with a higher incarnation.
-  auto cluster = nlohmann::json::parse(ReadFile(cluster_path));
+  // Members register as they come up: wait (bounded) until the chief reports all of them up.
+  auto status_until = [&](std::function<bool(const nlohmann::json&)> pred) {
+    CommandResult r;
+    for (int i = 0; i < 300; ++i) {
+      r = Tandem({"status", "--dir", dir.path() + "/out", "--json"});
+      const auto brace = r.output.find('{');
+      if (brace != std::string::npos) {
+        auto j = nlohmann::json::parse(r.output.substr(brace), nullptr, false);
+        if (!j.is_discarded() && pred(j)) return std::make_pair(r, j);
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    return std::make_pair(r, nlohmann::json());
+  };
+  auto [status, j] = status_until([](const nlohmann::json& j) { return j.value("up", 0) == 3; });
+  EXPECT_EQ(status.exit.exit_code, 0) << status.output << ReadFile(dir.File("local.log"));
+  ASSERT_EQ(j["members"].size(), 3u) << status.output;
+  EXPECT_EQ(j["job_state"], "training") << status.output;
+  EXPECT_GE(j["term"].get<int>(), 1);
+  EXPECT_EQ(j["total_steps"].get<int64_t>(), 100000000);
+  uint64_t ps_incarnation = 0;
   int ps_pid = 0;
-  for (const auto& m : cluster["members"])
-    if (m["task"] == "ps:0") ps_pid = m["pid"].get<int>();
+  for (const auto& m : j["members"]) {
+    if (m["role"] == "chief") continue;
+    EXPECT_GT(m["incarnation"].get<uint64_t>(), 0u) << m;
+    EXPECT_GT(m["pid"].get<int>(), 0) << m;
+    if (m["role"] == "ps") {
+      ps_incarnation = m["incarnation"].get<uint64_t>();
+      ps_pid = m["pid"].get<int>();
+    }
+  }
+  auto text = Tandem({"status", "--dir", dir.path() + "/out"});
+  EXPECT_EQ(text.exit.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("training"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("worker"), std::string::npos) << text.output;
+
+  // A crashed PS is restarted by `tandem local` and registers with a higher incarnation.
   ASSERT_GT(ps_pid, 0);
   ::kill(ps_pid, SIGKILL);
-  bool restarted = false;
-  for (int i = 0; i < 300 && !restarted; ++i) {
-    std::this_thread::sleep_for(milliseconds(50));
-    restarted = ReadFile(dir.File("local.log")).find("ps:0 ended") != std::string::npos &&
-                ReadFile(cluster_path).find(std::to_string(ps_pid)) == std::string::npos;
-  }
-  EXPECT_TRUE(restarted) << ReadFile(dir.File("local.log"));
-  std::this_thread::sleep_for(milliseconds(200));
-  status = Tandem({"status", "--dir", dir.path() + "/out", "--json"});
-  EXPECT_EQ(status.exit.exit_code, 0) << status.output;
+  auto [after, j2] = status_until([&](const nlohmann::json& j) {
+    if (j.value("up", 0) != 3) return false;
+    for (const auto& m : j["members"])
+      if (m["role"] == "ps" && m["incarnation"].get<uint64_t>() > ps_incarnation) return true;
+    return false;
+  });
+  EXPECT_EQ(after.exit.exit_code, 0) << after.output << ReadFile(dir.File("local.log"));
 
   local->Signal(SIGTERM);
-  auto e = local->Wait(milliseconds(20000));
-  ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->exit_code, 0) << ReadFile(dir.File("local.log"));
-  status = Tandem({"status", "--dir", dir.path() + "/out"});
-  EXPECT_EQ(status.exit.exit_code, 1) << status.output;
+  auto e = local->Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value()) << ReadFile(dir.File("local.log"));
+  auto gone = Tandem({"status", "--dir", dir.path() + "/out", "--timeout-ms", "500"});
+  EXPECT_EQ(gone.exit.exit_code, 1) << gone.output;
+  EXPECT_NE(gone.output.find("does not answer"), std::string::npos) << gone.output;
 }
 
 }  // namespace
