@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/checksum_command.h"
 #include "cli/daemon.h"
 #include "cli/data_commands.h"
 #include "cli/local_command.h"
@@ -117,9 +118,20 @@ int Main(int argc, char** argv) {
   predict->add_option("--model", s1);
   predict->add_option("--data", s2);
   predict->add_option("--out", s3);
-  auto* checksum = app.add_subcommand("checksum", "print a checkpoint's model_checksum");
-  checksum->add_option("--checkpoint", s1);
+  ChecksumArgs sum;
+  auto* checksum = app.add_subcommand(
+      "checksum", "print a model_checksum: a checkpoint's, or a stopped job's PS shards'");
+  auto* sum_checkpoint = checksum->add_option("--checkpoint", s1);
   checksum->add_flag("--verify", flag, "verify every file's checksum");
+  checksum->add_option("--config", sum.config_path, "a stopped job's config: read its PS shards")
+      ->check(CLI::ExistingFile)
+      ->excludes(sum_checkpoint);
+  checksum->add_option("--set", sum.sets, "override a config key: key.path=value (repeatable)");
+  checksum->add_option("--ps", sum.num_ps, "the job's number of PS shards (a `local` job)")
+      ->check(CLI::Range(1, 256));
+  checksum->add_option("--workers", sum.num_workers, "the job's number of workers (a `local` job)")
+      ->check(CLI::Range(1, 256));
+  checksum->add_flag("--sparse", sum.sparse, "the embedding part only (with --config)");
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
   keys->add_option("--out", s1);
   const NotYet not_yet[] = {
@@ -149,6 +161,7 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("status")) return RunStatus(status);
   if (app.got_subcommand("datagen")) return RunDatagen(gen);
   if (app.got_subcommand("convert")) return RunConvert(conv);
+  if (app.got_subcommand("checksum") && !sum.config_path.empty()) return RunChecksum(sum);
   for (const auto& ny : not_yet) {
     if (app.got_subcommand(ny.name)) {
       std::fprintf(stderr, "tandem %s: not implemented yet (lands with %s)\n", ny.name,
