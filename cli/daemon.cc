@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli/roles.h"
 #include "cli/stop_signals.h"
 #include "common/build_info.h"
 #include "common/exit_codes.h"
@@ -117,10 +118,20 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   wire::RpcServer server(&context, options, self);
   std::unique_ptr<ps::Shard> shard;
   std::unique_ptr<ps::PsService> ps_service;
+  std::unique_ptr<chief::ChiefService> chief_service;
   switch (args.role) {
-    case config::Role::kChief:
-      chief::RegisterChiefService(&server);
+    case config::Role::kChief: {
+      auto created = chief::ChiefService::Create(*job, &server);
+      if (!created.ok()) {
+        TLOG_ERROR("cannot start the chief: {}", created.status().ToString());
+        return created.status().IsDataLoss() || created.status().IsInvalidArgument()
+                   ? kExitInvalid
+                   : kExitRuntimeFailure;
+      }
+      chief_service = std::move(created).value();
+      chief_service->Register();
       break;
+    }
     case config::Role::kPs: {
       // Recovery (restore point + push-log replay) completes before the port is bound, so no
       // request ever sees a half-recovered shard.
@@ -160,9 +171,26 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       return kExitRuntimeFailure;
     }
   }
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  TLOG_INFO("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  RoleContext ctx;
+  ctx.job = &*job;
+  ctx.index = resolved->task.index;
+  ctx.job_id = *job_id;
+  ctx.host = host;
+  ctx.context = &context;
+  ctx.server = &server;
+  ctx.stop_signals = stop_signals;
+  int status = kExitOk;
+  switch (args.role) {
+    case config::Role::kChief:
+      status = RunChiefRole(ctx, chief_service.get());
+      break;
+    case config::Role::kPs:
+      status = RunPsRole(ctx, shard.get());
+      break;
+    case config::Role::kWorker:
+      status = RunWorkerRole(ctx);
+      break;
+  }
   server.Stop();
   if (shard) {
     // A clean stop leaves a restore point, so the next start replays nothing.
@@ -175,7 +203,17 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   auto st = server.stats();
   TLOG_INFO("stopped: {} requests, {} replies, {} malformed dropped, {} invalid, {} wrong job",
             st.received, st.replied, st.dropped_malformed, st.invalid, st.wrong_job);
-  return kExitOk;
+  return status;
+}
+
+bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, int* signal) {
+  timespec t{static_cast<time_t>(wait.count() / 1000),
+             static_cast<long>((wait.count() % 1000) * 1000000)};
+  siginfo_t info;
+  const int sig = sigtimedwait(&set, &info, &t);
+  if (sig <= 0) return false;
+  *signal = sig;
+  return true;
 }
 
 }  // namespace tandem::cli

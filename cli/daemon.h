@@ -16,7 +16,7 @@ struct DaemonArgs {
   std::vector<std::string> sets;    // --set key=value
   std::optional<std::string> task;  // --task TYPE:INDEX
   std::string job_id;               // --job-id HEX; empty: checkpoint.dir/job_id
-  uint64_t incarnation = 1;         // --incarnation (issued by the chief once it exists)
+  uint64_t incarnation = 0;         // --incarnation: the last one the chief issued (0: none)
   std::string ready_file;           // --ready-file: JSON {address, pid, ...} written after bind
   std::string log_level = "info";
 };

@@ -3,25 +3,28 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "cli/cluster_file.h"
 #include "cli/stop_signals.h"
+#include "common/chief_client.h"
 #include "common/config/job_config.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/subprocess.h"
-#include "common/wire/diagnostics.h"
 
 namespace tandem::cli {
 namespace {
 
 using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
 struct Child {
   std::string role;
@@ -31,27 +34,36 @@ struct Child {
   std::string log_file;
   std::optional<Subprocess> process;
   std::string endpoint;
+  std::string port = "0";  // once bound, a restart binds the same port: peers know it
   int restarts = 0;
+  bool finished = false;  // exited 0 (or 75): not restarted
+  std::optional<ExitInfo> last_exit;
 };
 
-std::string LoopbackList(int n) {
+// The address list of `role` with this child's own slot at its known port.
+std::string Addresses(int n, const Child& c, const std::string& role) {
   std::string s = "[";
-  for (int i = 0; i < n; ++i) s += (i ? ",127.0.0.1:0" : "127.0.0.1:0");
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ",";
+    s += "127.0.0.1:" + (c.role == role && c.index == i ? c.port : std::string("0"));
+  }
   return s + "]";
 }
 
-Status StartChild(const LocalArgs& args, const std::string& job_hex, Child* c) {
+Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::string& chief_port,
+                  Child* c) {
   std::error_code ec;
   std::filesystem::remove(c->ready_file, ec);
   SpawnOptions o;
   o.argv = {SelfExecutable(), c->role, "--config", args.config_path, "--task", c->task()};
   for (const auto& s : args.sets) o.argv.insert(o.argv.end(), {"--set", s});
-  // The counts come from --ps/--workers; every port is 0 and read back from the ready file.
-  o.argv.insert(o.argv.end(), {"--set", "cluster.chief=[127.0.0.1:0]", "--set",
-                               "cluster.ps=" + LoopbackList(args.num_ps), "--set",
-                               "cluster.workers=" + LoopbackList(args.num_workers), "--job-id",
-                               job_hex, "--ready-file", c->ready_file, "--incarnation",
-                               std::to_string(c->restarts + 1), "--log-level", args.log_level});
+  // The counts come from --ps/--workers; ports are 0 and read back from the ready file, except
+  // the chief's (every member must find it) and a restarted child's own.
+  o.argv.insert(o.argv.end(),
+                {"--set", "cluster.chief=[127.0.0.1:" + chief_port + "]", "--set",
+                 "cluster.ps=" + Addresses(args.num_ps, *c, "ps"), "--set",
+                 "cluster.workers=" + Addresses(args.num_workers, *c, "worker"), "--job-id",
+                 job_hex, "--ready-file", c->ready_file, "--log-level", args.log_level});
   o.unset_env = {"TF_CONFIG"};  // DESIGN §1: `local` ignores it and removes it from children
   o.output_path = c->log_file;
   auto p = Subprocess::Spawn(o);
@@ -67,91 +79,82 @@ std::string Tail(const std::string& path, size_t max_bytes) {
 }
 
 // Waits for the child's ready file; fails if it exits first or time runs out.
-Status AwaitReady(Child* c, std::chrono::steady_clock::time_point deadline) {
+Status AwaitReady(Child* c, Clock::time_point deadline) {
   for (;;) {
     std::ifstream in(c->ready_file);
     if (in) {
       auto j = nlohmann::json::parse(in, nullptr, false);
       if (!j.is_discarded() && j.contains("address")) {
         c->endpoint = j["address"].get<std::string>();
+        c->port = c->endpoint.substr(c->endpoint.rfind(':') + 1);
         return Status::Ok();
       }
     }
     if (!c->process->running())
       return Status::Unavailable(c->task() + " exited (" + c->process->exit_info()->ToString() +
                                  ") before binding; its log:\n" + Tail(c->log_file, 2000));
-    if (std::chrono::steady_clock::now() > deadline)
+    if (Clock::now() > deadline)
       return Status::DeadlineExceeded(c->task() + " did not bind in time");
     std::this_thread::sleep_for(milliseconds(20));
   }
 }
 
-int StopAll(std::vector<Child>& children) {
+void WriteCluster(const std::string& path, const std::string& job_hex,
+                  std::vector<Child>& children) {
+  ClusterFile f{job_hex, {}};
   for (auto& c : children)
-    if (c.process) c.process->Signal(SIGTERM);
-  int worst = kExitOk;
-  for (auto& c : children) {
-    if (!c.process) continue;
-    ExitInfo e = c.process->Stop(milliseconds(10000));
-    if (!e.exited() || e.exit_code != 0) {
-      std::fprintf(stderr, "tandem local: %s ended with %s (log %s)\n", c.task().c_str(),
-                   e.ToString().c_str(), c.log_file.c_str());
-      worst = kExitRuntimeFailure;
-    }
-  }
-  return worst;
+    f.members.push_back({c.task(), c.endpoint, c.process ? c.process->pid() : 0});
+  if (Status s = WriteClusterFile(path, f); !s.ok())
+    std::fprintf(stderr, "tandem local: %s\n", s.ToString().c_str());
 }
 
-int PingAll(const std::string& job_hex, std::vector<Child>& children) {
-  wire::Identity me;
-  me.role = wire::Role::TOOL;
-  me.job_id = *ParseJobId(job_hex);
-  zmq::context_t context(1);
-  wire::RpcClient client(&context, me);
-  int up = 0;
-  for (auto& c : children) {
-    auto h = client.Connect(c.endpoint);
-    auto pong = h.ok() ? wire::Ping(&client, *h, milliseconds(3000))
-                       : StatusOr<wire::PingResult>(h.status());
-    if (pong.ok()) ++up;
-    std::printf("  %-10s %-28s pid %-8d %s\n", c.task().c_str(), c.endpoint.c_str(),
-                c.process->pid(), pong.ok() ? "answers" : pong.status().ToString().c_str());
-  }
-  return up;
+// Stops every child still running: SIGTERM, then SIGKILL after `grace`.
+void StopAll(std::vector<Child>& children, milliseconds grace) {
+  for (auto& c : children)
+    if (c.process && c.process->running()) c.process->Signal(SIGTERM);
+  for (auto& c : children)
+    if (c.process && !c.last_exit) c.last_exit = c.process->Stop(grace);
 }
 
-// Supervises until SIGTERM/SIGINT: a child that exits non-zero or by a signal is restarted with
-// a higher incarnation; one that exits 0 or 75 (fenced) is left down.
-void Supervise(const LocalArgs& args, const std::string& job_hex, std::vector<Child>& children,
-               const sigset_t& stop_signals, const std::string& cluster_path) {
-  timespec tick{0, 200 * 1000 * 1000};
-  for (;;) {
-    siginfo_t info;
-    if (sigtimedwait(&stop_signals, &info, &tick) > 0) {
-      std::printf("tandem local: stopping the cluster\n");
-      return;
-    }
-    bool changed = false;
-    for (auto& c : children) {
-      if (c.process->running()) continue;
-      const ExitInfo e = *c.process->exit_info();
-      if (e.exited() && (e.exit_code == kExitOk || e.exit_code == kExitFenced)) continue;
-      c.restarts++;
-      std::printf("tandem local: %s ended (%s); restarting (incarnation %d)\n", c.task().c_str(),
-                  e.ToString().c_str(), c.restarts + 1);
-      if (StartChild(args, job_hex, &c).ok() &&
-          AwaitReady(&c,
-                     std::chrono::steady_clock::now() + std::chrono::seconds(args.start_timeout_s))
-              .ok())
-        changed = true;
-    }
-    if (changed) {
-      ClusterFile f{job_hex, {}};
-      for (auto& c : children) f.members.push_back({c.task(), c.endpoint, c.process->pid()});
-      WriteClusterFile(cluster_path, f).IgnoreError();  // status --dir shows stale pids at worst
-    }
-  }
+std::string Duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", static_cast<long>(t / 3600),
+                  static_cast<long>(t % 3600 / 60));
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", static_cast<long>(t / 60),
+                  static_cast<long>(t % 60));
+  return buf;
 }
+
+std::string Num(double v, const char* fmt) {
+  if (!std::isfinite(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+std::string ProgressLine(const ClusterView& v, int up, int expected) {
+  const int64_t done = v.step + 1;
+  std::string line =
+      "step " + std::to_string(std::max<int64_t>(done, 0)) + "/" + std::to_string(v.total_steps);
+  line += " | " + Num(v.samples_per_sec / 1000.0, "%.1f") + "k samples/s";
+  line += " | loss " + Num(v.loss, "%.4f");
+  line += " | auc " + Num(v.auc, "%.4f");
+  // ETA from the mean step rate since training began.
+  double step_rate = NAN;
+  if (v.elapsed_ms > 0 && done > 0)
+    step_rate = static_cast<double>(done) / (static_cast<double>(v.elapsed_ms) / 1000.0);
+  line += " | ETA " +
+          Duration(step_rate > 0 ? static_cast<double>(v.total_steps - done) / step_rate : NAN);
+  line += " | up " + std::to_string(up) + "/" + std::to_string(expected);
+  line += " | " + v.job_state;
+  return line;
+}
+
+bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == "failed"; }
 
 }  // namespace
 
@@ -191,47 +194,174 @@ int RunLocal(const LocalArgs& args) {
   add("chief", 1);
   add("ps", args.num_ps);
   add("worker", args.num_workers);
+  const int expected = static_cast<int>(children.size());
+  std::printf("tandem local: job %s: 1 chief, %d ps, %d workers, %ld steps; logs in %s/logs\n",
+              job_hex.c_str(), args.num_ps, args.num_workers, static_cast<long>(job->train.steps),
+              out.c_str());
 
-  std::printf("tandem local: job %s, 1 chief, %d ps, %d workers; logs in %s/logs\n",
-              job_hex.c_str(), args.num_ps, args.num_workers, out.c_str());
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(args.start_timeout_s);
-  for (auto& c : children) {
-    Status s = StartChild(args, job_hex, &c);
-    if (!s.ok()) {
-      std::fprintf(stderr, "tandem local: %s\n", s.ToString().c_str());
-      StopAll(children);
-      return kExitRuntimeFailure;
-    }
-  }
-  for (auto& c : children) {
-    Status s = AwaitReady(&c, deadline);
-    if (!s.ok()) {
-      std::fprintf(stderr, "tandem local: %s\n", s.message().c_str());
-      StopAll(children);
-      return c.process->exit_info() && c.process->exit_info()->exit_code == kExitInvalid
-                 ? kExitInvalid
-                 : kExitRuntimeFailure;
-    }
-  }
-  ClusterFile f{job_hex, {}};
-  for (auto& c : children) f.members.push_back({c.task(), c.endpoint, c.process->pid()});
+  // The chief first: every other member is told its port.
+  const auto start_deadline = Clock::now() + std::chrono::seconds(args.start_timeout_s);
+  Child& chief = children[0];
+  auto fail_start = [&](const Status& s, Child& c) {
+    std::fprintf(stderr, "tandem local: %s\n", s.message().c_str());
+    StopAll(children, milliseconds(5000));
+    return c.process && c.process->exit_info() && c.process->exit_info()->exit_code == kExitInvalid
+               ? kExitInvalid
+               : kExitRuntimeFailure;
+  };
+  if (Status s = StartChild(args, job_hex, "0", &chief); !s.ok()) return fail_start(s, chief);
+  if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return fail_start(s, chief);
+  const std::string chief_port = chief.port;
+  for (size_t i = 1; i < children.size(); ++i)
+    if (Status s = StartChild(args, job_hex, chief_port, &children[i]); !s.ok())
+      return fail_start(s, children[i]);
+  for (size_t i = 1; i < children.size(); ++i)
+    if (Status s = AwaitReady(&children[i], start_deadline); !s.ok())
+      return fail_start(s, children[i]);
   const std::string cluster_path = out + "/cluster.json";
-  if (Status s = WriteClusterFile(cluster_path, f); !s.ok())
-    std::fprintf(stderr, "tandem local: %s\n", s.ToString().c_str());
-  const int up = PingAll(job_hex, children);
-  std::printf("tandem local: %d/%zu processes answer; cluster file %s\n", up, children.size(),
-              cluster_path.c_str());
-  std::fflush(stdout);
-  if (args.hold && up == static_cast<int>(children.size()))
-    Supervise(args, job_hex, children, stop_signals, cluster_path);
-  const int stopped = StopAll(children);
-  if (up != static_cast<int>(children.size())) return kExitRuntimeFailure;
-  if (!args.hold)
-    std::printf(
-        "tandem local: cluster checked and stopped (training arrives with the "
-        "distributed-training issue)\n");
-  return stopped;
+  WriteCluster(cluster_path, job_hex, children);
+  std::printf("tandem local: %d processes bound; chief at %s; cluster file %s\n", expected,
+              chief.endpoint.c_str(), cluster_path.c_str());
+
+  // Only the chief's view reaches the terminal: one live line on a TTY, plain lines otherwise.
+  ChiefClientOptions co;
+  co.chief_endpoint = chief.endpoint;
+  co.identity.job_id = *job_id;
+  co.identity.role = wire::Role::TOOL;
+  zmq::context_t context(1);
+  ChiefClient tool(&context, co);
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  auto last_plain = Clock::now();
+  std::optional<ClusterView> last_view;
+  std::optional<Clock::time_point> stop_asked, ended_at;
+  bool gave_up = false;
+  std::string failure;
+  for (;;) {
+    timespec tick{0, 250 * 1000 * 1000};
+    siginfo_t info;
+    if (sigtimedwait(&stop_signals, &info, &tick) > 0) {
+      if (stop_asked) {
+        std::printf("\ntandem local: second stop signal: stopping every process now\n");
+        break;
+      }
+      stop_asked = Clock::now();
+      std::printf("\ntandem local: stopping the job (again to stop at once)\n");
+      auto r = tool.StopJob("stop signal to tandem local");
+      if (!r.ok())
+        std::printf("tandem local: the chief did not answer: %s\n", r.status().ToString().c_str());
+    }
+    auto view = tool.View(milliseconds(1000));
+    if (view.ok()) last_view = *view;
+
+    int up = 0;
+    bool changed = false;
+    for (auto& c : children) {
+      if (c.finished) continue;
+      if (c.process->running()) {
+        ++up;
+        // The chief's verdict: a member it declared lost is killed, then restarted below.
+        if (view.ok())
+          for (const auto& m : view->members)
+            if (m.role == c.role && static_cast<int>(m.index) == c.index && m.state == "lost" &&
+                m.pid == static_cast<uint32_t>(c.process->pid())) {
+              std::printf("\ntandem local: the chief declared %s lost (%s); killing pid %d\n",
+                          c.task().c_str(), m.lost_reason.c_str(), c.process->pid());
+              c.process->Signal(SIGKILL);
+            }
+        continue;
+      }
+      const ExitInfo e = *c.process->exit_info();
+      c.last_exit = e;
+      if (e.exited() && (e.exit_code == kExitOk || e.exit_code == kExitFenced)) {
+        c.finished = true;
+        continue;
+      }
+      const bool job_over = last_view && Ended(last_view->job_state);
+      if (job_over || stop_asked || c.restarts >= args.max_restarts) {
+        if (!job_over && !stop_asked) {
+          failure = c.task() + " ended (" + e.ToString() + ") " + std::to_string(c.restarts) +
+                    " times; giving up (its log: " + c.log_file + ")";
+          std::printf("\ntandem local: %s\n", failure.c_str());
+          tool.StopJob(failure).status().IgnoreError();
+          stop_asked = Clock::now();
+        }
+        c.finished = true;
+        continue;
+      }
+      c.restarts++;
+      std::printf("\ntandem local: %s ended (%s); restarting (%d of %d)\n", c.task().c_str(),
+                  e.ToString().c_str(), c.restarts, args.max_restarts);
+      if (StartChild(args, job_hex, chief_port, &c).ok() &&
+          AwaitReady(&c, Clock::now() + std::chrono::seconds(args.start_timeout_s)).ok())
+        changed = true;
+    }
+    if (changed) WriteCluster(cluster_path, job_hex, children);
+
+    if (view.ok()) {
+      const std::string line = ProgressLine(*view, up, expected);
+      if (tty) {
+        std::printf("\r\033[K%s", line.c_str());
+        std::fflush(stdout);
+      } else if (Clock::now() - last_plain >= std::chrono::seconds(args.plain_progress_every_s) ||
+                 Ended(view->job_state)) {
+        if (!Ended(view->job_state) || !ended_at) std::printf("%s\n", line.c_str());
+        last_plain = Clock::now();
+      }
+      if (Ended(view->job_state) && !ended_at) ended_at = Clock::now();
+    }
+    const bool all_exited =
+        std::all_of(children.begin(), children.end(), [](const Child& c) { return c.finished; });
+    if (all_exited) break;
+    // Members leave on their own once the job has ended; do not wait for stragglers forever.
+    const auto grace = std::chrono::milliseconds(job->collective.timeout_ms + 20000);
+    if ((ended_at && Clock::now() - *ended_at > grace) ||
+        (stop_asked && Clock::now() - *stop_asked > grace)) {
+      gave_up = true;
+      break;
+    }
+  }
+  if (tty) std::printf("\n");
+  StopAll(children, milliseconds(10000));
+  int bad_exits = 0;
+  for (auto& c : children) {
+    if (!c.last_exit) continue;
+    if (!c.last_exit->exited() || (c.last_exit->exit_code != 0 && c.last_exit->exit_code != 75)) {
+      ++bad_exits;
+      std::printf("tandem local: %s ended with %s (log %s)\n", c.task().c_str(),
+                  c.last_exit->ToString().c_str(), c.log_file.c_str());
+    }
+  }
+  if (gave_up) std::printf("tandem local: some processes did not leave in time and were stopped\n");
+
+  if (!last_view) {
+    std::printf("tandem local: the chief never answered (log %s)\n", chief.log_file.c_str());
+    return kExitRuntimeFailure;
+  }
+  const ClusterView& v = *last_view;
+  std::printf("tandem local: job %s after step %ld of %ld, %s\n", v.job_state.c_str(),
+              static_cast<long>(v.step), static_cast<long>(v.total_steps),
+              Duration(static_cast<double>(v.elapsed_ms) / 1000.0).c_str());
+  if (v.job_state == "done") {
+    std::printf("  final auc      %s", Num(v.auc, "%.5f").c_str());
+    if (std::isfinite(v.teacher_auc))
+      std::printf("   (teacher auc %s: the best achievable)", Num(v.teacher_auc, "%.5f").c_str());
+    std::printf("\n  final logloss  %s\n", Num(v.logloss, "%.5f").c_str());
+    std::printf("  last loss      %s\n", Num(v.loss, "%.5f").c_str());
+    // The mean over the run (the chief's figure is the current rate, 0 once workers left).
+    const double seconds = static_cast<double>(v.elapsed_ms) / 1000.0;
+    const double samples = static_cast<double>(v.total_steps) *
+                           static_cast<double>(job->train.batch_size * args.num_workers);
+    std::printf("  samples/s      %s (mean, eval included)\n",
+                Num(seconds > 0 ? samples / seconds : NAN, "%.0f").c_str());
+    std::printf("  model_checksum %s\n", v.model_checksum.c_str());
+  } else if (!v.detail.empty()) {
+    std::printf("  %s\n", v.detail.c_str());
+  }
+  std::printf("  outputs: %s/metrics.jsonl, %s/tensorboard, logs in %s/logs\n", out.c_str(),
+              out.c_str(), out.c_str());
+  if (!failure.empty() || v.job_state == "failed" || !Ended(v.job_state))
+    return kExitRuntimeFailure;
+  return bad_exits == 0 ? kExitOk : kExitRuntimeFailure;
 }
 
 }  // namespace tandem::cli

@@ -1,7 +1,9 @@
-// `tandem local`: starts a chief, N PS shards and M workers as child processes on 127.0.0.1
-// (every port bound as 0 and read back), writes output.dir/cluster.json, checks that each
-// answers, and then either stops them (default, until training lands) or supervises them until
-// SIGTERM/SIGINT (`--hold`), restarting a child that crashes (Restart=on-failure).
+// `tandem local`: runs a whole job on this machine. Starts the chief, then N PS shards and M
+// workers as child processes on 127.0.0.1 (every port bound as 0 and read back; TF_CONFIG
+// removed from their environment), writes output.dir/cluster.json, supervises them (restarts a
+// child that crashes, like systemd Restart=on-failure; kills and restarts one the chief declares
+// lost), shows the chief's view as a live progress line, and prints the final metrics. SIGTERM
+// or Ctrl-C asks the chief to stop the job, and every child is waited for.
 #pragma once
 
 #include <string>
@@ -14,9 +16,11 @@ struct LocalArgs {
   std::vector<std::string> sets;
   int num_ps = 1;
   int num_workers = 1;
-  bool hold = false;
   int start_timeout_s = 30;
+  int max_restarts = 3;  // per child, like systemd's StartLimitBurst
   std::string log_level = "info";
+  // Seconds between progress lines when stdout is not a terminal.
+  int plain_progress_every_s = 10;
 };
 
 int RunLocal(const LocalArgs& args);

@@ -34,7 +34,7 @@ void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a)
   sub->add_option("--job-id", a->job_id,
                   "32 hex chars; default: read/create checkpoint.dir/job_id");
   sub->add_option("--incarnation", a->incarnation,
-                  "this process's incarnation (until the chief issues it)");
+                  "the incarnation the chief last issued to this process (0: a fresh start)");
   sub->add_option("--ready-file", a->ready_file, "write {address, pid} as JSON here once bound");
   sub->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -58,7 +58,7 @@ int Main(int argc, char** argv) {
 
   LocalArgs local;
   auto* local_cmd = app.add_subcommand(
-      "local", "start chief, PS shards and workers on 127.0.0.1 and supervise them");
+      "local", "run a job on this machine: chief, PS shards and workers on 127.0.0.1, supervised");
   local_cmd->add_option("--config", local.config_path, "job config (YAML)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -66,8 +66,8 @@ int Main(int argc, char** argv) {
   local_cmd->add_option("--ps", local.num_ps, "number of PS shards")->check(CLI::Range(1, 256));
   local_cmd->add_option("--workers", local.num_workers, "number of workers")
       ->check(CLI::Range(1, 256));
-  local_cmd->add_flag("--hold", local.hold,
-                      "keep the cluster up (restarting crashed children) until SIGTERM/Ctrl-C");
+  local_cmd->add_option("--max-restarts", local.max_restarts,
+                        "restarts of one crashed child before the job is stopped");
   local_cmd->add_option("--log-level", local.log_level, "children's log level");
 
   StatusArgs status;

@@ -68,11 +68,11 @@ StatusOr<EvalResult> Evaluator::Run(Trainer* trainer, collective::Collective* co
   bucket_.push_back(static_cast<float>(logloss_sum));
   bucket_.push_back(static_cast<float>(weight_sum));
   if (collective != nullptr)
-    TANDEM_RETURN_IF_ERROR(collective->AllReduceSum(bucket_.data(), bucket_.size())
-                               .WithContext("eval all-reduce"));
+    TANDEM_RETURN_IF_ERROR(
+        collective->AllReduceSum(bucket_.data(), bucket_.size()).WithContext("eval all-reduce"));
   std::copy_n(bucket_.begin(), mc.size(), mc.begin());
-  if (teacher_) std::copy_n(bucket_.begin() + static_cast<ptrdiff_t>(mc.size()), tc.size(),
-                            tc.begin());
+  if (teacher_)
+    std::copy_n(bucket_.begin() + static_cast<ptrdiff_t>(mc.size()), tc.size(), tc.begin());
   const double total_weight = bucket_.back();
   r.samples = static_cast<int64_t>(total_weight);
   r.auc = model_hist_.Auc();

@@ -112,9 +112,8 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   Status reduced = Status::Ok();
   Status pushed = Status::Ok();
   if (options_.collective != nullptr) {
-    std::future<Status> push_done = std::async(std::launch::async, [&] {
-      return options_.embeddings->Push(step, push);
-    });
+    std::future<Status> push_done =
+        std::async(std::launch::async, [&] { return options_.embeddings->Push(step, push); });
     // One bucket, a pure function of the model config: the flat gradients, the loss, the stop
     // vote.
     bucket_.assign(grads.begin(), grads.end());

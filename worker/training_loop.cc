@@ -190,9 +190,9 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         return Status::Internal("the pipeline delivered step " + std::to_string(batch->step) +
                                 " for step " + std::to_string(step));
       auto t1 = Clock::now();
-      if (!prefetcher) TANDEM_RETURN_IF_ERROR(PullBatchRows(o.embeddings, step, *batch, &rows)
-                                                  .WithContext("pull of step " +
-                                                               std::to_string(step)));
+      if (!prefetcher)
+        TANDEM_RETURN_IF_ERROR(PullBatchRows(o.embeddings, step, *batch, &rows)
+                                   .WithContext("pull of step " + std::to_string(step)));
       const double pull_s = prefetcher ? pull_wait : Since(t1);
       const bool vote = o.stop_requested && o.stop_requested();
       auto st = trainer->StepWithRows(*batch, rows, vote);
@@ -211,8 +211,8 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       result.last_loss = st->loss;
       progress.step = step;
       progress.loss = st->loss;
-      const bool log_now = (step + 1) % job.train.log_every_steps == 0 || step + 1 == total ||
-                           st->stop_agreed;
+      const bool log_now =
+          (step + 1) % job.train.log_every_steps == 0 || step + 1 == total || st->stop_agreed;
       if (log_now) {
         const double elapsed = Since(window_t0);
         progress.samples_per_sec =
@@ -266,9 +266,8 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     sum.Merge(result.dense_checksum);
     result.model_checksum = sum.Hex();
     if (o.metrics)
-      TANDEM_RETURN_IF_ERROR(
-          o.metrics->WriteFinal({result.auc, result.logloss, result.model_checksum,
-                                 result.teacher_auc, total - 1}));
+      TANDEM_RETURN_IF_ERROR(o.metrics->WriteFinal(
+          {result.auc, result.logloss, result.model_checksum, result.teacher_auc, total - 1}));
     if (o.tensorboard) {
       metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(result.auc)},
                              {metrics::kTagLogloss, AsScalar(result.logloss)}};

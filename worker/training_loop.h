@@ -62,9 +62,9 @@ struct TrainingResult {
   int64_t steps_done = 0;  // the next step to train
   double auc = NAN, logloss = NAN, teacher_auc = NAN;
   double last_loss = NAN;
-  double samples_per_sec = 0;     // global, over the whole run
-  std::string model_checksum;     // rank 0, when completed
-  ModelChecksum dense_checksum;   // every rank
+  double samples_per_sec = 0;       // global, over the whole run
+  std::string model_checksum;       // rank 0, when completed
+  ModelChecksum dense_checksum;     // every rank
   std::vector<float> dense_params;  // every rank: the dense model at the end (tests, export)
 };
 

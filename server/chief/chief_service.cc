@@ -52,10 +52,6 @@ void SendStatus(wire::Responder& r, const Status& s) {
 
 std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2}}; }
 
-void RegisterChiefService(wire::RpcServer* server) {
-  wire::RegisterDiagnostics(server, kControlLane);
-}
-
 StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobConfig& job,
                                                              wire::RpcServer* server) {
   auto state = ChiefState::Open(job.checkpoint.dir);

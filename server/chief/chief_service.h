@@ -29,10 +29,6 @@ namespace tandem::chief {
 
 std::vector<wire::LaneOptions> ChiefLanes();
 
-// Diagnostics only, for a chief started without a ChiefService.
-// TODO(cleanup): remove once the daemon constructs a ChiefService.
-void RegisterChiefService(wire::RpcServer* server);
-
 // Safe for concurrent use. `server` must outlive the service and be stopped before the service
 // is destroyed (its handlers call into the service).
 class ChiefService {

@@ -258,10 +258,12 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
   auto req = m.envelope().getBody().getPullRequest();
   wire::OutMessage reply = r.NewReply();
   auto body = reply.envelope().getBody().initPullReply();
-  auto slices = body.initTables(req.getTables().size());
+  // One list reader: each getTables() call counts against the message's traversal limit.
+  const auto tables = req.getTables();
+  auto slices = body.initTables(tables.size());
   uint16_t frame = 0;
-  for (unsigned i = 0; i < req.getTables().size(); ++i) {
-    auto t = req.getTables()[i];
+  for (unsigned i = 0; i < tables.size(); ++i) {
+    auto t = tables[i];
     const uint32_t table = t.getTableId();
     const uint32_t dim = shard_->options().tables[table].dim;
     std::span<const uint64_t> ids;

@@ -46,9 +46,9 @@ config::JobConfig Job(const std::string& dir, int ps, int workers, int64_t batch
           "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.2\n"
           "train:\n  batch_size: " +
           std::to_string(batch) + "\n  steps: " + std::to_string(steps) +
-          "\n  embedding_staleness: " + std::to_string(k) +
-          "\n  seed: 11\n  dense_optimizer: " + dense_optimizer +
-          "\n  dense_lr: " + std::to_string(dense_lr) + "\n  log_every_steps: 5\n"
+          "\n  embedding_staleness: " + std::to_string(k) + "\n  seed: 11\n  dense_optimizer: " +
+          dense_optimizer + "\n  dense_lr: " + std::to_string(dense_lr) +
+          "\n  log_every_steps: 5\n"
           "ps:\n  data_dir: " +
           dir + "/ps\n  storage: memory\n",
       "math.yaml", {});
@@ -76,7 +76,8 @@ struct Shards {
       id.index = i;
       id.incarnation = 1;
       servers.push_back(std::make_unique<wire::RpcServer>(&context, so, id));
-      services.push_back(std::make_unique<ps::PsService>(shards.back().get(), servers.back().get()));
+      services.push_back(
+          std::make_unique<ps::PsService>(shards.back().get(), servers.back().get()));
       services.back()->Register();
       EXPECT_TRUE(servers.back()->Start().ok());
       endpoints.push_back(servers.back()->endpoint());
@@ -147,8 +148,7 @@ TrainedCluster Train(const config::JobConfig& job, const std::string& store_dir)
       o.prefetch_embeddings = prefetch.get();
       o.collective = gloo.get();
       o.backend = backend->get();
-      if (r == 0)
-        o.sparse_checksum = [&](int64_t last) { return client->Checksum(last); };
+      if (r == 0) o.sparse_checksum = [&](int64_t last) { return client->Checksum(last); };
       auto res = worker::RunTrainingLoop(o);
       if (!res.ok()) {
         status[static_cast<size_t>(r)] = res.status();

@@ -1,0 +1,41 @@
+// What each daemon does once its RPC server is bound (RunDaemon does the common part: config,
+// task, job id, logging, the server, the ready file). Each returns the exit status
+// (PROTOCOLS §12) and stops on SIGTERM/SIGINT as DESIGN §1 says: the whole job stops.
+#pragma once
+
+#include <signal.h>
+
+#include <string>
+#include <zmq.hpp>
+
+#include "common/config/job_config.h"
+#include "common/job_id.h"
+#include "common/wire/rpc_server.h"
+
+namespace tandem::ps {
+class Shard;
+}
+namespace tandem::chief {
+class ChiefService;
+}
+
+namespace tandem::cli {
+
+struct RoleContext {
+  const config::JobConfig* job = nullptr;
+  int index = 0;
+  JobId job_id;
+  std::string host;  // this task's host (from the cluster spec)
+  zmq::context_t* context = nullptr;
+  wire::RpcServer* server = nullptr;  // started
+  sigset_t stop_signals;              // blocked in every thread; wait with sigtimedwait
+};
+
+int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service);
+int RunPsRole(const RoleContext& ctx, ps::Shard* shard);
+int RunWorkerRole(const RoleContext& ctx);
+
+// True when a stop signal arrived within `wait` (SIGTERM or SIGINT); *signal gets it.
+bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, int* signal);
+
+}  // namespace tandem::cli

@@ -1,0 +1,201 @@
+// `tandem worker`: join the job, wait for the whole cluster, connect to the shards and the other
+// replicas, train, report the result to the chief and exit.
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "cli/member.h"
+#include "cli/roles.h"
+#include "common/determinism_class.h"
+#include "common/exit_codes.h"
+#include "common/log.h"
+#include "common/metrics/metrics_writer.h"
+#include "common/metrics/tensorboard_writer.h"
+#include "common/ps_client.h"
+#include "worker/collective/chief_store.h"
+#include "worker/collective/gloo_collective.h"
+#include "worker/device/backend_factory.h"
+#include "worker/device/cpu/cpu_backend.h"
+#include "worker/training_loop.h"
+
+namespace tandem::cli {
+namespace {
+
+// Exit status for a training error: an invalid push or bad data is the job's input, not a
+// crash (PROTOCOLS §2.6, §12).
+int ExitFor(const Status& s) {
+  return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+}
+
+// A job that starts from step 0 owns output.dir: metrics of an earlier job there are moved
+// aside, not appended to (resuming arrives with checkpoints).
+void MoveAsideOldMetrics(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  for (int i = 1;; ++i) {
+    const std::string old = path + "." + std::to_string(i);
+    if (!std::filesystem::exists(old, ec)) {
+      std::filesystem::rename(path, old, ec);
+      TLOG_INFO("moved the previous job's {} to {}", path, old);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int RunWorkerRole(const RoleContext& ctx) {
+  const auto& job = *ctx.job;
+  const int rank = ctx.index;
+  const int world = static_cast<int>(job.cluster.workers.size());
+  if (job.cluster.chief.at(0).ends_with(":0")) {
+    TLOG_ERROR("cluster.chief has port 0: a worker needs the chief's address (tandem local "
+               "starts the chief first and passes it on)");
+    return kExitInvalid;
+  }
+  int exit_status = kExitOk;
+  auto chief = JoinJob(ctx, wire::Role::WORKER,
+                       DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName()),
+                       &exit_status);
+  if (!chief) return exit_status;
+
+  // SIGTERM/SIGINT stop the whole job: the vote rides in the next step's all-reduce and the
+  // chief tells everyone else.
+  std::atomic<bool> stop_signal{false}, finished{false};
+  std::thread signals([&] {
+    while (!finished.load()) {
+      int sig = 0;
+      if (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) continue;
+      TLOG_INFO("received {}: asking the chief to stop the job", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      stop_signal.store(true);
+      chief->StopJob("SIGTERM to worker:" + std::to_string(rank)).status().IgnoreError();
+    }
+  });
+  struct JoinSignals {
+    std::atomic<bool>* finished;
+    std::thread* thread;
+    ~JoinSignals() {
+      finished->store(true);
+      thread->join();
+    }
+  } join_signals{&finished, &signals};
+
+  Progress progress;
+  progress.state = "waiting";
+  chief->SetProgress(progress);
+  auto report_failure = [&](const Status& s, int status) {
+    TLOG_ERROR("{}", s.ToString());
+    progress.state = "failed";
+    progress.detail = "worker:" + std::to_string(rank) + ": " + s.ToString();
+    chief->SetProgress(progress);
+    chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
+    return status;
+  };
+
+  auto view = chief->AwaitComplete(std::chrono::seconds(job.recovery.max_wait_s));
+  if (!view.ok()) return report_failure(view.status().WithContext("waiting for the cluster"), 1);
+  const wire::Identity self = chief->identity();
+  PsClientOptions po;
+  for (const MemberView* m : view->Of("ps")) po.shards.push_back(m->address);
+  po.dims.assign(static_cast<size_t>(job.data.num_categorical),
+                 static_cast<uint32_t>(job.model.embedding_dim));
+  po.timeout = std::chrono::milliseconds(std::max<int64_t>(120000, job.recovery.max_wait_s * 1000));
+  PsClient ps(ctx.context, self, po);
+  std::unique_ptr<PsClient> prefetch_ps;
+  if (job.train.embedding_staleness >= 1)
+    prefetch_ps = std::make_unique<PsClient>(ctx.context, self, po);
+
+  collective::ChiefStore store(chief.get());
+  std::unique_ptr<collective::GlooCollective> gloo;
+  if (world > 1) {
+    collective::GlooOptions go;
+    go.rank = rank;
+    go.size = world;
+    go.store = &store;
+    go.prefix = "gen-" + std::to_string(self.generation);
+    go.iface = ctx.host.rfind("127.", 0) == 0 || ctx.host == "localhost" ? "" : job.collective.iface;
+    go.hostname = ctx.host;
+    go.timeout_ms = job.collective.timeout_ms;
+    go.abort_grace_ms = job.collective.abort_grace_ms;
+    auto g = collective::GlooCollective::Create(go);
+    if (!g.ok()) return report_failure(g.status().WithContext("joining the other workers"), 1);
+    gloo = std::move(g).value();
+    TLOG_INFO("all-reduce group of {} workers joined ({})", world, go.prefix);
+  }
+  auto backend = device::CreateBackend(job.train);
+  if (!backend.ok()) return report_failure(backend.status(), kExitInvalid);
+
+  std::unique_ptr<metrics::MetricsWriter> metrics;
+  std::unique_ptr<metrics::TensorBoardWriter> tensorboard;
+  if (rank == 0) {
+    const std::string path = job.output.dir + "/metrics.jsonl";
+    std::error_code ec;
+    std::filesystem::create_directories(job.output.dir, ec);
+    MoveAsideOldMetrics(path);
+    auto m = metrics::MetricsWriter::Open(path);
+    if (!m.ok()) return report_failure(m.status(), 1);
+    metrics = std::move(m).value();
+    auto tb = metrics::TensorBoardWriter::Open(job.output.dir + "/tensorboard");
+    if (!tb.ok()) return report_failure(tb.status(), 1);
+    tensorboard = std::move(tb).value();
+  }
+
+  progress.state = "training";
+  chief->SetProgress(progress);
+  worker::TrainingLoopOptions o;
+  o.job = &job;
+  o.rank = rank;
+  o.world = world;
+  o.timeline = self.timeline;
+  o.embeddings = &ps;
+  o.prefetch_embeddings = prefetch_ps.get();
+  o.collective = gloo.get();
+  o.backend = backend->get();
+  o.metrics = metrics.get();
+  o.tensorboard = tensorboard.get();
+  if (rank == 0) o.sparse_checksum = [&](int64_t last) { return ps.Checksum(last); };
+  o.on_progress = [&](const worker::LoopProgress& p) {
+    log::SetStep(p.step);
+    progress.step = p.step;
+    // The chief sums its members' rates: report this worker's share of the global rate.
+    progress.samples_per_sec = p.samples_per_sec / world;
+    progress.state = p.evaluating ? "evaluating" : "training";
+    progress.loss = p.loss;
+    progress.auc = p.auc;
+    progress.logloss = p.logloss;
+    progress.teacher_auc = p.teacher_auc;
+    chief->SetProgress(progress);
+  };
+  o.stop_requested = [&] { return stop_signal.load() || chief->stop_requested() || chief->fenced(); };
+  TLOG_INFO("training steps {}..{} of {} (k = {}, batch {} per worker, {} workers, {} shards)",
+            0, job.train.steps - 1, job.train.steps, job.train.embedding_staleness,
+            job.train.batch_size, world, po.shards.size());
+  auto result = worker::RunTrainingLoop(o);
+  if (chief->fenced()) {
+    TLOG_ERROR("this incarnation was replaced: exiting without reporting");
+    return kExitFenced;
+  }
+  if (!result.ok()) return report_failure(result.status(), ExitFor(result.status()));
+  progress.step = result->steps_done - 1;
+  progress.auc = result->auc;
+  progress.logloss = result->logloss;
+  progress.teacher_auc = result->teacher_auc;
+  progress.loss = result->last_loss;
+  progress.samples_per_sec = result->samples_per_sec / world;
+  progress.model_checksum = result->model_checksum;
+  progress.state = result->completed ? "done" : "stopped";
+  if (rank == 0 && metrics) progress.detail = "metrics in " + metrics->path();
+  chief->SetProgress(progress);
+  Status told = chief->HeartbeatNow(std::chrono::milliseconds(5000));
+  if (!told.ok()) TLOG_WARN("could not tell the chief the result: {}", told.ToString());
+  if (result->completed)
+    TLOG_INFO("done: {} steps, {:.0f} samples/s, auc {:.5f}, logloss {:.5f}, model_checksum {}",
+              result->steps_done, result->samples_per_sec, result->auc, result->logloss,
+              result->model_checksum.empty() ? "(rank 0)" : result->model_checksum);
+  else
+    TLOG_INFO("stopped after step {}", result->steps_done - 1);
+  chief->StopHeartbeats();
+  return kExitOk;
+}
+
+}  // namespace tandem::cli

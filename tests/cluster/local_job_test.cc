@@ -1,0 +1,344 @@
+// Whole jobs as a user runs them: `tandem local` (chief, PS shards and workers as processes on
+// 127.0.0.1) and the daemons started by hand, with the chief's view read by `tandem status`.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "common/testing/test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// A small synthetic DLRM job under `dir`. Cluster addresses come from `tandem local`.
+std::string SmallJob(const std::string& dir, int64_t steps) {
+  return "cluster:\n  chief: [\"127.0.0.1:0\"]\n  ps: [\"127.0.0.1:0\"]\n"
+         "  workers: [\"127.0.0.1:0\"]\n"
+         "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
+         "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n"
+         "    init: {dist: uniform, scale: 0.01}\n"
+         "data:\n  format: synthetic\n  num_categorical: 26\n"
+         "  synthetic:\n    vocab: 200\n    zipf: 1.1\n    eval_rows: 8000\n"
+         "train:\n  steps: " +
+         std::to_string(steps) +
+         "\n  batch_size: 128\n  seed: 7\n  dense_optimizer: adam\n  dense_lr: 0.01\n"
+         "  log_every_steps: 50\n  eval_every_steps: 0\n"
+         "ps:\n  data_dir: " +
+         dir + "/ps\n  storage: memory\n" +
+         "chief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 5000\n"
+         "collective:\n  timeout_ms: 20000\n"
+         "checkpoint:\n  dir: " +
+         dir + "/ckpt\noutput:\n  dir: " + dir + "/out\n";
+}
+
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(ReadFile(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+CommandResult Local(const TempDir& dir, int ps, int workers, std::vector<std::string> sets = {},
+                    milliseconds timeout = milliseconds(240000)) {
+  std::vector<std::string> argv = {TANDEM_BINARY, "local",     "--config",
+                                    dir.File("job.yaml"), "--ps", std::to_string(ps),
+                                    "--workers", std::to_string(workers)};
+  for (auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  return RunCommand(argv, {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, timeout);
+}
+
+TEST(LocalJobTest, TwoPsTwoWorkersReachTheTeachersAuc) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 3000));
+  auto r = Local(dir, 2, 2);
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("job done after step 2999 of 3000"), std::string::npos) << r.output;
+  auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
+  ASSERT_GE(lines.size(), 2u);
+  const auto& final_line = lines.back();
+  ASSERT_TRUE(final_line.value("final", false)) << final_line;
+  const double auc = final_line["auc"].get<double>();
+  const double teacher = final_line["teacher_auc"].get<double>();
+  EXPECT_GT(auc, teacher - 0.02) << "model " << auc << " teacher " << teacher;
+  EXPECT_EQ(final_line["model_checksum"].get<std::string>().size(), 32u);
+  // The step lines: the global-batch loss falls, and the time breakdown is there.
+  const auto& first = lines.front();
+  for (const char* key : {"step", "timeline", "loss", "samples_per_sec", "data_s", "pull_s",
+                          "compute_s", "allreduce_s", "push_s", "wait_s"})
+    EXPECT_TRUE(first.contains(key)) << key << " missing from " << first;
+  EXPECT_LT(lines[lines.size() - 2]["loss"].get<double>(), first["loss"].get<double>());
+  // Only the chief's summary reached the terminal; each process logged to its own file.
+  EXPECT_EQ(r.output.find("registered with the chief"), std::string::npos) << r.output;
+  for (const char* log : {"chief-0", "ps-0", "ps-1", "worker-0", "worker-1"})
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/out/logs/" + log + ".log")) << log;
+  bool has_events = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/out/tensorboard"))
+    has_events |= e.path().filename().string().find("tfevents") != std::string::npos;
+  EXPECT_TRUE(has_events);
+  // Every child has exited.
+  auto cluster = nlohmann::json::parse(ReadFile(dir.path() + "/out/cluster.json"));
+  ASSERT_EQ(cluster["members"].size(), 5u);
+  for (const auto& m : cluster["members"])
+    EXPECT_NE(::kill(m["pid"].get<int>(), 0), 0) << m["task"] << " still runs";
+}
+
+TEST(LocalJobTest, TwoIdenticalRunsEndWithTheSameModelChecksum) {
+  std::string checksums[2];
+  for (auto& checksum : checksums) {
+    TempDir dir;
+    WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 60));
+    auto r = Local(dir, 2, 2);
+    ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+    auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
+    ASSERT_FALSE(lines.empty());
+    checksum = lines.back()["model_checksum"].get<std::string>();
+    EXPECT_NE(r.output.find("model_checksum " + checksum), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(checksums[0], checksums[1]);
+}
+
+TEST(LocalJobTest, SigtermStopsTheWholeJobAndEveryChildExits0) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 1000000));
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "1", "--workers", "2"};
+  o.output_path = dir.File("local.log");
+  auto local = Subprocess::Spawn(o);
+  ASSERT_TRUE(local.ok());
+  const std::string metrics = dir.path() + "/out/metrics.jsonl";
+  ASSERT_TRUE(WaitForFile(metrics, milliseconds(60000))) << ReadFile(dir.File("local.log"));
+  local->Signal(SIGTERM);
+  auto e = local->Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value()) << ReadFile(dir.File("local.log"));
+  EXPECT_EQ(e->exit_code, 0) << ReadFile(dir.File("local.log"));
+  const std::string out = ReadFile(dir.File("local.log"));
+  EXPECT_NE(out.find("job stopped"), std::string::npos) << out;
+  auto cluster = nlohmann::json::parse(ReadFile(dir.path() + "/out/cluster.json"));
+  for (const auto& m : cluster["members"])
+    EXPECT_NE(::kill(m["pid"].get<int>(), 0), 0) << m["task"] << " still runs";
+  // Stopped is not finished: no final line.
+  for (const auto& line : ReadJsonLines(metrics)) EXPECT_FALSE(line.contains("final")) << line;
+  for (const char* log : {"worker-0", "worker-1", "ps-0", "chief-0"})
+    EXPECT_NE(ReadFile(dir.path() + "/out/logs/" + std::string(log) + ".log").find("stop"),
+              std::string::npos)
+        << log;
+}
+
+TEST(LocalJobTest, StatusDirListsEveryProcessAndACrashedPsIsRestartedAndTrainingGoesOn) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 1000000));
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "local", "--config", dir.File("job.yaml"), "--ps", "2", "--workers", "1"};
+  o.output_path = dir.File("local.log");
+  auto local = Subprocess::Spawn(o);
+  ASSERT_TRUE(local.ok());
+  const std::string out = dir.path() + "/out";
+  auto status = [&] {
+    auto r = RunCommand({TANDEM_BINARY, "status", "--dir", out, "--json"}, {}, {},
+                        milliseconds(10000));
+    const auto brace = r.output.find('{');
+    return std::make_pair(r.exit.exit_code, brace == std::string::npos
+                                                ? nlohmann::json()
+                                                : nlohmann::json::parse(r.output.substr(brace),
+                                                                        nullptr, false));
+  };
+  auto worker_step = [](const nlohmann::json& j) -> int64_t {
+    if (!j.contains("members")) return -1;
+    for (const auto& m : j["members"])
+      if (m["role"] == "worker") return m["step"].get<int64_t>();
+    return -1;
+  };
+  // Wait for training, then every process is listed and up.
+  std::pair<int, nlohmann::json> s;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  do {
+    ASSERT_LT(Clock::now(), deadline) << ReadFile(dir.File("local.log"));
+    std::this_thread::sleep_for(milliseconds(200));
+    s = status();
+  } while (worker_step(s.second) < 20);
+  EXPECT_EQ(s.first, 0) << s.second.dump();
+  ASSERT_EQ(s.second["members"].size(), 4u) << s.second.dump();
+  int ps_pid = 0;
+  uint64_t ps_incarnation = 0;
+  for (const auto& m : s.second["members"]) {
+    EXPECT_NE(m["state"], "lost") << m;
+    if (m["role"] == "ps" && m["index"] == 0) {
+      ps_pid = m["pid"].get<int>();
+      ps_incarnation = m["incarnation"].get<uint64_t>();
+    }
+  }
+  ASSERT_GT(ps_pid, 0) << s.second.dump();
+
+  // kill -9 a shard: `tandem local` restarts it on its port, the chief admits the new
+  // incarnation (its probe finds the old one gone), the shard recovers from its restore point
+  // and push log, and the worker goes on training.
+  ::kill(ps_pid, SIGKILL);
+  const int64_t step_at_kill = worker_step(status().second);
+  deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    ASSERT_LT(Clock::now(), deadline) << s.second.dump() << ReadFile(dir.File("local.log"))
+                                      << ReadFile(out + "/logs/ps-0.log");
+    std::this_thread::sleep_for(milliseconds(200));
+    s = status();
+    bool ps_back = false;
+    if (s.second.contains("members"))
+      for (const auto& m : s.second["members"])
+        if (m["role"] == "ps" && m["index"] == 0 && m["state"] != "lost" &&
+            m["incarnation"].get<uint64_t>() > ps_incarnation)
+          ps_back = true;
+    if (ps_back && worker_step(s.second) > step_at_kill + 20) break;
+  }
+  EXPECT_NE(ReadFile(dir.File("local.log")).find("ps:0 ended"), std::string::npos);
+
+  local->Signal(SIGTERM);
+  auto e = local->Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value()) << ReadFile(dir.File("local.log"));
+  EXPECT_EQ(e->exit_code, 0) << ReadFile(dir.File("local.log"));
+  // The job is over: the chief is gone, and status says so with exit 1.
+  EXPECT_EQ(status().first, 1);
+}
+
+// The daemons started one by one, as on bare metal: the chief first, the others told its port.
+class HandStartedCluster : public ::testing::Test {
+ protected:
+  struct Proc {
+    std::optional<Subprocess> p;
+    std::string log;
+  };
+
+  void SetUp() override { WriteFile(dir_.File("job.yaml"), SmallJob(dir_.path(), 1000000)); }
+  void TearDown() override {
+    for (auto& [name, proc] : procs_)
+      if (proc.p && proc.p->running()) proc.p->Stop(milliseconds(5000));
+  }
+
+  std::vector<std::string> Sets() const {
+    return {"--set", "cluster.chief=[127.0.0.1:" + chief_port_ + "]"};
+  }
+
+  void Start(const std::string& role, const std::string& task, bool wait_ready = true) {
+    Proc& proc = procs_[task];
+    proc.log = dir_.File(task + ".log");
+    const std::string ready = dir_.File(task + ".ready");
+    SpawnOptions o;
+    o.argv = {TANDEM_BINARY, role, "--config", dir_.File("job.yaml"), "--task", task,
+              "--ready-file", ready};
+    if (role != "chief") {
+      auto s = Sets();
+      o.argv.insert(o.argv.end(), s.begin(), s.end());
+    }
+    o.unset_env = {"TF_CONFIG"};
+    o.output_path = proc.log;
+    auto p = Subprocess::Spawn(o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    proc.p.emplace(std::move(p).value());
+    if (!wait_ready) return;
+    ASSERT_TRUE(WaitForFile(ready, milliseconds(20000))) << ReadFile(proc.log);
+    if (role == "chief") {
+      auto j = nlohmann::json::parse(ReadFile(ready));
+      const std::string ep = j["address"].get<std::string>();
+      chief_port_ = ep.substr(ep.rfind(':') + 1);
+    }
+  }
+
+  nlohmann::json Status() {
+    std::vector<std::string> argv = {TANDEM_BINARY, "status", "--config", dir_.File("job.yaml"),
+                                     "--json"};
+    auto s = Sets();
+    argv.insert(argv.end(), s.begin(), s.end());
+    auto r = RunCommand(argv, {}, {}, milliseconds(10000));
+    const auto brace = r.output.find('{');
+    if (brace == std::string::npos) return nlohmann::json();
+    return nlohmann::json::parse(r.output.substr(brace), nullptr, false);
+  }
+
+  static const nlohmann::json* Member(const nlohmann::json& status, const std::string& role,
+                                      int index) {
+    if (!status.contains("members")) return nullptr;
+    for (const auto& m : status["members"])
+      if (m["role"] == role && m["index"] == index) return &m;
+    return nullptr;
+  }
+
+  TempDir dir_;
+  std::string chief_port_;
+  std::map<std::string, Proc> procs_;
+};
+
+TEST_F(HandStartedCluster, StatusListsEveryProcessAndTheChiefReportsAKilledWorkerLost) {
+  Start("chief", "chief:0");
+  Start("ps", "ps:0");
+  Start("worker", "worker:0");
+  // Training under way: every process listed, up, with its step.
+  nlohmann::json status;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    status = Status();
+    const auto* w = Member(status, "worker", 0);
+    if (w && (*w)["step"].get<int64_t>() >= 5) break;
+    ASSERT_LT(Clock::now(), deadline) << status.dump() << ReadFile(procs_["worker:0"].log);
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  EXPECT_EQ(status["job_state"], "training") << status.dump();
+  for (auto [role, index] : {std::pair<std::string, int>{"chief", 0}, {"ps", 0}, {"worker", 0}}) {
+    const auto* m = Member(status, role, index);
+    ASSERT_NE(m, nullptr) << role << " missing from " << status.dump();
+    EXPECT_NE((*m)["state"], "lost") << status.dump();
+  }
+
+  // kill -9: the chief declares the worker lost within the heartbeat timeout (plus its probe).
+  const auto killed_at = Clock::now();
+  procs_["worker:0"].p->Signal(SIGKILL);
+  double detected_s = -1;
+  while (Clock::now() - killed_at < std::chrono::seconds(20)) {
+    status = Status();
+    const auto* w = Member(status, "worker", 0);
+    if (w && (*w)["state"] == "lost") {
+      detected_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_GT(detected_s, 0) << status.dump() << ReadFile(procs_["chief:0"].log);
+  // heartbeat_timeout_ms 5000 + a probe (<= 1 s) + a monitor tick and the status round trip.
+  EXPECT_LT(detected_s, 7.5) << status.dump();
+  EXPECT_NE(ReadFile(procs_["chief:0"].log).find("lost"), std::string::npos);
+
+  // SIGTERM to the chief stops the job; chief and PS exit 0.
+  procs_["chief:0"].p->Signal(SIGTERM);
+  auto e = procs_["chief:0"].p->Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value()) << ReadFile(procs_["chief:0"].log);
+  EXPECT_EQ(e->exit_code, 0) << ReadFile(procs_["chief:0"].log);
+  e = procs_["ps:0"].p->Wait(milliseconds(30000));
+  ASSERT_TRUE(e.has_value()) << ReadFile(procs_["ps:0"].log);
+  EXPECT_EQ(e->exit_code, 0) << ReadFile(procs_["ps:0"].log);
+}
+
+TEST_F(HandStartedCluster, ASecondLiveIncarnationOfARankIsRefusedWith75) {
+  Start("chief", "chief:0");
+  Start("ps", "ps:0");
+  Start("worker", "worker:0");
+  // A second worker:0 while the first is alive is refused: exit 75, "do not restart".
+  std::vector<std::string> argv = {TANDEM_BINARY, "worker", "--config", dir_.File("job.yaml"),
+                                   "--task", "worker:0"};
+  auto s = Sets();
+  argv.insert(argv.end(), s.begin(), s.end());
+  auto r = RunCommand(argv, {}, {"TF_CONFIG"}, milliseconds(30000));
+  EXPECT_EQ(r.exit.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("worker:0"), std::string::npos) << r.output;
+  EXPECT_TRUE(procs_["worker:0"].p->running()) << ReadFile(procs_["worker:0"].log);
+}
+
+}  // namespace
+}  // namespace tandem::testing
