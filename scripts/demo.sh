@@ -3,21 +3,23 @@
 # held-out, labels from a hidden teacher model whose AUC is the best achievable), and trains
 # DLRM on a local cluster of a chief, 2 PS shards and 2 CPU workers on 127.0.0.1, with a live
 # progress line. Ends with the model's held-out AUC beside the teacher's.
-#   STEPS=N  train N steps (default 4000: a few minutes on 2 cores)
+#   STEPS=N  train N steps (default 8000: about two minutes on 2 cores)
+#   ROWS=N   generated training records (default 2.5 million, 670 MB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build >/dev/null
 TANDEM=build/cli/tandem
 OUT=${OUT:-out/demo}
-STEPS=${STEPS:-4000}
-ROWS=${ROWS:-600000}
+STEPS=${STEPS:-8000}
+ROWS=${ROWS:-2500000}
 rm -rf "$OUT"
+mkdir -p "$OUT/data"
 echo "== $($TANDEM --version | head -1)"
 echo "== tandem datagen: synthetic CTR data (Zipf ids, labels from a seeded teacher model)"
-$TANDEM datagen --format binary --rows "$ROWS" --seed 1 --vocab 10000 \
+$TANDEM datagen --format binary --rows "$ROWS" --seed 1 --vocab 1000 \
   --out "$OUT/data/train.bin"
-teacher=$($TANDEM datagen --format binary --rows 20000 --seed 1 --vocab 10000 --stream eval \
+teacher=$($TANDEM datagen --format binary --rows 20000 --seed 1 --vocab 1000 --stream eval \
   --out "$OUT/data/eval.bin")
 echo "$teacher"
 teacher_auc=$(sed -n 's/.*teacher AUC \([0-9.]*\).*/\1/p' <<<"$teacher")
