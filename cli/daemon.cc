@@ -206,14 +206,4 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   return status;
 }
 
-bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, int* signal) {
-  timespec t{static_cast<time_t>(wait.count() / 1000),
-             static_cast<long>((wait.count() % 1000) * 1000000)};
-  siginfo_t info;
-  const int sig = sigtimedwait(&set, &info, &t);
-  if (sig <= 0) return false;
-  *signal = sig;
-  return true;
-}
-
 }  // namespace tandem::cli

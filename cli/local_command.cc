@@ -237,9 +237,8 @@ int RunLocal(const LocalArgs& args) {
   bool gave_up = false;
   std::string failure;
   for (;;) {
-    timespec tick{0, 250 * 1000 * 1000};
-    siginfo_t info;
-    if (sigtimedwait(&stop_signals, &info, &tick) > 0) {
+    int sig = 0;
+    if (WaitStopSignal(stop_signals, milliseconds(250), &sig)) {
       if (stop_asked) {
         std::printf("\ntandem local: second stop signal: stopping every process now\n");
         break;

@@ -8,6 +8,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "cli/stop_signals.h"
 #include "common/config/job_config.h"
 #include "common/job_id.h"
 #include "common/wire/rpc_server.h"
@@ -28,14 +29,11 @@ struct RoleContext {
   std::string host;  // this task's host (from the cluster spec)
   zmq::context_t* context = nullptr;
   wire::RpcServer* server = nullptr;  // started
-  sigset_t stop_signals;              // blocked in every thread; wait with sigtimedwait
+  sigset_t stop_signals;              // blocked in every thread; see WaitStopSignal
 };
 
 int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service);
 int RunPsRole(const RoleContext& ctx, ps::Shard* shard);
 int RunWorkerRole(const RoleContext& ctx);
-
-// True when a stop signal arrived within `wait` (SIGTERM or SIGINT); *signal gets it.
-bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, int* signal);
 
 }  // namespace tandem::cli

@@ -1,20 +1,61 @@
 // SIGTERM/SIGINT handling shared by the daemons and the local supervisor.
 #pragma once
 
+#include <pthread.h>
 #include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
 
 namespace tandem::cli {
 
-// Blocks SIGTERM/SIGINT in every thread (call before any thread starts) so that the main thread
-// alone receives them through sigwait/sigtimedwait, with no global handler state. Children
-// started with Subprocess get an empty mask again.
+namespace internal {
+// A stop signal that reached a thread which had not blocked it (OpenBLAS starts its thread pool
+// in a static constructor, before main can block anything), kept for WaitStopSignal.
+inline std::atomic<int> pending_stop{0};
+extern "C" inline void KeepStopSignal(int sig) { pending_stop.store(sig); }
+}  // namespace internal
+
+// Blocks SIGTERM/SIGINT in this thread and every thread it starts later (call first thing in
+// main) so that they arrive through WaitStopSignal, with no work done in a signal handler.
+// Threads that libraries started before main do not inherit the mask; there a handler keeps the
+// signal instead of letting it kill the process. Children started with Subprocess get an empty
+// mask and default dispositions again (exec resets handlers).
 inline sigset_t BlockStopSignals() {
+  struct sigaction sa = {};
+  sa.sa_handler = internal::KeepStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
+}
+
+// True when a stop signal arrived within `wait` (SIGTERM or SIGINT); *signal gets it.
+inline bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, int* signal) {
+  if (int s = internal::pending_stop.exchange(0); s != 0) {
+    *signal = s;
+    return true;
+  }
+  timespec t{static_cast<time_t>(wait.count() / 1000),
+             static_cast<long>((wait.count() % 1000) * 1000000)};
+  siginfo_t info;
+  const int sig = sigtimedwait(&set, &info, &t);
+  if (sig > 0) {
+    *signal = sig;
+    return true;
+  }
+  if (int s = internal::pending_stop.exchange(0); s != 0) {
+    *signal = s;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace tandem::cli
