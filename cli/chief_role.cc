@@ -18,8 +18,8 @@ int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
     return kExitRuntimeFailure;
   }
   // How long members get to report and leave once the job has ended or was asked to stop.
-  const auto leave_grace = std::chrono::milliseconds(job.collective.timeout_ms +
-                                                     job.chief.heartbeat_timeout_ms + 10000);
+  const auto leave_grace =
+      std::chrono::milliseconds(job.collective.timeout_ms + job.chief.heartbeat_timeout_ms + 10000);
   for (;;) {
     int sig = 0;
     if (WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) {

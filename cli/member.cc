@@ -21,7 +21,8 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
   if (!reg.ok()) {
     TLOG_ERROR("registration with the chief at {} failed: {}", o.chief_endpoint,
                reg.status().ToString());
-    *exit_status = reg.status().code() == StatusCode::kPermissionDenied ? kExitFenced : kExitRuntimeFailure;
+    *exit_status =
+        reg.status().code() == StatusCode::kPermissionDenied ? kExitFenced : kExitRuntimeFailure;
     return nullptr;
   }
   wire::Identity self = ctx.server->identity();
