@@ -1,5 +1,7 @@
-// `tandem checksum --config JOB.yaml --sparse`: the embedding part of a stopped job's
-// model_checksum (DESIGN §12), read from its parameter servers' directories.
+// `tandem checksum --config JOB.yaml [--sparse]`: a stopped job's model_checksum (DESIGN §12):
+// the embedding part read from its parameter servers' directories, merged with the dense part
+// from rank 0's `output.dir/model/dense.ckpt` (worker/dense_state.h); --sparse: the embedding
+// part only.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,7 @@ struct ChecksumArgs {
   std::vector<std::string> sets;  // --set key.path=value, applied before validation
   int num_ps = 0;                 // > 0: the job ran with this many shards (`tandem local --ps N`)
   int num_workers = 0;  // > 0: the job ran with this many workers (`tandem local --workers M`)
-  bool sparse = false;  // the embedding part only (the dense part is not read yet)
+  bool sparse = false;  // the embedding part only (no dense.ckpt needed)
   std::string log_level = "warn";
 };
 
@@ -35,9 +37,14 @@ struct SparseChecksum {
 // shards than the config names).
 StatusOr<SparseChecksum> SparseChecksumOfJob(const config::JobConfig& job);
 
-// Prints the checksum (32 hex chars) on stdout and "rows: N" on stderr. Exit 0; 2 without
-// --sparse (the dense part cannot be read yet); 3 for a bad config or directories that do not
-// match it; 1 when a shard is in use or cannot be recovered.
+// `output.dir/model/dense.ckpt`, the dense state rank 0 writes when training ends.
+std::string DenseStatePath(const config::JobConfig& job);
+
+// Prints the checksum (32 hex chars) on stdout and "rows: N" (and without --sparse "dense step:
+// S") on stderr. Exit 0; 3 for a bad config, directories that do not match it, or (without
+// --sparse) a dense.ckpt that is missing, corrupt or of an unknown format, naming the file; 1
+// when a shard is in use or cannot be recovered. The dense file is checked before any shard is
+// opened. A dense step other than the shards' applied step is a warning on stderr.
 int RunChecksum(const ChecksumArgs& args);
 
 }  // namespace tandem::cli

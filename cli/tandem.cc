@@ -120,10 +120,13 @@ int Main(int argc, char** argv) {
   predict->add_option("--out", s3);
   ChecksumArgs sum;
   auto* checksum = app.add_subcommand(
-      "checksum", "print a model_checksum: a checkpoint's, or a stopped job's PS shards'");
+      "checksum",
+      "print a model_checksum: a checkpoint's, or a stopped job's (PS shards + dense.ckpt)");
   auto* sum_checkpoint = checksum->add_option("--checkpoint", s1);
   checksum->add_flag("--verify", flag, "verify every file's checksum");
-  checksum->add_option("--config", sum.config_path, "a stopped job's config: read its PS shards")
+  checksum
+      ->add_option("--config", sum.config_path,
+                   "a stopped job's config: read its PS shards and output.dir/model/dense.ckpt")
       ->check(CLI::ExistingFile)
       ->excludes(sum_checkpoint);
   checksum->add_option("--set", sum.sets, "override a config key: key.path=value (repeatable)");
@@ -131,7 +134,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   checksum->add_option("--workers", sum.num_workers, "the job's number of workers (a `local` job)")
       ->check(CLI::Range(1, 256));
-  checksum->add_flag("--sparse", sum.sparse, "the embedding part only (with --config)");
+  checksum->add_flag("--sparse", sum.sparse,
+                     "the embedding part only, from the PS shards (with --config)");
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
   keys->add_option("--out", s1);
   const NotYet not_yet[] = {

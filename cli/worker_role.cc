@@ -154,6 +154,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.metrics = metrics.get();
   o.tensorboard = tensorboard.get();
   if (rank == 0) o.sparse_checksum = [&](int64_t last) { return ps.Checksum(last); };
+  if (rank == 0) o.dense_state_path = job.output.dir + "/model/dense.ckpt";  // creates model/
   o.on_progress = [&](const worker::LoopProgress& p) {
     log::SetStep(p.step);
     progress.step = p.step;

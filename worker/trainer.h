@@ -70,7 +70,10 @@ class Trainer {
   ModelChecksum DenseChecksum() const;
 
   model::Dlrm& model() { return *model_; }
+  const model::Dlrm& model() const { return *model_; }
   const model::DenseOptimizer& optimizer() const { return *optimizer_; }
+  // For restoring a saved dense state (dense_state.h); not for use while a step runs.
+  model::DenseOptimizer& mutable_optimizer() { return *optimizer_; }
 
  private:
   explicit Trainer(const TrainerOptions& options) : options_(options) {}

@@ -10,6 +10,7 @@
 #include "worker/collective/collective.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"
+#include "worker/dense_state.h"
 #include "worker/evaluator.h"
 #include "worker/trainer.h"
 
@@ -256,6 +257,8 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
   result.dense_checksum = trainer->DenseChecksum();
   const auto params = std::as_const(trainer->model()).params();
   result.dense_params.assign(params.begin(), params.end());
+  if (o.rank == 0 && !o.dense_state_path.empty())
+    TANDEM_RETURN_IF_ERROR(WriteDenseState(o.dense_state_path, result.steps_done - 1, *trainer));
   if (!result.completed) return result;
   TANDEM_RETURN_IF_ERROR(evaluate(total));
   result.auc = progress.auc;

@@ -55,6 +55,9 @@ struct TrainingLoopOptions {
   // Polled once per step; true votes to stop the whole job after the current step.
   std::function<bool()> stop_requested;
   int data_threads = 1;  // pipeline reader threads
+  // Rank 0, when non-empty: the dense state (dense_state.h) is written here once the loop ends,
+  // completed or stopped, with step = steps_done - 1.
+  std::string dense_state_path;
 };
 
 struct TrainingResult {

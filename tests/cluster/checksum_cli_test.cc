@@ -1,9 +1,13 @@
-// `tandem checksum --config JOB --sparse` as a user runs it on a stopped job: a real binary
-// reading the shard directories that in-process shards wrote.
+// `tandem checksum --config JOB [--sparse]` as a user runs it on a stopped job: a real binary
+// reading the shard directories that in-process shards (or a real `tandem local` job) wrote, and
+// the job's dense.ckpt.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -139,15 +143,93 @@ TEST_F(ChecksumCliTest, BadConfigExits3) {
   EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/ps")) << "a bad config created state";
 }
 
-TEST_F(ChecksumCliTest, WithoutSparseOrWithACheckpointItSaysWhatIsMissing) {
-  auto r = Tandem({"checksum", "--config", config_});
-  EXPECT_EQ(r.exit.exit_code, 2) << r.output;
+// The shards alone are not the model: without --sparse a missing dense.ckpt is an error that
+// names it, and no shard is opened.
+TEST_F(ChecksumCliTest, WithoutSparseAMissingDenseFileExits3NamingIt) {
+  uint64_t rows = 0;
+  Train(2, &rows);
+  auto r = Tandem({"checksum", "--config", config_, "--ps", "2"});
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find(dir_.path() + "/out/model/dense.ckpt"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--sparse"), std::string::npos) << r.output;
-  r = Tandem({"checksum", "--checkpoint", dir_.path()});
+}
+
+TEST_F(ChecksumCliTest, WithACheckpointItSaysWhatIsMissing) {
+  auto r = Tandem({"checksum", "--checkpoint", dir_.path()});
   EXPECT_EQ(r.exit.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("not implemented yet"), std::string::npos) << r.output;
   r = Tandem({"checksum", "--checkpoint", dir_.path(), "--config", config_});
   EXPECT_EQ(r.exit.exit_code, 2) << r.output;  // one or the other
+}
+
+// A small synthetic job under `dir` (local_job_test.cc's SmallJob, shorter), shards on RocksDB.
+std::string SmallJob(const std::string& dir, int64_t steps) {
+  return "cluster:\n  chief: [\"127.0.0.1:0\"]\n  ps: [\"127.0.0.1:0\"]\n"
+         "  workers: [\"127.0.0.1:0\"]\n"
+         "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
+         "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n"
+         "    init: {dist: uniform, scale: 0.01}\n"
+         "data:\n  format: synthetic\n  num_categorical: 26\n"
+         "  synthetic:\n    vocab: 200\n    zipf: 1.1\n    eval_rows: 2000\n"
+         "train:\n  steps: " +
+         std::to_string(steps) +
+         "\n  batch_size: 128\n  seed: 7\n  dense_optimizer: adam\n  dense_lr: 0.01\n"
+         "  log_every_steps: 20\n  eval_every_steps: 0\n"
+         "ps:\n  data_dir: " +
+         dir + "/ps\n  storage: rocksdb\n" +
+         "chief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 5000\n"
+         "collective:\n  timeout_ms: 20000\n"
+         "checkpoint:\n  dir: " +
+         dir + "/ckpt\noutput:\n  dir: " + dir + "/out\n";
+}
+
+// model_checksum of the last line of metrics.jsonl ("" when there is none).
+std::string FinalModelChecksum(const std::string& metrics_path) {
+  std::istringstream in(ReadFile(metrics_path));
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  std::smatch m;
+  static const std::regex kChecksum("\"model_checksum\"\\s*:\\s*\"([0-9a-f]{32})\"");
+  return std::regex_search(last, m, kChecksum) ? m[1].str() : "";
+}
+
+// The acceptance check of DESIGN §12: the checksum of a stopped job, read back from its files,
+// is the one the job reported; a corrupt dense file is refused, never summed.
+TEST(ChecksumLocalJobTest, FullChecksumEqualsTheFinalMetricsLineAndCorruptionExits3) {
+  TempDir dir;
+  const std::string config = dir.File("job.yaml");
+  WriteFile(config, SmallJob(dir.path(), 40));
+  auto job = RunCommand({TANDEM_BINARY, "local", "--config", config, "--ps", "2", "--workers", "2"},
+                        {}, {"TF_CONFIG"}, std::chrono::milliseconds(100000));
+  ASSERT_EQ(job.exit.exit_code, 0) << job.output;
+  const std::string want = FinalModelChecksum(dir.path() + "/out/metrics.jsonl");
+  ASSERT_EQ(want.size(), 32u) << ReadFile(dir.path() + "/out/metrics.jsonl");
+  const std::string dense = dir.path() + "/out/model/dense.ckpt";
+  ASSERT_TRUE(std::filesystem::exists(dense));
+
+  auto r = Tandem({"checksum", "--config", config, "--ps", "2", "--workers", "2"});
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(want + "\n"), std::string::npos) << "want " << want << ":\n" << r.output;
+  EXPECT_NE(r.output.find("dense step: 39\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+  auto sparse = Tandem({"checksum", "--config", config, "--ps", "2", "--workers", "2", "--sparse"});
+  ASSERT_EQ(sparse.exit.exit_code, 0) << sparse.output;
+  EXPECT_EQ(sparse.output.find(want), std::string::npos) << "--sparse printed the full sum";
+
+  {
+    std::fstream f(dense, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x01;
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  r = Tandem({"checksum", "--config", config, "--ps", "2", "--workers", "2"});
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find(dense), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(want), std::string::npos) << r.output;
 }
 
 }  // namespace
