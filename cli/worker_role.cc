@@ -23,9 +23,7 @@ namespace {
 
 // Exit status for a training error: an invalid push or bad data is the job's input, not a
 // crash (PROTOCOLS §2.6, §12).
-int ExitFor(const Status& s) {
-  return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
-}
+int ExitFor(const Status& s) { return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure; }
 
 // A job that starts from step 0 owns output.dir: metrics of an earlier job there are moved
 // aside, not appended to (resuming arrives with checkpoints).
@@ -49,14 +47,16 @@ int RunWorkerRole(const RoleContext& ctx) {
   const int rank = ctx.index;
   const int world = static_cast<int>(job.cluster.workers.size());
   if (job.cluster.chief.at(0).ends_with(":0")) {
-    TLOG_ERROR("cluster.chief has port 0: a worker needs the chief's address (tandem local "
-               "starts the chief first and passes it on)");
+    TLOG_ERROR(
+        "cluster.chief has port 0: a worker needs the chief's address (tandem local "
+        "starts the chief first and passes it on)");
     return kExitInvalid;
   }
   int exit_status = kExitOk;
-  auto chief = JoinJob(ctx, wire::Role::WORKER,
-                       DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName()),
-                       &exit_status);
+  auto chief = JoinJob(
+      ctx, wire::Role::WORKER,
+      DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName()),
+      &exit_status);
   if (!chief) return exit_status;
 
   // SIGTERM/SIGINT stop the whole job: the vote rides in the next step's all-reduce and the
@@ -66,7 +66,8 @@ int RunWorkerRole(const RoleContext& ctx) {
     while (!finished.load()) {
       int sig = 0;
       if (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) continue;
-      TLOG_INFO("received {}: asking the chief to stop the job", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      TLOG_INFO("received {}: asking the chief to stop the job",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT");
       stop_signal.store(true);
       chief->StopJob("SIGTERM to worker:" + std::to_string(rank)).status().IgnoreError();
     }
@@ -113,7 +114,8 @@ int RunWorkerRole(const RoleContext& ctx) {
     go.size = world;
     go.store = &store;
     go.prefix = "gen-" + std::to_string(self.generation);
-    go.iface = ctx.host.rfind("127.", 0) == 0 || ctx.host == "localhost" ? "" : job.collective.iface;
+    go.iface =
+        ctx.host.rfind("127.", 0) == 0 || ctx.host == "localhost" ? "" : job.collective.iface;
     go.hostname = ctx.host;
     go.timeout_ms = job.collective.timeout_ms;
     go.abort_grace_ms = job.collective.abort_grace_ms;
@@ -167,9 +169,11 @@ int RunWorkerRole(const RoleContext& ctx) {
     progress.teacher_auc = p.teacher_auc;
     chief->SetProgress(progress);
   };
-  o.stop_requested = [&] { return stop_signal.load() || chief->stop_requested() || chief->fenced(); };
-  TLOG_INFO("training steps {}..{} of {} (k = {}, batch {} per worker, {} workers, {} shards)",
-            0, job.train.steps - 1, job.train.steps, job.train.embedding_staleness,
+  o.stop_requested = [&] {
+    return stop_signal.load() || chief->stop_requested() || chief->fenced();
+  };
+  TLOG_INFO("training steps {}..{} of {} (k = {}, batch {} per worker, {} workers, {} shards)", 0,
+            job.train.steps - 1, job.train.steps, job.train.embedding_staleness,
             job.train.batch_size, world, po.shards.size());
   auto result = worker::RunTrainingLoop(o);
   if (chief->fenced()) {
