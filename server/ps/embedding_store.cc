@@ -154,14 +154,16 @@ struct Stripe {
   uint64_t misses GUARDED_BY(mu) = 0;
 };
 
-// The ids of one call that its first pass could not serve from the cache, in call order, and
-// their RocksDB values, read by one MultiGet without any lock.
+// The ids of one call (one table) that its first pass could not serve from the cache, in call
+// order, and their RocksDB values, read by one MultiGet without any lock.
 struct Pending {
   std::vector<uint32_t> index;     // position in the call's ids
   std::vector<uint64_t> hash;      // KeyHash of the id
   std::vector<uint32_t> seen_seq;  // the stripe's change_seq() at the first pass
-  std::vector<int32_t> fetched;    // position in keys/values/statuses, or -1 (a hit then)
-  std::vector<RowKey> keys;
+  // Position in values/statuses (key order after Fetch), or -1 (a hit then).
+  std::vector<int32_t> fetched;
+  std::vector<RowKey> keys;       // in call order
+  std::vector<uint64_t> key_ids;  // the id of keys[j]
   std::vector<rocksdb::Slice> key_slices;
   std::vector<rocksdb::PinnableSlice> values;
   std::vector<rocksdb::Status> statuses;
@@ -172,7 +174,10 @@ struct Pending {
     hash.push_back(h);
     seen_seq.push_back(seq);
     fetched.push_back(fetch ? static_cast<int32_t>(keys.size()) : -1);
-    if (fetch) keys.emplace_back(table, id);
+    if (fetch) {
+      keys.emplace_back(table, id);
+      key_ids.push_back(id);
+    }
   }
 };
 
@@ -406,15 +411,30 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
   }
 }
 
+// MultiGet sorts unsorted keys through the comparator (a virtual call per comparison, a large
+// share of the cost of a miss), so the keys are sorted here: they all have the call's table,
+// and the byte order of big-endian (table, id) keys is then the order of their ids.
 Status EmbeddingStore::Impl::Fetch(Pending* pending) {
   const size_t n = pending->keys.size();
   if (n == 0) return Status::Ok();
-  pending->key_slices.reserve(n);
-  for (const RowKey& key : pending->keys) pending->key_slices.push_back(key.slice());
+  std::vector<uint32_t> by_key(n);  // position in keys, in key order
+  for (uint32_t j = 0; j < n; ++j) by_key[j] = j;
+  const uint64_t* ids = pending->key_ids.data();
+  std::sort(by_key.begin(), by_key.end(),
+            [ids](uint32_t a, uint32_t b) { return ids[a] < ids[b]; });
+  std::vector<int32_t> rank(n);  // position of keys[j] in key order
+  pending->key_slices.resize(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    pending->key_slices[r] = pending->keys[by_key[r]].slice();
+    rank[by_key[r]] = static_cast<int32_t>(r);
+  }
+  for (int32_t& f : pending->fetched) {
+    if (f >= 0) f = rank[static_cast<size_t>(f)];
+  }
   pending->values.resize(n);
   pending->statuses.resize(n);
   db->MultiGet(read_options, db->DefaultColumnFamily(), n, pending->key_slices.data(),
-               pending->values.data(), pending->statuses.data());
+               pending->values.data(), pending->statuses.data(), /*sorted_input=*/true);
   for (const rocksdb::Status& s : pending->statuses) {
     if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "store: multiget");
   }
@@ -424,15 +444,28 @@ Status EmbeddingStore::Impl::Fetch(Pending* pending) {
 // Pass 3 in windows (in pending order: call order for Update, stripe order for reads).
 template <typename Op>
 Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t> ids,
-                                       Pending* pending, Op& op) {
+                                       Pending* pending, Op& op) NO_THREAD_SAFETY_ANALYSIS {
   const size_t m = pending->index.size();
   uint32_t locked[kWindow];
   for (size_t begin = 0; begin < m; begin += kWindow) {
     const size_t end = std::min(m, begin + kWindow);
     const size_t num_locked = LockWindow(
         begin, end, [&](size_t k) { return pending->hash[k]; }, locked);
+    // Prefetches as FirstPass does (an Update's hits after its first miss are served here);
+    // only within the window, whose stripes are locked.
+    const uint32_t prefetch_bytes = op.PrefetchBytes();
+    for (size_t k = begin; k < std::min(end, begin + 2 * kAhead); ++k)
+      StripeOf(pending->hash[k]).cache.PrefetchSlot(pending->hash[k]);
     Status status;
     for (size_t k = begin; k < end && status.ok(); ++k) {
+      if (k + 2 * kAhead < end) {
+        const uint64_t h = pending->hash[k + 2 * kAhead];
+        StripeOf(h).cache.PrefetchSlot(h);
+      }
+      if (k + kAhead < end) {
+        const uint64_t h = pending->hash[k + kAhead];
+        StripeOf(h).cache.PrefetchRow(h, prefetch_bytes);
+      }
       status = Finish(table, ids[pending->index[k]], pending, k, op);
     }
     Status unlocked = UnlockWindow(locked, num_locked);
