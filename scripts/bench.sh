@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
-# Usage: scripts/bench.sh [NAME...]   (names: rpc ps data dense; default: all)
+# Usage: scripts/bench.sh [NAME...]   (names: rpc ps data dense train; default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh "${BUILD_DIR:-build}" >/dev/null
-ALL=(rpc ps data dense)
+ALL=(rpc ps data dense train)
 names=("$@")
 if ((${#names[@]} == 0)); then names=("${ALL[@]}"); fi
 # OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to SSE3 kernels; pin the
