@@ -60,10 +60,10 @@ CommandResult Local(const TempDir& dir, int ps, int workers, std::vector<std::st
 
 TEST(LocalJobTest, TwoPsTwoWorkersReachTheTeachersAuc) {
   TempDir dir;
-  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 3000));
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 5000));
   auto r = Local(dir, 2, 2);
   ASSERT_EQ(r.exit.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("job done after step 2999 of 3000"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("job done after step 4999 of 5000"), std::string::npos) << r.output;
   auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
   ASSERT_GE(lines.size(), 2u);
   const auto& final_line = lines.back();
