@@ -1,0 +1,546 @@
+#include "server/ps/durable_copy.h"
+
+#include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_checksum.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "common/crc32c.h"
+
+namespace tandem::ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kCopyBufferBytes = 1 << 20;
+constexpr std::string_view kPoolDir = "sst";
+constexpr std::string_view kStepPrefix = "step-";
+constexpr std::string_view kTmpSuffix = ".tmp";
+// FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
+constexpr std::string_view kRocksCrc32cName = "FileChecksumCrc32c";
+
+// EIO is the medium failing under a file: that file's data is lost, not merely unreachable.
+Status ErrnoStatus(int err, const std::string& what) {
+  const std::string msg = what + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
+  if (err == EIO) return Status::DataLoss(msg);
+  if (err == ENOENT) return Status::NotFound(msg);
+  return Status::Unavailable(msg);
+}
+
+Status ErrorCodeStatus(const std::error_code& ec, const std::string& what) {
+  return ErrnoStatus(ec.value(), what);
+}
+
+// The one place here where a rocksdb::Status becomes ours (STYLE §2).
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  const std::string msg = what + ": " + s.ToString();
+  if (s.IsNotFound() || s.IsPathNotFound()) return Status::NotFound(msg);
+  if (s.IsCorruption()) return Status::DataLoss(msg);
+  if (s.IsNoSpace()) return Status::ResourceExhausted(msg);
+  return Status::Unavailable(msg);
+}
+
+// A file descriptor closed on destruction.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, so that a failing close (deferred write errors on some file systems) is seen.
+  int Close() {
+    int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+Status FsyncPath(const std::string& path, int flags) {
+  Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open " + path);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + path);
+  return Status::Ok();
+}
+
+Status FsyncDir(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
+
+// Creates `dir` and its missing parents; each new entry is made durable by an fsync of the
+// directory that holds it.
+Status CreateDirsDurably(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return Status::Ok();
+  if (dir.has_parent_path() && dir.parent_path() != dir) {
+    TANDEM_RETURN_IF_ERROR(CreateDirsDurably(dir.parent_path()));
+  }
+  if (!fs::create_directory(dir, ec) && ec) return ErrorCodeStatus(ec, "mkdir " + dir.string());
+  return FsyncDir(dir.has_parent_path() ? dir.parent_path().string() : ".");
+}
+
+Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return ErrnoStatus(errno, "write " + path);
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+struct FileSum {
+  uint64_t size_bytes = 0;
+  uint32_t crc32c = 0;
+};
+
+// Reads `from` to its end, extending the CRC and, when `out_fd` >= 0, writing to it.
+StatusOr<FileSum> Stream(const std::string& from, int out_fd, const std::string& out_path) {
+  Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (in.get() < 0) return ErrnoStatus(errno, "open " + from);
+  ::posix_fadvise(in.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::vector<char> buf(kCopyBufferBytes);
+  FileSum sum;
+  for (;;) {
+    ssize_t r = ::read(in.get(), buf.data(), buf.size());
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(errno, "read " + from);
+    if (r == 0) break;
+    sum.crc32c = Crc32cExtend(sum.crc32c, buf.data(), static_cast<size_t>(r));
+    sum.size_bytes += static_cast<uint64_t>(r);
+    if (out_fd >= 0)
+      TANDEM_RETURN_IF_ERROR(WriteAll(out_fd, buf.data(), static_cast<size_t>(r), out_path));
+  }
+  return sum;
+}
+
+StatusOr<FileSum> ReadSum(const std::string& path) { return Stream(path, -1, ""); }
+
+// Copies `from` to `to` through `to`.tmp + fsync + rename (the caller fsyncs the directory).
+// With `expected`, a copy whose CRC differs is refused with kDataLoss and never renamed.
+StatusOr<FileSum> CopyDurably(const std::string& from, const std::string& to,
+                              std::optional<uint32_t> expected) {
+  const std::string tmp = to + std::string(kTmpSuffix);
+  Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (out.get() < 0) return ErrnoStatus(errno, "create " + tmp);
+  StatusOr<FileSum> sum = Stream(from, out.get(), tmp);
+  Status s = sum.status();
+  if (s.ok() && expected && sum->crc32c != *expected) {
+    char msg[96];
+    std::snprintf(msg, sizeof msg, ": CRC32C %08x, RocksDB recorded %08x", sum->crc32c, *expected);
+    s = Status::DataLoss("restore point file " + from + msg);
+  }
+  if (s.ok() && ::fsync(out.get()) != 0) s = ErrnoStatus(errno, "fsync " + tmp);
+  if (out.Close() != 0 && s.ok()) s = ErrnoStatus(errno, "close " + tmp);
+  if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoStatus(errno, "rename " + tmp);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return sum;
+}
+
+// Size of a regular file, or nullopt when it is absent (or not a regular file).
+std::optional<uint64_t> FileSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+std::string Hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// Swallows RocksDB's info log, so that opening a restore point writes no LOG file into it.
+class NullLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
+// RocksDB's recorded CRC32C of each live SST of the restore point, by file number. Opening it
+// read-only reads the MANIFEST (and a few table footers); it writes nothing there. The options
+// that matter for a read-only open match embedding_store.cc's RocksOptions: the default
+// (bytewise) comparator and the block-based table format.
+StatusOr<std::map<uint64_t, uint32_t>> RecordedSstChecksums(const std::string& dir) {
+  rocksdb::Options options;
+  options.create_if_missing = false;
+  options.info_log = std::make_shared<NullLogger>();
+  options.max_open_files = 20;  // RocksDB's minimum: the table cache preloads few footers
+  options.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
+  rocksdb::DB* raw = nullptr;
+  TANDEM_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::OpenForReadOnly(options, dir, &raw), "open restore point " + dir));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::FileChecksumList> list(rocksdb::NewFileChecksumList());
+  TANDEM_RETURN_IF_ERROR(
+      FromRocks(db->GetLiveFilesChecksumInfo(list.get()), "file checksums of " + dir));
+  std::vector<uint64_t> numbers;
+  std::vector<std::string> sums, funcs;
+  TANDEM_RETURN_IF_ERROR(
+      FromRocks(list->GetAllFileChecksums(&numbers, &sums, &funcs), "file checksums of " + dir));
+  std::map<uint64_t, uint32_t> out;
+  for (size_t i = 0; i < numbers.size(); ++i) {
+    // Files written before the factory was set have no checksum; the copy computes one.
+    if (funcs[i] != kRocksCrc32cName || sums[i].size() != 4) continue;
+    uint32_t v = 0;  // RocksDB stores this CRC unmasked, as 4 big-endian bytes
+    for (char c : sums[i]) v = v << 8 | static_cast<uint8_t>(c);
+    out[numbers[i]] = v;
+  }
+  db->Close().PermitUncheckedError();  // read-only: nothing to lose
+  return out;
+}
+
+// "000012.sst" -> 12; nullopt for anything else.
+std::optional<uint64_t> SstNumber(const std::string& name) {
+  if (!name.ends_with(".sst") || name.size() == 4) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : std::string_view(name).substr(0, name.size() - 4)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return n;
+}
+
+std::string PoolPath(const std::string& db_name, uint32_t crc) {
+  return std::string(kPoolDir) + "/" + db_name.substr(0, db_name.size() - 4) + "-" + Hex32(crc) +
+         ".sst";
+}
+
+// The state one CopyToDurable works with.
+struct CopyJob {
+  std::string source_dir;
+  fs::path root;
+  std::string step_dir;  // relative to root
+  std::map<uint64_t, uint32_t> recorded;
+  std::map<std::string, const CheckpointFile*> previous;  // by path
+  CheckpointPart part;
+};
+
+// Whether the pool already holds `file` (path, size and CRC as wanted), reading it only when
+// the previous part does not vouch for it.
+StatusOr<bool> PoolHolds(const CopyJob& job, const CheckpointFile& file) {
+  const std::string path = (job.root / file.path).string();
+  if (FileSize(path) != file.size_bytes) return false;
+  auto it = job.previous.find(file.path);
+  if (it != job.previous.end() && *it->second == file) return true;
+  StatusOr<FileSum> sum = ReadSum(path);
+  if (!sum.ok()) return sum.status().IsDataLoss() ? StatusOr<bool>(false) : sum.status();
+  return sum->crc32c == file.crc32c && sum->size_bytes == file.size_bytes;
+}
+
+Status CopySst(CopyJob* job, const std::string& name, uint64_t size_bytes) {
+  const std::string source = job->source_dir + "/" + name;
+  auto rec = job->recorded.find(*SstNumber(name));
+  uint32_t crc = 0;
+  if (rec != job->recorded.end()) {
+    crc = rec->second;
+  } else {  // no checksum recorded: compute one now (files from before the factory was set)
+    TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(source));
+    crc = sum.crc32c;
+  }
+  CheckpointFile file{PoolPath(name, crc), name, size_bytes, crc, /*is_sst=*/true};
+  TANDEM_ASSIGN_OR_RETURN(bool held, PoolHolds(*job, file));
+  if (!held) {
+    TANDEM_ASSIGN_OR_RETURN(FileSum sum,
+                            CopyDurably(source, (job->root / file.path).string(), crc));
+    file.size_bytes = sum.size_bytes;
+    job->part.bytes_copied += sum.size_bytes;
+    ++job->part.files_copied;
+  }
+  job->part.files.push_back(std::move(file));
+  return Status::Ok();
+}
+
+Status CopyOther(CopyJob* job, const std::string& name) {
+  CheckpointFile file{job->step_dir + "/" + name, name, 0, 0, /*is_sst=*/false};
+  TANDEM_ASSIGN_OR_RETURN(FileSum sum, CopyDurably(job->source_dir + "/" + name,
+                                                   (job->root / file.path).string(), std::nullopt));
+  file.size_bytes = sum.size_bytes;
+  file.crc32c = sum.crc32c;
+  job->part.bytes_copied += sum.size_bytes;
+  ++job->part.files_copied;
+  job->part.files.push_back(std::move(file));
+  return Status::Ok();
+}
+
+// Regular files of `dir` by name, with their sizes.
+StatusOr<std::map<std::string, uint64_t>> ListFiles(const std::string& dir) {
+  std::map<std::string, uint64_t> out;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const uint64_t size = it->file_size(ec);
+    if (ec) break;
+    out[it->path().filename().string()] = size;
+  }
+  if (ec) return ErrorCodeStatus(ec, "list " + dir);
+  return out;
+}
+
+// A relative path inside the layout: no absolute paths, no "..", no empty components.
+bool SafeRelativePath(const std::string& path) {
+  if (path.empty() || path.front() == '/') return false;
+  for (const auto& part : fs::path(path)) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return path.starts_with(std::string(kPoolDir) + "/") || path.starts_with(kStepPrefix);
+}
+
+bool SafeName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
+}
+
+}  // namespace
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%012lld", static_cast<long long>(step));
+  return buf;
+}
+
+StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
+                                       const std::string& durable_root, uint32_t shard,
+                                       int64_t step, const CheckpointPart* previous) {
+  std::error_code ec;
+  if (!fs::is_directory(restore_point_dir, ec)) {
+    return Status::NotFound("durable copy: no restore point at " + restore_point_dir);
+  }
+  CopyJob job;
+  job.source_dir = restore_point_dir;
+  job.root = durable_root;
+  job.step_dir = StepDirName(step);
+  job.part.shard = shard;
+  job.part.step = step;
+  if (previous != nullptr)
+    for (const CheckpointFile& f : previous->files) job.previous[f.path] = &f;
+  TANDEM_ASSIGN_OR_RETURN(job.recorded, RecordedSstChecksums(restore_point_dir));
+  TANDEM_ASSIGN_OR_RETURN(auto listing, ListFiles(restore_point_dir));
+  TANDEM_RETURN_IF_ERROR(CreateDirsDurably(job.root / kPoolDir));
+  TANDEM_RETURN_IF_ERROR(CreateDirsDurably(job.root / job.step_dir));
+  for (const auto& [name, size] : listing) {
+    Status s = SstNumber(name) ? CopySst(&job, name, size) : CopyOther(&job, name);
+    if (!s.ok()) return s.WithContext("durable copy of shard " + std::to_string(shard));
+  }
+  TANDEM_RETURN_IF_ERROR(FsyncDir((job.root / kPoolDir).string()));
+  TANDEM_RETURN_IF_ERROR(FsyncDir((job.root / job.step_dir).string()));
+  std::sort(job.part.files.begin(), job.part.files.end(),
+            [](const CheckpointFile& a, const CheckpointFile& b) { return a.path < b.path; });
+  return std::move(job.part);
+}
+
+Status VerifyPart(const std::string& durable_root, const CheckpointPart& part, bool full,
+                  const CheckpointPart* verified) {
+  std::map<std::string, const CheckpointFile*> known;
+  if (verified != nullptr)
+    for (const CheckpointFile& f : verified->files) known[f.path] = &f;
+  for (const CheckpointFile& file : part.files) {
+    const std::string path = durable_root + "/" + file.path;
+    const std::optional<uint64_t> size = FileSize(path);
+    if (!size) return Status::DataLoss("durable copy: missing " + path);
+    if (*size != file.size_bytes) {
+      return Status::DataLoss("durable copy: " + path + " has " + std::to_string(*size) +
+                              " bytes, recorded " + std::to_string(file.size_bytes));
+    }
+    if (!full) continue;
+    auto it = known.find(file.path);
+    if (it != known.end() && *it->second == file) continue;
+    TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(path));
+    if (sum.crc32c != file.crc32c || sum.size_bytes != file.size_bytes) {
+      return Status::DataLoss("durable copy: " + path + " has CRC32C " + Hex32(sum.crc32c) +
+                              ", recorded " + Hex32(file.crc32c));
+    }
+  }
+  return Status::Ok();
+}
+
+Status MaterializePart(const std::string& durable_root, const CheckpointPart& part,
+                       const std::string& out_dir) {
+  std::error_code ec;
+  if (fs::exists(out_dir, ec)) return Status::AlreadyExists("materialize: " + out_dir);
+  fs::create_directories(out_dir, ec);
+  if (ec) return ErrorCodeStatus(ec, "materialize: mkdir " + out_dir);
+  Status s;
+  for (const CheckpointFile& file : part.files) {
+    if (!SafeRelativePath(file.path) || !SafeName(file.db_name)) {
+      s = Status::InvalidArgument("materialize: bad file entry " + file.path);
+      break;
+    }
+    const std::string from = durable_root + "/" + file.path;
+    const std::string to = out_dir + "/" + file.db_name;
+    if (FileSize(from) != file.size_bytes) {
+      s = Status::DataLoss("materialize: " + from + " is missing or has the wrong size");
+      break;
+    }
+    std::error_code link_ec;
+    if (file.is_sst) fs::create_hard_link(from, to, link_ec);
+    // A link fails across file systems; then, as for the mutable files, copy.
+    if (!file.is_sst || link_ec) fs::copy_file(from, to, ec);
+    if (ec) {
+      s = ErrorCodeStatus(ec, "materialize: copy " + from);
+      break;
+    }
+  }
+  if (!s.ok()) fs::remove_all(out_dir, ec);  // ours, and incomplete
+  return s;
+}
+
+Status CollectGarbage(const std::string& durable_root,
+                      const std::vector<CheckpointPart>& retained) {
+  std::set<std::string> keep_files, keep_dirs;
+  for (const CheckpointPart& part : retained) {
+    keep_dirs.insert(StepDirName(part.step));
+    for (const CheckpointFile& f : part.files) keep_files.insert(f.path);
+  }
+  std::error_code ec;
+  if (!fs::is_directory(durable_root, ec)) return Status::Ok();
+  std::vector<fs::path> doomed;
+  // The unreferenced files of `dir` (the pool or a kept step dir; "name/file" in keep_files).
+  const auto sweep = [&](const fs::path& dir, const std::string& name) {
+    std::error_code list_ec;
+    fs::directory_iterator it(dir, list_ec);
+    for (; !list_ec && it != fs::directory_iterator(); it.increment(list_ec)) {
+      const std::string rel = name + "/" + it->path().filename().string();
+      if (!keep_files.count(rel)) doomed.push_back(it->path());
+    }
+    return list_ec;
+  };
+  fs::directory_iterator it(durable_root, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;
+    if (!it->is_directory(type_ec)) continue;
+    if (name == kPoolDir || (name.starts_with(kStepPrefix) && keep_dirs.count(name))) {
+      ec = sweep(it->path(), name);
+    } else if (name.starts_with(kStepPrefix)) {
+      doomed.push_back(it->path());
+    }
+    if (ec) break;
+  }
+  if (ec) return ErrorCodeStatus(ec, "garbage collection in " + durable_root);
+  for (const fs::path& p : doomed) {
+    fs::remove_all(p, ec);
+    if (ec) return ErrorCodeStatus(ec, "garbage collection: remove " + p.string());
+  }
+  return Status::Ok();
+}
+
+nlohmann::json CheckpointPartToJson(const CheckpointPart& part) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const CheckpointFile& f : part.files) {
+    files.push_back({{"path", f.path},
+                     {"db_name", f.db_name},
+                     {"size", f.size_bytes},
+                     {"crc32c", Hex32(f.crc32c)},
+                     {"sst", f.is_sst}});
+  }
+  return {{"shard", part.shard},
+          {"step", part.step},
+          {"files", std::move(files)},
+          {"bytes_copied", part.bytes_copied},
+          {"files_copied", part.files_copied}};
+}
+
+namespace {
+
+// REQUIRES: j is an object. May throw nlohmann::json::exception (caught by the caller).
+StatusOr<CheckpointFile> FileFromJson(const nlohmann::json& j) {
+  CheckpointFile f;
+  if (!j.contains("path") || !j.at("path").is_string() ||
+      !SafeRelativePath(j.at("path").get<std::string>()))
+    return Status::InvalidArgument("checkpoint part: bad file path");
+  f.path = j.at("path").get<std::string>();
+  const std::string where = "checkpoint part: file " + f.path + ": ";
+  if (!j.contains("db_name") || !j.at("db_name").is_string() ||
+      !SafeName(j.at("db_name").get<std::string>()))
+    return Status::InvalidArgument(where + "bad db_name");
+  f.db_name = j.at("db_name").get<std::string>();
+  if (!j.contains("size") || !j.at("size").is_number_unsigned())
+    return Status::InvalidArgument(where + "bad size");
+  f.size_bytes = j.at("size").get<uint64_t>();
+  const std::string crc = j.contains("crc32c") && j.at("crc32c").is_string()
+                              ? j.at("crc32c").get<std::string>()
+                              : std::string();
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
+  if (crc.size() != 8 || end != crc.c_str() + 8 || !std::isxdigit(static_cast<uint8_t>(crc[0])))
+    return Status::InvalidArgument(where + "bad crc32c");
+  f.crc32c = static_cast<uint32_t>(v);
+  if (!j.contains("sst") || !j.at("sst").is_boolean())
+    return Status::InvalidArgument(where + "bad sst");
+  f.is_sst = j.at("sst").get<bool>();
+  if (f.is_sst != f.path.starts_with(std::string(kPoolDir) + "/"))
+    return Status::InvalidArgument(where + "sst does not match its path");
+  return f;
+}
+
+bool IsUnsigned(const nlohmann::json& j, const char* key, uint64_t max) {
+  return j.contains(key) && j.at(key).is_number_unsigned() && j.at(key).get<uint64_t>() <= max;
+}
+
+StatusOr<CheckpointPart> PartFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("checkpoint part: not an object");
+  CheckpointPart part;
+  if (!IsUnsigned(j, "shard", UINT32_MAX))
+    return Status::InvalidArgument("checkpoint part: bad shard");
+  part.shard = j.at("shard").get<uint32_t>();
+  if (!j.contains("step") || !j.at("step").is_number_integer())
+    return Status::InvalidArgument("checkpoint part: bad step");
+  part.step = j.at("step").get<int64_t>();
+  if (!j.contains("files") || !j.at("files").is_array())
+    return Status::InvalidArgument("checkpoint part: bad files");
+  for (const nlohmann::json& f : j.at("files")) {
+    if (!f.is_object()) return Status::InvalidArgument("checkpoint part: a file is not an object");
+    TANDEM_ASSIGN_OR_RETURN(CheckpointFile file, FileFromJson(f));
+    part.files.push_back(std::move(file));
+  }
+  for (const char* key : {"bytes_copied", "files_copied"}) {
+    if (j.contains(key) && !IsUnsigned(j, key, UINT64_MAX))
+      return Status::InvalidArgument(std::string("checkpoint part: bad ") + key);
+  }
+  part.bytes_copied = j.contains("bytes_copied") ? j.at("bytes_copied").get<uint64_t>() : 0;
+  part.files_copied = j.contains("files_copied") ? j.at("files_copied").get<uint64_t>() : 0;
+  return part;
+}
+
+}  // namespace
+
+// The checks above make the json accessors safe; the catch is a backstop, so that no
+// exception leaves this function (STYLE §2).
+StatusOr<CheckpointPart> CheckpointPartFromJson(const nlohmann::json& j) {
+  try {
+    return PartFromJson(j);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("checkpoint part: ") + e.what());
+  }
+}
+
+}  // namespace tandem::ps

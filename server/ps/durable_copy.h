@@ -1,0 +1,98 @@
+// A shard's part of a checkpoint in the durable copy (PROTOCOLS §7): the files of one RocksDB
+// restore point copied under `checkpoint.dir/shards/shard-<i>/`, incrementally and with the
+// checksums computed once, when each file was made.
+//
+// Layout under a shard's durable root:
+//   sst/<number>-<crc32c hex>.sst   a pool of SSTs shared by every step. SSTs are immutable, so
+//                                   a step copies only the ones the pool lacks and the cost
+//                                   follows what changed. The CRC in the name keeps apart two
+//                                   SSTs that share a number but not content (RocksDB numbers
+//                                   files again from a restored MANIFEST, so an abandoned
+//                                   timeline may have used the same number).
+//   step-<12-digit step>/           the rest of the restore point (CURRENT, MANIFEST-*, OPTIONS-*,
+//                                   WAL files), copied whole each step; they are small.
+//
+// Every file is written tmp + fsync + rename, and its directory fsynced. Checksums are CRC32C of
+// the whole file: RocksDB's own file checksum for SSTs (file_checksum_gen_factory), computed by
+// us while copying for the other files, and taken from the previous part for files shared with
+// it, so a checkpoint reads only what it copies.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::ps {
+
+// One file of a part. Value type.
+struct CheckpointFile {
+  std::string path;     // relative to the durable root: "sst/..." or "step-.../..."
+  std::string db_name;  // its name in a RocksDB directory ("000012.sst", "CURRENT")
+  uint64_t size_bytes = 0;
+  uint32_t crc32c = 0;  // CRC32C of the whole content
+  bool is_sst = false;  // lives in the shared pool
+
+  friend bool operator==(const CheckpointFile&, const CheckpointFile&) = default;
+};
+
+// What one shard contributes to the checkpoint at `step`: the files a restore needs, as the
+// chief records them in the manifest. Value type.
+struct CheckpointPart {
+  uint32_t shard = 0;
+  int64_t step = 0;
+  std::vector<CheckpointFile> files;  // sorted by path
+  // Cost of the copy that made this part (not needed to restore it).
+  uint64_t bytes_copied = 0;
+  uint64_t files_copied = 0;
+
+  friend bool operator==(const CheckpointPart&, const CheckpointPart&) = default;
+};
+
+// "step-000000000042".
+std::string StepDirName(int64_t step);
+
+// Copies the restore point at `restore_point_dir` (a RocksDB checkpoint; left unchanged) into
+// the durable copy at `durable_root` (created if absent). An SST already in the pool is not
+// copied again: when `previous` (the last part copied to this root, or null) lists it with the
+// same size and checksum its presence and size are checked; otherwise an existing pool file is
+// re-read and its CRC32C checked before it is reused. Returns the new part.
+// Errors: kDataLoss when a file of the restore point does not match the checksum RocksDB
+// recorded for it (the restore point is corrupt); kResourceExhausted on ENOSPC; kUnavailable
+// on other I/O errors; kNotFound when there is no restore point.
+// REQUIRES: no other CopyToDurable or CollectGarbage on `durable_root` runs concurrently.
+// Thread-safe otherwise (no shared state).
+StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
+                                       const std::string& durable_root, uint32_t shard,
+                                       int64_t step, const CheckpointPart* previous);
+
+// Checks that every file of `part` is present under `durable_root` with its recorded size and,
+// with `full`, re-reads it and checks its CRC32C, except files listed identically in
+// `verified` (a part whose files were already checked, or null). kDataLoss naming the first
+// bad file; kUnavailable on I/O errors other than a missing file.
+Status VerifyPart(const std::string& durable_root, const CheckpointPart& part, bool full,
+                  const CheckpointPart* verified = nullptr);
+
+// Builds at `out_dir` (which must not exist) a directory RocksDB can open holding exactly the
+// part: hard links to the pool's SSTs (copies across file systems) and copies of the other
+// files, under their RocksDB names. Checks presence and sizes, not checksums (VerifyPart does).
+// The result is input for RebuildLiveDb; it is not fsynced (a crash means building it again).
+// kAlreadyExists if out_dir exists; kDataLoss when a file is missing or has the wrong size.
+Status MaterializePart(const std::string& durable_root, const CheckpointPart& part,
+                       const std::string& out_dir);
+
+// Deletes the step directories and pool SSTs that no part of `retained` references, and
+// leftover temporary files. Files the layout does not name are left alone.
+// REQUIRES: no CopyToDurable into `durable_root` runs concurrently (its files are not retained
+// yet and would be deleted).
+Status CollectGarbage(const std::string& durable_root, const std::vector<CheckpointPart>& retained);
+
+// JSON for the manifest: {"shard", "step", "files": [{"path", "db_name", "size", "crc32c"
+// (8 lower-case hex digits), "sst"}], "bytes_copied", "files_copied"}.
+nlohmann::json CheckpointPartToJson(const CheckpointPart& part);
+// kInvalidArgument naming the field when `json` is not such an object.
+StatusOr<CheckpointPart> CheckpointPartFromJson(const nlohmann::json& json);
+
+}  // namespace tandem::ps

@@ -1,0 +1,384 @@
+#include "server/ps/durable_copy.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "common/testing/test_util.h"
+#include "server/ps/embedding_store.h"
+
+namespace tandem::ps {
+namespace {
+
+namespace fs = std::filesystem;
+using embedding::OptimizerKind;
+using embedding::RowRef;
+using embedding::TableSpec;
+using Rows = std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>>;
+
+constexpr uint64_t kSeed = 7;
+constexpr uint64_t kRows = 3000;
+
+TableSpec MakeTable(uint32_t id, uint32_t dim, OptimizerKind optimizer) {
+  TableSpec spec;
+  spec.table_id = id;
+  spec.name = "C" + std::to_string(id + 1);
+  spec.dim = dim;
+  spec.optimizer = optimizer;
+  return spec;
+}
+
+std::vector<TableSpec> Tables() {
+  return {MakeTable(0, 4, OptimizerKind::kAdagrad), MakeTable(1, 8, OptimizerKind::kSgd)};
+}
+
+StoreOptions Options(const std::string& dir) {
+  StoreOptions o;
+  o.db_dir = dir;
+  o.tables = Tables();
+  o.seed = kSeed;
+  o.cache_bytes = 1 << 20;
+  return o;
+}
+
+std::unique_ptr<EmbeddingStore> OpenOrDie(const std::string& dir) {
+  auto store = EmbeddingStore::Open(Options(dir));
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+// Sets every embedding value of `ids` (both tables) to a function of (id, round).
+void Write(EmbeddingStore* store, const std::vector<uint64_t>& ids, int round) {
+  for (const TableSpec& t : Tables()) {
+    Status s = store->Update(t.table_id, ids, [&](size_t i, RowRef row, bool) {
+      for (uint32_t j = 0; j < t.dim; ++j)
+        row.embedding()[j] = static_cast<float>(ids[i] * 10 + j) + 0.5f * static_cast<float>(round);
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+}
+
+Rows Dump(EmbeddingStore* store) {
+  Rows rows;
+  const auto tables = Tables();
+  Status s = store->ForEachRow([&](uint32_t table, uint64_t id, const uint8_t* row) {
+    rows[{table, id}] = std::vector<uint8_t>(row, row + tables[table].row_bytes());
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return rows;
+}
+
+std::vector<uint64_t> Range(uint64_t from, uint64_t to) {
+  std::vector<uint64_t> ids;
+  for (uint64_t id = from; id < to; ++id) ids.push_back(id);
+  return ids;
+}
+
+std::set<std::string> Names(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+size_t CountSsts(const CheckpointPart& part) {
+  size_t n = 0;
+  for (const CheckpointFile& f : part.files) n += f.is_sst;
+  return n;
+}
+
+const CheckpointFile* FindFile(const CheckpointPart& part, const std::string& path) {
+  for (const CheckpointFile& f : part.files)
+    if (f.path == path) return &f;
+  return nullptr;
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5A);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+  ASSERT_TRUE(f.good()) << path;
+}
+
+class QuietLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char*, va_list) override {}
+};
+
+// Two restore points of one store: `first` after writing kRows rows, `second` after updating
+// ten of them; rows_* are the store's contents at each.
+class DurableCopyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenOrDie(tmp_.File("live"));
+    ASSERT_NE(store_, nullptr);
+    Write(store_.get(), Range(0, kRows), 1);
+    ASSERT_TRUE(store_->CreateCheckpoint(first_).ok());
+    rows_first_ = Dump(store_.get());
+    Write(store_.get(), Range(100, 110), 2);
+    ASSERT_TRUE(store_->FlushDirty().ok());
+    ASSERT_TRUE(store_->CreateCheckpoint(second_).ok());
+    rows_second_ = Dump(store_.get());
+    ASSERT_NE(rows_first_, rows_second_);
+  }
+
+  CheckpointPart Copy(const std::string& restore_point, int64_t step,
+                      const CheckpointPart* previous) {
+    auto part = CopyToDurable(restore_point, root_, /*shard=*/3, step, previous);
+    EXPECT_TRUE(part.ok()) << part.status();
+    return part.ok() ? *part : CheckpointPart{};
+  }
+
+  // Opens a live DB rebuilt from the materialized part and returns its rows.
+  Rows Restore(const CheckpointPart& part, const std::string& name) {
+    const std::string out = tmp_.File("mat-" + name), live = tmp_.File("live-" + name);
+    Status s = MaterializePart(root_, part, out);
+    EXPECT_TRUE(s.ok()) << s;
+    s = RebuildLiveDb(out, live);
+    EXPECT_TRUE(s.ok()) << s;
+    auto store = OpenOrDie(live);
+    return store ? Dump(store.get()) : Rows{};
+  }
+
+  testing::TempDir tmp_;
+  const std::string first_ = tmp_.File("restore-1"), second_ = tmp_.File("restore-2");
+  const std::string root_ = tmp_.File("ckpt/shards/shard-3");
+  std::unique_ptr<EmbeddingStore> store_;
+  Rows rows_first_, rows_second_;
+};
+
+// RocksDB's CRC32C file checksum (read straight from RocksDB here, not through durable_copy) is
+// the plain CRC32C of the file, stored as 4 big-endian bytes.
+TEST_F(DurableCopyTest, RocksSstChecksumIsCrc32cOfTheFile) {
+  rocksdb::Options options;
+  options.info_log = std::make_shared<QuietLogger>();
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(options, first_, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->GetLiveFilesMetaData(&files);
+  ASSERT_FALSE(files.empty());
+  for (const auto& f : files) {
+    EXPECT_EQ(f.file_checksum_func_name, "FileChecksumCrc32c");
+    ASSERT_EQ(f.file_checksum.size(), 4u);
+    uint32_t recorded = 0;
+    for (char c : f.file_checksum) recorded = recorded << 8 | static_cast<uint8_t>(c);
+    const std::string bytes = testing::ReadFile(first_ + "/" + f.relative_filename);
+    EXPECT_EQ(Crc32c(bytes.data(), bytes.size()), recorded) << f.relative_filename;
+  }
+}
+
+TEST_F(DurableCopyTest, FirstCopyHoldsEveryFileWithItsChecksum) {
+  const std::set<std::string> before = Names(first_);
+  CheckpointPart part = Copy(first_, 1, nullptr);
+  EXPECT_EQ(part.shard, 3u);
+  EXPECT_EQ(part.step, 1);
+  EXPECT_EQ(Names(first_), before) << "the restore point must be left unchanged";
+  ASSERT_EQ(part.files.size(), before.size());
+  EXPECT_EQ(part.files_copied, before.size());
+  uint64_t total = 0;
+  for (const CheckpointFile& f : part.files) {
+    EXPECT_TRUE(before.count(f.db_name)) << f.db_name;
+    EXPECT_EQ(f.is_sst, f.db_name.ends_with(".sst"));
+    EXPECT_EQ(f.path.starts_with(f.is_sst ? "sst/" : "step-000000000001/"), true) << f.path;
+    const std::string bytes = testing::ReadFile(root_ + "/" + f.path);
+    EXPECT_EQ(bytes, testing::ReadFile(first_ + "/" + f.db_name)) << f.path;
+    EXPECT_EQ(f.size_bytes, bytes.size());
+    EXPECT_EQ(f.crc32c, Crc32c(bytes.data(), bytes.size())) << f.path;
+    total += bytes.size();
+  }
+  EXPECT_EQ(part.bytes_copied, total);
+  EXPECT_GE(CountSsts(part), 1u);
+  EXPECT_TRUE(VerifyPart(root_, part, /*full=*/true).ok());
+}
+
+TEST_F(DurableCopyTest, SecondCopyCopiesOnlyNewSsts) {
+  CheckpointPart first = Copy(first_, 1, nullptr);
+  CheckpointPart second = Copy(second_, 2, &first);
+  size_t shared = 0, new_ssts = 0;
+  for (const CheckpointFile& f : second.files) {
+    if (!f.is_sst) continue;
+    if (const CheckpointFile* old = FindFile(first, f.path)) {
+      EXPECT_EQ(*old, f) << "a shared SST keeps its recorded checksum";
+      ++shared;
+    } else {
+      ++new_ssts;
+    }
+  }
+  EXPECT_GE(shared, 1u);
+  EXPECT_GE(new_ssts, 1u);
+  const size_t non_sst = second.files.size() - CountSsts(second);
+  EXPECT_EQ(second.files_copied, new_ssts + non_sst);
+  EXPECT_LT(second.files_copied, first.files_copied + new_ssts);
+  EXPECT_LT(second.bytes_copied, first.bytes_copied / 2);
+  EXPECT_TRUE(VerifyPart(root_, second, /*full=*/true).ok());
+}
+
+// Without `previous`, an SST already in the pool is re-read and reused when it checks out.
+TEST_F(DurableCopyTest, PoolFileIsReusedWithoutPreviousWhenItsCrcMatches) {
+  CheckpointPart first = Copy(first_, 1, nullptr);
+  CheckpointPart again = Copy(first_, 1, nullptr);
+  EXPECT_EQ(again.files, first.files);
+  EXPECT_EQ(again.files_copied, first.files.size() - CountSsts(first));
+}
+
+// A pool file that is damaged is copied again rather than reused: when it is re-read (no
+// previous part vouches for it), and when its size is wrong (even with one).
+TEST_F(DurableCopyTest, DamagedPoolFileIsCopiedAgain) {
+  CheckpointPart first = Copy(first_, 1, nullptr);
+  const CheckpointFile* sst = nullptr;
+  for (const CheckpointFile& f : first.files)
+    if (f.is_sst) sst = &f;
+  ASSERT_NE(sst, nullptr);
+  FlipByte(root_ + "/" + sst->path, sst->size_bytes / 2);
+  CheckpointPart again = Copy(first_, 1, nullptr);
+  EXPECT_EQ(again.files_copied, first.files_copied);
+  EXPECT_TRUE(VerifyPart(root_, again, /*full=*/true).ok());
+  fs::resize_file(root_ + "/" + sst->path, sst->size_bytes - 1);
+  CheckpointPart third = Copy(first_, 1, &first);
+  EXPECT_EQ(third.files_copied, first.files_copied);
+  EXPECT_TRUE(VerifyPart(root_, third, /*full=*/true).ok());
+}
+
+// A restore point whose SST no longer matches RocksDB's recorded checksum is refused.
+TEST_F(DurableCopyTest, CorruptRestorePointIsRefused) {
+  // The restore point's SSTs are hard links into the live DB: corrupt a private copy.
+  const std::string copy = tmp_.File("restore-copy");
+  fs::copy(first_, copy);
+  std::string sst;
+  for (const std::string& name : Names(copy))
+    if (name.ends_with(".sst")) sst = name;
+  ASSERT_FALSE(sst.empty());
+  FlipByte(copy + "/" + sst, 100);
+  auto part = CopyToDurable(copy, root_, 3, 1, nullptr);
+  ASSERT_FALSE(part.ok());
+  EXPECT_TRUE(part.status().IsDataLoss()) << part.status();
+  EXPECT_NE(part.status().message().find(sst), std::string::npos) << part.status();
+}
+
+TEST_F(DurableCopyTest, VerifyFullFindsCorruptedPoolSst) {
+  CheckpointPart part = Copy(first_, 1, nullptr);
+  const CheckpointFile* sst = nullptr;
+  for (const CheckpointFile& f : part.files)
+    if (f.is_sst) sst = &f;
+  ASSERT_NE(sst, nullptr);
+  FlipByte(root_ + "/" + sst->path, sst->size_bytes / 3);
+  EXPECT_TRUE(VerifyPart(root_, part, /*full=*/false).ok()) << "same size: only full sees it";
+  Status s = VerifyPart(root_, part, /*full=*/true);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  EXPECT_NE(s.message().find(sst->path), std::string::npos) << s;
+  // A part that shares the file with an already verified one skips its checksum.
+  EXPECT_TRUE(VerifyPart(root_, part, /*full=*/true, &part).ok());
+}
+
+TEST_F(DurableCopyTest, VerifyFindsTruncatedOrMissingFileWithoutFull) {
+  CheckpointPart part = Copy(first_, 1, nullptr);
+  const CheckpointFile& manifest =
+      *std::find_if(part.files.begin(), part.files.end(),
+                    [](const CheckpointFile& f) { return f.db_name.starts_with("MANIFEST-"); });
+  fs::resize_file(root_ + "/" + manifest.path, manifest.size_bytes - 1);
+  Status s = VerifyPart(root_, part, /*full=*/false);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  EXPECT_NE(s.message().find(manifest.path), std::string::npos) << s;
+  fs::remove(root_ + "/" + manifest.path);
+  s = VerifyPart(root_, part, /*full=*/false);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  EXPECT_NE(s.message().find(manifest.path), std::string::npos) << s;
+}
+
+TEST_F(DurableCopyTest, MaterializedPartsRestoreTheirRows) {
+  CheckpointPart first = Copy(first_, 1, nullptr);
+  CheckpointPart second = Copy(second_, 2, &first);
+  store_.reset();  // the live DB is gone; only the durable copy remains
+  fs::remove_all(tmp_.File("live"));
+  fs::remove_all(first_);
+  fs::remove_all(second_);
+  EXPECT_EQ(Restore(first, "1"), rows_first_);
+  EXPECT_EQ(Restore(second, "2"), rows_second_);
+  EXPECT_TRUE(VerifyPart(root_, first, /*full=*/true).ok()) << "restoring leaves the copy intact";
+  EXPECT_TRUE(VerifyPart(root_, second, /*full=*/true).ok());
+}
+
+TEST_F(DurableCopyTest, MaterializeRefusesAnExistingDirAndAMissingFile) {
+  CheckpointPart part = Copy(first_, 1, nullptr);
+  fs::create_directories(tmp_.File("taken"));
+  EXPECT_EQ(MaterializePart(root_, part, tmp_.File("taken")).code(), StatusCode::kAlreadyExists);
+  fs::remove(root_ + "/" + part.files.back().path);
+  Status s = MaterializePart(root_, part, tmp_.File("out"));
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  EXPECT_FALSE(fs::exists(tmp_.File("out"))) << "an incomplete directory is removed";
+}
+
+TEST_F(DurableCopyTest, CollectGarbageKeepsWhatRetainedPartsNeed) {
+  CheckpointPart first = Copy(first_, 1, nullptr);
+  CheckpointPart second = Copy(second_, 2, &first);
+  testing::WriteFile(root_ + "/sst/000999-00000000.sst.tmp", "torn");
+  testing::WriteFile(root_ + "/unrelated.txt", "not ours");
+  ASSERT_TRUE(CollectGarbage(root_, {first, second}).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/sst/000999-00000000.sst.tmp"));
+  EXPECT_TRUE(VerifyPart(root_, first, true).ok());
+  EXPECT_TRUE(VerifyPart(root_, second, true).ok());
+
+  ASSERT_TRUE(CollectGarbage(root_, {second}).ok());
+  EXPECT_TRUE(VerifyPart(root_, second, true).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/" + StepDirName(1)));
+  EXPECT_TRUE(fs::exists(root_ + "/unrelated.txt"));
+  std::set<std::string> pool;
+  for (const std::string& name : Names(root_ + "/sst")) pool.insert("sst/" + name);
+  std::set<std::string> wanted;
+  for (const CheckpointFile& f : second.files)
+    if (f.is_sst) wanted.insert(f.path);
+  EXPECT_EQ(pool, wanted);
+  EXPECT_EQ(Restore(second, "after-gc"), rows_second_);
+}
+
+TEST(DurableCopyJsonTest, PartRoundTrips) {
+  CheckpointPart part;
+  part.shard = 2;
+  part.step = 1234567;
+  part.files = {{"sst/000012-0a0b0c0d.sst", "000012.sst", 1 << 20, 0x0a0b0c0du, true},
+                {"step-000001234567/CURRENT", "CURRENT", 16, 0xfffffffeu, false}};
+  part.bytes_copied = 99;
+  part.files_copied = 1;
+  const nlohmann::json j = CheckpointPartToJson(part);
+  EXPECT_EQ(j["files"][0]["crc32c"], "0a0b0c0d");
+  auto back = CheckpointPartFromJson(nlohmann::json::parse(j.dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, part);
+}
+
+TEST(DurableCopyJsonTest, MalformedPartsAreRefused) {
+  CheckpointPart part;
+  part.files = {{"sst/000012-0a0b0c0d.sst", "000012.sst", 10, 1, true}};
+  const nlohmann::json good = CheckpointPartToJson(part);
+  std::vector<nlohmann::json> bad(8, good);
+  bad[0] = nlohmann::json::array();
+  bad[1]["shard"] = -1;
+  bad[2]["files"][0]["path"] = "../../etc/passwd";
+  bad[3]["files"][0]["db_name"] = "../x";
+  bad[4]["files"][0]["crc32c"] = "xyz";
+  bad[5]["files"][0]["size"] = "10";
+  bad[6]["files"][0]["sst"] = false;  // a pool path must be an SST
+  bad[7].erase("step");
+  for (size_t i = 0; i < bad.size(); ++i) {
+    auto r = CheckpointPartFromJson(bad[i]);
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << i << " " << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::ps
