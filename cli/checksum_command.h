@@ -20,6 +20,8 @@ struct ChecksumArgs {
   int num_ps = 0;                 // > 0: the job ran with this many shards (`tandem local --ps N`)
   int num_workers = 0;  // > 0: the job ran with this many workers (`tandem local --workers M`)
   bool sparse = false;  // the embedding part only (no dense.ckpt needed)
+  std::string checkpoint;  // --checkpoint: a checkpoint.dir (its LATEST) or one ckpt-<step> dir
+  bool verify = false;     // --verify: every file's CRC32C, not only presence and size
   std::string log_level = "warn";
 };
 
@@ -46,5 +48,11 @@ std::string DenseStatePath(const config::JobConfig& job);
 // when a shard is in use or cannot be recovered. The dense file is checked before any shard is
 // opened. A dense step other than the shards' applied step is a warning on stderr.
 int RunChecksum(const ChecksumArgs& args);
+
+// `tandem checksum --checkpoint DIR [--verify]`: the model_checksum of a committed checkpoint,
+// from its manifest, dense file and the shards' durable copies (each materialised in a
+// temporary directory and read like a restored shard). Exit 0; 3 when there is no intact
+// checkpoint or a file fails its check (named); 1 for I/O errors.
+int RunCheckpointChecksum(const ChecksumArgs& args);
 
 }  // namespace tandem::cli

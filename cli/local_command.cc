@@ -346,12 +346,9 @@ int RunLocal(const LocalArgs& args) {
       std::printf("   (teacher auc %s: the best achievable)", Num(v.teacher_auc, "%.5f").c_str());
     std::printf("\n  final logloss  %s\n", Num(v.logloss, "%.5f").c_str());
     std::printf("  last loss      %s\n", Num(v.loss, "%.5f").c_str());
-    // The mean over the run (the chief's figure is the current rate, 0 once workers left).
-    const double seconds = static_cast<double>(v.elapsed_ms) / 1000.0;
-    const double samples = static_cast<double>(v.total_steps) *
-                           static_cast<double>(job->train.batch_size * args.num_workers);
-    std::printf("  samples/s      %s (mean, eval included)\n",
-                Num(seconds > 0 ? samples / seconds : NAN, "%.0f").c_str());
+    // Once done, each worker reports its mean rate over the run (eval excluded).
+    std::printf("  samples/s      %s (mean over the steps this run trained)\n",
+                Num(v.samples_per_sec, "%.0f").c_str());
     std::printf("  model_checksum %s\n", v.model_checksum.c_str());
   } else if (!v.detail.empty()) {
     std::printf("  %s\n", v.detail.c_str());

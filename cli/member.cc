@@ -6,7 +6,8 @@
 namespace tandem::cli {
 
 std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
-                                     const std::string& determinism_class, int* exit_status) {
+                                     const std::string& determinism_class, int* exit_status,
+                                     Registration* registration) {
   const auto& job = *ctx.job;
   ChiefClientOptions o;
   o.chief_endpoint = "tcp://" + job.cluster.chief.at(0);
@@ -35,6 +36,7 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
   log::SetGeneration(reg->generation);
   TLOG_INFO("registered with the chief (term {}): incarnation {}, generation {}, timeline {}",
             reg->term, reg->incarnation, reg->generation, reg->timeline);
+  if (registration != nullptr) *registration = *reg;
   client->StartHeartbeats();
   return client;
 }

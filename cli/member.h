@@ -13,7 +13,9 @@ namespace tandem::cli {
 // Registers this member with the chief named in the config, adopts the issued identity in the
 // server (replies carry it) and the log, and starts the heartbeat thread. On failure returns
 // null and sets *exit_status (75 when refused, 1 when the chief cannot be reached).
+// `registration` (may be null) gets what the chief issued.
 std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
-                                     const std::string& determinism_class, int* exit_status);
+                                     const std::string& determinism_class, int* exit_status,
+                                     Registration* registration = nullptr);
 
 }  // namespace tandem::cli

@@ -29,8 +29,25 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   const auto& job = *ctx.job;
   if (job.cluster.chief.at(0).ends_with(":0")) return ServeStandalone(ctx);
   int exit_status = kExitOk;
-  auto chief = JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status);
+  Registration reg;
+  auto chief = JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
+  if (reg.resume_step >= 0 && shard->applied_step() != reg.resume_step) {
+    // A clean stop leaves every shard exactly at the final checkpoint. Rolling a shard back to an
+    // older one (after a crash, or onto a fresh directory) is the recovery issue's work.
+    TLOG_ERROR(
+        "the job resumes from the checkpoint of step {}, but this shard is at step {}: "
+        "restoring a shard from a checkpoint is not built yet",
+        reg.resume_step, shard->applied_step());
+    Progress failed;
+    failed.state = "failed";
+    failed.detail = "ps:" + std::to_string(ctx.index) + " is at step " +
+                    std::to_string(shard->applied_step()) + ", the checkpoint at step " +
+                    std::to_string(reg.resume_step);
+    chief->SetProgress(failed);
+    chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
+    return kExitRuntimeFailure;
+  }
   Progress progress;
   progress.state = "serving";
   std::optional<std::chrono::steady_clock::time_point> stop_deadline;

@@ -82,7 +82,6 @@ int Main(int argc, char** argv) {
   // Subcommands whose capability lands with a later issue: they parse their flags and say so.
   std::string s1, s2, s3, s4;
   int64_t n = 0;
-  bool flag = false;
   auto* drill =
       app.add_subcommand("drill", "run a job under injected faults, then without, and compare");
   drill->add_option("--config", s1)->required();
@@ -122,8 +121,10 @@ int Main(int argc, char** argv) {
   auto* checksum = app.add_subcommand(
       "checksum",
       "print a model_checksum: a checkpoint's, or a stopped job's (PS shards + dense.ckpt)");
-  auto* sum_checkpoint = checksum->add_option("--checkpoint", s1);
-  checksum->add_flag("--verify", flag, "verify every file's checksum");
+  auto* sum_checkpoint = checksum->add_option(
+      "--checkpoint", sum.checkpoint,
+      "a checkpoint: checkpoint.dir (its LATEST) or one ckpt-<step> directory");
+  checksum->add_flag("--verify", sum.verify, "verify every file's CRC32C (with --checkpoint)");
   checksum
       ->add_option("--config", sum.config_path,
                    "a stopped job's config: read its PS shards and output.dir/model/dense.ckpt")
@@ -138,10 +139,11 @@ int Main(int argc, char** argv) {
                      "the embedding part only, from the PS shards (with --config)");
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
   keys->add_option("--out", s1);
-  const NotYet not_yet[] = {
-      {"drill", "", "the recovery issue"},      {"eval", "", "the distributed-training issue"},
-      {"export", "", "the operations issue"},   {"predict", "", "the operations issue"},
-      {"checksum", "", "the checkpoint issue"}, {"keys", "", "the operations issue"}};
+  const NotYet not_yet[] = {{"drill", "", "the recovery issue"},
+                            {"eval", "", "the distributed-training issue"},
+                            {"export", "", "the operations issue"},
+                            {"predict", "", "the operations issue"},
+                            {"keys", "", "the operations issue"}};
 
   try {
     app.parse(argc, argv);
@@ -165,7 +167,12 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("status")) return RunStatus(status);
   if (app.got_subcommand("datagen")) return RunDatagen(gen);
   if (app.got_subcommand("convert")) return RunConvert(conv);
-  if (app.got_subcommand("checksum") && !sum.config_path.empty()) return RunChecksum(sum);
+  if (app.got_subcommand("checksum")) {
+    if (!sum.checkpoint.empty()) return RunCheckpointChecksum(sum);
+    if (!sum.config_path.empty()) return RunChecksum(sum);
+    std::fprintf(stderr, "tandem checksum: give --checkpoint DIR or --config JOB.yaml\n");
+    return kExitUsage;
+  }
   for (const auto& ny : not_yet) {
     if (app.got_subcommand(ny.name)) {
       std::fprintf(stderr, "tandem %s: not implemented yet (lands with %s)\n", ny.name,

@@ -1,11 +1,14 @@
 // `tandem worker`: join the job, wait for the whole cluster, connect to the shards and the other
 // replicas, train, report the result to the chief and exit.
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/member.h"
 #include "cli/roles.h"
+#include "common/checkpoint_layout.h"
 #include "common/determinism_class.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
@@ -14,6 +17,7 @@
 #include "common/ps_client.h"
 #include "worker/collective/chief_store.h"
 #include "worker/collective/gloo_collective.h"
+#include "worker/dense_state.h"
 #include "worker/device/backend_factory.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/training_loop.h"
@@ -40,6 +44,45 @@ void MoveAsideOldMetrics(const std::string& path) {
   }
 }
 
+// Rank 0 at k = 0, right after `step`: the dense file, every shard's part (each shard takes a
+// restore point after applying `step` and copies it to the durable copy; none can apply the next
+// step before this worker pushes it), then the chief commits the manifest. A failure to commit
+// is logged and training goes on: checkpoints pause while the chief is away (PROTOCOLS §10).
+Status TakeCheckpoint(const config::JobConfig& job, int64_t step, const worker::Trainer& trainer,
+                      PsClient* ps, ChiefClient* chief, const std::string& determinism_class) {
+  const std::string rel = CheckpointDirName(step) + "/" + kDenseCheckpointFile;
+  worker::DenseFileInfo info;
+  TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(
+      job.checkpoint.dir + "/" + rel, worker::SnapshotDenseState(trainer, step), &info));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts, ps->CheckpointParts(step));
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", info.crc32c);
+  std::vector<std::string> parts;
+  parts.push_back(
+      nlohmann::json({{"name", "dense"},
+                      {"files", {{{"path", rel}, {"size", info.size_bytes}, {"crc32c", crc}}}}})
+          .dump());
+  for (size_t i = 0; i < shard_parts.size(); ++i) {
+    auto part = nlohmann::json::parse(shard_parts[i], nullptr, false);
+    if (part.is_discarded() || !part.contains("files"))
+      return Status::InvalidArgument("shard " + std::to_string(i) + " sent a malformed part");
+    const std::string root = ShardDurableDir(static_cast<uint32_t>(i)) + "/";
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& f : part["files"])
+      files.push_back({{"path", root + f.value("path", "")},
+                       {"size", f.value("size", uint64_t{0})},
+                       {"crc32c", f.value("crc32c", "")}});
+    parts.push_back(
+        nlohmann::json({{"name", "shard-" + std::to_string(i)}, {"files", files}, {"detail", part}})
+            .dump());
+  }
+  auto committed =
+      chief->CommitCheckpoint(step, parts, determinism_class, std::chrono::milliseconds(10000));
+  if (!committed.ok())
+    TLOG_WARN("checkpoint of step {} not committed: {}", step, committed.status().ToString());
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunWorkerRole(const RoleContext& ctx) {
@@ -53,11 +96,12 @@ int RunWorkerRole(const RoleContext& ctx) {
     return kExitInvalid;
   }
   int exit_status = kExitOk;
-  auto chief = JoinJob(
-      ctx, wire::Role::WORKER,
-      DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName()),
-      &exit_status);
+  Registration reg;
+  const std::string determinism_class =
+      DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName());
+  auto chief = JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
   if (!chief) return exit_status;
+  const int64_t start_step = reg.resume_step + 1;
 
   // SIGTERM/SIGINT stop the whole job: the vote rides in the next step's all-reduce and the
   // chief tells everyone else.
@@ -133,7 +177,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     const std::string path = job.output.dir + "/metrics.jsonl";
     std::error_code ec;
     std::filesystem::create_directories(job.output.dir, ec);
-    MoveAsideOldMetrics(path);
+    if (start_step == 0) MoveAsideOldMetrics(path);  // a resumed job appends
     auto m = metrics::MetricsWriter::Open(path);
     if (!m.ok()) return report_failure(m.status(), 1);
     metrics = std::move(m).value();
@@ -153,6 +197,29 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.prefetch_embeddings = prefetch_ps.get();
   o.collective = gloo.get();
   o.backend = backend->get();
+  o.start_step = start_step;
+  if (reg.resume_step >= 0) {
+    const std::string dense =
+        job.checkpoint.dir + "/" + CheckpointDirName(reg.resume_step) + "/" + kDenseCheckpointFile;
+    o.restore = [dense, step = reg.resume_step](worker::Trainer* trainer) -> Status {
+      TANDEM_ASSIGN_OR_RETURN(worker::DenseState state, worker::ReadDenseState(dense));
+      if (state.step != step)
+        return Status::DataLoss(dense + " holds step " + std::to_string(state.step) +
+                                ", the checkpoint is of step " + std::to_string(step));
+      TANDEM_RETURN_IF_ERROR(worker::RestoreDenseState(state, trainer));
+      TLOG_INFO("dense state of step {} restored from {}", step, dense);
+      return Status::Ok();
+    };
+  }
+  if (rank == 0 && job.train.embedding_staleness == 0) {
+    o.checkpoint = [&](int64_t step, const worker::Trainer& trainer) {
+      return TakeCheckpoint(job, step, trainer, &ps, chief.get(), determinism_class);
+    };
+  } else if (rank == 0 && (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0)) {
+    TLOG_WARN(
+        "checkpoints at embedding_staleness >= 1 need the checkpoint cut of PROTOCOLS §3, "
+        "which is not built yet: this job takes none");
+  }
   o.metrics = metrics.get();
   o.tensorboard = tensorboard.get();
   if (rank == 0) o.sparse_checksum = [&](int64_t last) { return ps.Checksum(last); };

@@ -213,8 +213,8 @@ StatusOr<Registration> ChiefClient::RegisterOnce(wire::RpcClient* client, int ha
   if (body.which() != Envelope::Body::REGISTER_REPLY)
     return Status::InvalidArgument("registration answered without a RegisterReply");
   auto r = body.getRegisterReply();
-  Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(), r.getTerm(),
-                   r.getTotalSteps()};
+  Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(),
+                   r.getTerm(),        r.getTotalSteps(), r.getResumeStep()};
   {
     MutexLock lock(&state_mu_);
     identity_.incarnation = reg.incarnation;
@@ -514,6 +514,27 @@ StatusOr<std::string> ChiefClient::StopJob(const std::string& reason) {
   if (body.which() != Envelope::Body::STOP_JOB_REPLY)
     return Status::InvalidArgument("stop answered without a StopJobReply");
   return std::string(body.getStopJobReply().getJobState());
+}
+
+StatusOr<int64_t> ChiefClient::CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
+                                                const std::string& determinism_class,
+                                                std::chrono::milliseconds budget) {
+  auto reply = ControlRetry(
+      [&] {
+        wire::OutMessage m;
+        auto req = m.envelope().getBody().initCommitCheckpointRequest();
+        req.setStep(step);
+        req.setDeterminismClass(Text(determinism_class));
+        auto list = req.initParts(static_cast<unsigned>(parts.size()));
+        for (unsigned i = 0; i < parts.size(); ++i) list.set(i, Text(parts[i]));
+        return m;
+      },
+      budget);
+  if (!reply.ok()) return reply.status();
+  auto body = reply->envelope().getBody();
+  if (body.which() != Envelope::Body::COMMIT_CHECKPOINT_REPLY)
+    return Status::InvalidArgument("commit answered without a CommitCheckpointReply");
+  return body.getCommitCheckpointReply().getCommittedStep();
 }
 
 }  // namespace tandem

@@ -62,6 +62,7 @@ struct ClusterView {
 struct Registration {
   uint64_t incarnation = 0, generation = 0, timeline = 0, term = 0;
   int64_t total_steps = 0;
+  int64_t resume_step = -1;  // the committed checkpoint the job resumes from; -1: from scratch
 };
 
 // What the heartbeat thread reports; the owner updates it with SetProgress.
@@ -122,6 +123,11 @@ class ChiefClient {
   Status KvSet(const std::string& key, std::string_view value);
   // nullopt when the key is not set (never waits).
   StatusOr<std::optional<std::string>> KvGet(const std::string& key);
+  // Worker rank 0: hands the chief every part of checkpoint `step` (JSON each) to commit.
+  // Returns the committed step.
+  StatusOr<int64_t> CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
+                                     const std::string& determinism_class,
+                                     std::chrono::milliseconds budget);
   // Asks the chief to stop the job (SIGTERM to a member, Ctrl-C of `tandem local`).
   StatusOr<std::string> StopJob(const std::string& reason);
 

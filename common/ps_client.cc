@@ -327,6 +327,31 @@ StatusOr<ModelChecksum> PsClient::Checksum(int64_t step, uint64_t* rows) {
   return sum;
 }
 
+StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step) {
+  if (step < 0) return Status::InvalidArgument("checkpoint of step " + std::to_string(step));
+  std::vector<size_t> targets(shards_.size());
+  for (size_t s = 0; s < targets.size(); ++s) targets[s] = s;
+  std::vector<std::string> parts(shards_.size());
+  auto build = [&](size_t) {
+    wire::OutMessage m;
+    m.envelope().getBody().initCheckpointPartRequest().setStep(step);
+    return m;
+  };
+  auto on_reply = [&](size_t s, wire::InMessage& r) -> Status {
+    auto body = r.envelope().getBody();
+    if (body.which() != wire::Envelope::Body::CHECKPOINT_PART_REPLY)
+      return Status::InvalidArgument("checkpoint part answered without a checkpoint part reply");
+    auto reply = body.getCheckpointPartReply();
+    if (reply.getStep() != step)
+      return Status::InvalidArgument("shard " + std::to_string(s) + " answered the part of step " +
+                                     std::to_string(reply.getStep()));
+    parts[s] = reply.getPart();
+    return Status::Ok();
+  };
+  TANDEM_RETURN_IF_ERROR(CallShards(targets, build, on_reply, Clock::now() + options_.timeout));
+  return parts;
+}
+
 Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {
   // A copy of the map (the payloads are shared): replies may drop entries while we iterate.
   std::map<int64_t, std::shared_ptr<const Payload>> pending = shards_[shard].retained;

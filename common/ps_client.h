@@ -64,6 +64,9 @@ class PsClient : public EmbeddingClient {
   // Retries like Pull; kDeadlineExceeded when a shard never gets there; kInvalidArgument for
   // step < -1.
   StatusOr<ModelChecksum> Checksum(int64_t step, uint64_t* rows = nullptr);
+  // Every shard's part of checkpoint `step` (JSON each, by shard), once each has applied `step`
+  // and copied its restore point to the durable copy (PROTOCOLS §7).
+  StatusOr<std::vector<std::string>> CheckpointParts(int64_t step);
 
   void SetIdentity(const wire::Identity& identity) { rpc_.SetIdentity(identity); }
   int64_t shard_applied_step(size_t shard) const { return shards_[shard].applied; }

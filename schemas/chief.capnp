@@ -23,6 +23,7 @@ struct RegisterReply {
   timeline @2 :UInt64;
   term @3 :UInt64;
   totalSteps @4 :Int64;
+  resumeStep @5 :Int64 = -1;     # the committed checkpoint the job resumes from; -1: from scratch
 }
 
 # A member's progress. Workers report training metrics; PS and tools leave them NaN.
@@ -116,4 +117,16 @@ struct StopJobRequest {
 
 struct StopJobReply {
   jobState @0 :Text;
+}
+
+# Worker rank 0 hands the chief every part of checkpoint `step`; the chief writes the manifest
+# and moves LATEST (PROTOCOLS §7). Training does not wait for the answer beyond its budget.
+struct CommitCheckpointRequest {
+  step @0 :Int64;
+  parts @1 :List(Text);          # JSON each: {"name", "files": [{path, size, crc32c}], "detail"}
+  determinismClass @2 :Text;
+}
+
+struct CommitCheckpointReply {
+  committedStep @0 :Int64;
 }

@@ -101,6 +101,10 @@ struct Envelope {
     stopJobReply @30 :Chief.StopJobReply;
     checksumRequest @31 :Ps.ChecksumRequest;
     checksumReply @32 :Ps.ChecksumReply;
+    checkpointPartRequest @33 :Ps.CheckpointPartRequest;
+    checkpointPartReply @34 :Ps.CheckpointPartReply;
+    commitCheckpointRequest @35 :Chief.CommitCheckpointRequest;
+    commitCheckpointReply @36 :Chief.CommitCheckpointReply;
   }
 }
 

@@ -53,3 +53,15 @@ struct ChecksumReply {
   appliedStep @2 :Int64;
   rows @3 :UInt64;
 }
+
+# A shard's part of checkpoint `step` (PROTOCOLS §7): a restore point after applying `step`,
+# copied to the durable copy under checkpoint.dir. Answered RETRY (with the view) until the
+# shard has applied `step`; INVALID when it applied a later step without taking the part.
+struct CheckpointPartRequest {
+  step @0 :Int64;
+}
+
+struct CheckpointPartReply {
+  step @0 :Int64;
+  part @1 :Text;  # JSON: the shard's files (durable_copy.h CheckpointPartToJson)
+}

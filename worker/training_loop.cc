@@ -112,6 +112,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
   to.backend = o.backend;
   TANDEM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
   TANDEM_ASSIGN_OR_RETURN(auto evaluator, Evaluator::Create(job, o.rank, o.world));
+  if (o.restore) TANDEM_RETURN_IF_ERROR(o.restore(trainer.get()));
 
   LoopProgress progress;
   progress.step = o.start_step - 1;
@@ -239,6 +240,14 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         window_t0 = Clock::now();
       }
       report();
+      const int64_t every_ckpt = job.checkpoint.every_steps;
+      const bool scheduled = every_ckpt > 0 && (step + 1) % every_ckpt == 0;
+      if (o.rank == 0 && o.checkpoint && (scheduled || (st->stop_agreed && step + 1 < total))) {
+        auto t2 = Clock::now();
+        TANDEM_RETURN_IF_ERROR(
+            o.checkpoint(step, *trainer).WithContext("checkpoint of step " + std::to_string(step)));
+        TLOG_INFO("checkpoint of step {} taken in {:.3f} s", step, Since(t2));
+      }
       if (st->stop_agreed && step + 1 < total) {
         TLOG_INFO("stopping after step {}: the job was asked to stop", step);
         break;

@@ -26,6 +26,8 @@ class Collective;
 
 namespace tandem::worker {
 
+class Trainer;
+
 // What the loop reports as it goes (for heartbeats and the progress line).
 struct LoopProgress {
   int64_t step = -1;  // the last completed step
@@ -58,6 +60,12 @@ struct TrainingLoopOptions {
   // Rank 0, when non-empty: the dense state (dense_state.h) is written here once the loop ends,
   // completed or stopped, with step = steps_done - 1.
   std::string dense_state_path;
+  // Rank 0: takes checkpoint `step` (called right after the step, before the next one starts, at
+  // every checkpoint.every_steps and at the step a stop was agreed on). At k = 0 the shards cannot
+  // apply the next step before rank 0 pushes it, so the checkpoint is exactly after `step`.
+  std::function<Status(int64_t step, const Trainer& trainer)> checkpoint;
+  // Called once the trainer exists, before the first step (a resume restores the dense state).
+  std::function<Status(Trainer* trainer)> restore;
 };
 
 struct TrainingResult {

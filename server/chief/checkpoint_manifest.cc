@@ -497,12 +497,6 @@ int64_t RecordsConsumedAfter(int64_t step, uint32_t num_workers, int64_t batch_s
   return (step + 1) * static_cast<int64_t>(num_workers) * batch_size;
 }
 
-std::string CheckpointDirName(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "ckpt-%012lld", static_cast<long long>(step));
-  return buf;
-}
-
 std::string EncodeManifest(const Manifest& m) {
   nlohmann::json parts = nlohmann::json::array();
   for (const ManifestPart& p : m.parts) parts.push_back(PartToJson(p));

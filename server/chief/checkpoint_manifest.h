@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_layout.h"
 #include "common/config/job_config.h"
 #include "common/status.h"
 
@@ -72,8 +73,7 @@ struct Manifest {
 // (step + 1) * num_workers * batch_size.
 int64_t RecordsConsumedAfter(int64_t step, uint32_t num_workers, int64_t batch_size);
 
-// "ckpt-000000000042" for step 42: the directory of that checkpoint, relative to checkpoint.dir.
-std::string CheckpointDirName(int64_t step);
+// CheckpointDirName(step): common/checkpoint_layout.h.
 
 // The MANIFEST file's bytes (JSON, with its own CRC in "manifest_crc32c").
 std::string EncodeManifest(const Manifest& m);

@@ -59,9 +59,17 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
   const ChiefStateData& d = (*state)->data();
   TLOG_INFO("chief term {} (generation {}, timeline {}, highest incarnation {}) from {}", d.term,
             d.generation, d.timeline, d.highest_incarnation, (*state)->path());
+  // Before any member registers: the resume step goes out with every registration.
+  auto checkpoints = CheckpointCoordinator::Open(job);
+  if (!checkpoints.ok()) return checkpoints.status();
   std::unique_ptr<ChiefService> service(new ChiefService(job, server, std::move(state).value()));
   {
     MutexLock lock(&service->mu_);
+    service->checkpoints_.emplace(std::move(checkpoints).value());
+    if (service->checkpoints_->latest_step() !=
+        service->membership_.Snapshot(Clock::now()).last_checkpoint_step)
+      TANDEM_RETURN_IF_ERROR(
+          service->membership_.SetLatestCheckpoint(service->checkpoints_->latest_step()));
     service->SyncIdentity();
   }
   return service;
@@ -105,6 +113,7 @@ void ChiefService::Register() {
   on(Envelope::Body::KV_SET, &ChiefService::HandleKvSet);
   on(Envelope::Body::KV_GET, &ChiefService::HandleKvGet);
   on(Envelope::Body::STOP_JOB_REQUEST, &ChiefService::HandleStopJob);
+  on(Envelope::Body::COMMIT_CHECKPOINT_REQUEST, &ChiefService::HandleCommitCheckpoint);
 }
 
 Status ChiefService::Start() {
@@ -222,6 +231,10 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
   body.setTimeline(issued->timeline);
   body.setTerm(issued->term);
   body.setTotalSteps(issued->total_steps);
+  {
+    MutexLock lock(&mu_);
+    body.setResumeStep(checkpoints_->resume_step());
+  }
   r.Send(std::move(reply));
 }
 
@@ -444,6 +457,38 @@ void ChiefService::HandleStopJob(wire::InMessage& m, wire::Responder r) {
   changed_.SignalAll();
   wire::OutMessage reply = r.NewReply();
   reply.envelope().getBody().initStopJobReply().setJobState(Text(state));
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r) {
+  const wire::Identity from = wire::ReadIdentity(m.header());
+  if (from.role != wire::Role::WORKER || from.index != 0) {
+    r.SendError(ReplyCode::INVALID, "checkpoints are committed by worker 0, not " + from.Who());
+    return;
+  }
+  auto req = m.envelope().getBody().getCommitCheckpointRequest();
+  std::vector<std::string> parts;
+  for (auto p : req.getParts()) parts.emplace_back(p.cStr(), p.size());
+  const int64_t step = req.getStep();
+  Status s;
+  int64_t latest = -1;
+  {
+    MutexLock lock(&mu_);
+    const wire::Identity self = server_->identity();
+    CommitContext context{self.job_id.ToHex(), membership_.timeline(), membership_.term(),
+                          membership_.generation()};
+    s = checkpoints_->Commit(step, parts, std::string(req.getDeterminismClass()), context);
+    if (s.ok()) s = membership_.SetLatestCheckpoint(step);
+    latest = checkpoints_->latest_step();
+  }
+  if (!s.ok()) {
+    TLOG_ERROR("checkpoint of step {} not committed: {}", step, s.ToString());
+    SendStatus(r, s);
+    return;
+  }
+  changed_.SignalAll();
+  wire::OutMessage reply = r.NewReply();
+  reply.envelope().getBody().initCommitCheckpointReply().setCommittedStep(latest);
   r.Send(std::move(reply));
 }
 

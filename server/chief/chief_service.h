@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "common/wire/parking_lot.h"
 #include "common/wire/rpc_client.h"
 #include "common/wire/rpc_server.h"
+#include "server/chief/checkpoint_coordinator.h"
 #include "server/chief/chief_state.h"
 #include "server/chief/membership.h"
 
@@ -79,6 +81,7 @@ class ChiefService {
   void HandleKvSet(wire::InMessage& m, wire::Responder r);
   void HandleKvGet(wire::InMessage& m, wire::Responder r);
   void HandleStopJob(wire::InMessage& m, wire::Responder r);
+  void HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r);
   // Pings `s` at its address; true when it answers as the same incarnation. Without `client`
   // (a handler thread) it uses a socket of its own.
   bool ProbeAnswers(const Suspect& s, wire::RpcClient* client, std::map<std::string, int>* handles,
@@ -100,6 +103,7 @@ class ChiefService {
   CondVar changed_{&mu_};       // membership changed (WaitFinished looks again)
   CondVar monitor_wake_{&mu_};  // the monitor's tick, cut short by Stop()
   Membership membership_ GUARDED_BY(mu_);
+  std::optional<CheckpointCoordinator> checkpoints_ GUARDED_BY(mu_);  // set by Create
   std::map<std::string, BarrierState> barriers_ GUARDED_BY(mu_);
   int64_t next_barrier_key_ GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> kv_ GUARDED_BY(mu_);

@@ -51,6 +51,12 @@ Status Membership::Persist(const ChiefStateData& data) {
   return s;
 }
 
+Status Membership::SetLatestCheckpoint(int64_t step) {
+  ChiefStateData d = state_->data();
+  d.latest_step = step;
+  return Persist(d);
+}
+
 Status Membership::BumpGeneration(const std::string& why) {
   ChiefStateData d = state_->data();
   d.generation += 1;
@@ -335,7 +341,8 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
       s.ms_since_heartbeat = MsBetween(m.last_heartbeat, now);
       s.determinism_class = m.determinism_class;
       const bool up = !m.lost && !m.left && !Terminal(m);
-      s.samples_per_sec = up ? m.progress.samples_per_sec : 0;
+      // A worker that finished reports its mean rate over the run: the job's figure then.
+      s.samples_per_sec = up || m.progress.state == "done" ? m.progress.samples_per_sec : 0;
       if (m.lost)
         s.state = "lost";
       else if (m.left)

@@ -168,6 +168,8 @@ class Membership {
 
   // SIGTERM or StopJob: "stopping" unless the job already ended. Returns the job state.
   std::string RequestStop(const std::string& reason, Clock::time_point now);
+  // Records the committed LATEST checkpoint in the persisted state (and the cluster view).
+  Status SetLatestCheckpoint(int64_t step);
 
   std::string job_state() const { return job_state_; }
   uint64_t generation() const { return state_->data().generation; }

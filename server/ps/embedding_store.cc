@@ -162,6 +162,7 @@ struct Pending {
   std::vector<uint32_t> seen_seq;  // the stripe's change_seq() at the first pass
   // Position in values/statuses (key order after Fetch), or -1 (a hit then).
   std::vector<int32_t> fetched;
+  bool grouped = false;           // the call's ids (so these too) are grouped by stripe
   std::vector<RowKey> keys;       // in call order
   std::vector<uint64_t> key_ids;  // the id of keys[j]
   std::vector<rocksdb::Slice> key_slices;
@@ -184,6 +185,7 @@ struct Pending {
 // What Read, ReadRows and Update do with each row; called under the row's stripe lock.
 struct ReadOp {
   static constexpr bool kWrites = false;
+  static constexpr bool kOrdered = false;
   uint64_t seed;
   const embedding::TableSpec& spec;
   float* out;
@@ -198,6 +200,7 @@ struct ReadOp {
 
 struct ReadRowsOp {
   static constexpr bool kWrites = false;
+  static constexpr bool kOrdered = false;
   uint64_t seed;
   const embedding::TableSpec& spec;
   uint8_t* out;
@@ -213,9 +216,12 @@ struct ReadRowsOp {
   }
 };
 
-// fn runs under the row's stripe lock, so it must not call back into the store.
+// fn runs under the row's stripe lock, so it must not call back into the store. `Ordered`: fn
+// is called in id order (Update), else in any order (UpdateDistinct).
+template <bool Ordered>
 struct UpdateOp {
   static constexpr bool kWrites = true;
+  static constexpr bool kOrdered = Ordered;
   const EmbeddingStore::RowFn& fn;
   uint32_t row_bytes;
   uint32_t PrefetchBytes() const { return row_bytes; }
@@ -225,6 +231,11 @@ struct UpdateOp {
 
 // Batched calls lock the stripes of up to this many ids at a time (see LockWindow).
 constexpr size_t kWindow = 512;
+// Calls whose ids are grouped by stripe also end a window after this many stripes, so that
+// concurrent calls (the tables of one apply, on several threads) rarely wait for each other.
+constexpr size_t kWindowStripes = 4;
+// Calls that may reorder (reads, UpdateDistinct) group more ids than this by stripe.
+constexpr size_t kMinGrouped = 16;
 // Prefetch distance, in ids: index slots are prefetched 2 * kAhead ids ahead, rows kAhead.
 constexpr size_t kAhead = 8;
 
@@ -274,6 +285,8 @@ struct EmbeddingStore::Impl {
   template <typename Op>
   Status Finish(uint32_t table, uint64_t id, Pending* pending, size_t k, Op& op);
   template <typename HashAt>
+  size_t WindowEnd(size_t begin, size_t n, bool grouped, HashAt hash_at) const;
+  template <typename HashAt>
   size_t LockWindow(size_t begin, size_t end, HashAt hash_at, uint32_t* locked);
   Status UnlockWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
@@ -293,9 +306,9 @@ struct EmbeddingStore::Impl {
 //
 // Passes 1 and 3 go through ids in windows of kWindow, taking the lock of every stripe the
 // window touches once (LockWindow), and prefetch each id's index slot and row a few ids before
-// looking it up. Reads first group the ids by stripe (a stable counting sort), so a window
-// holds one or two stripes; Update keeps the call order (fn is called in id order), so its
-// windows hold up to kWindow stripes at once.
+// looking it up. Reads and UpdateDistinct first group the ids by stripe (a stable counting
+// sort), so a window holds at most kWindowStripes stripes; Update keeps the call order (fn is
+// called in id order), so its windows hold up to kWindow stripes at once.
 template <typename Op>
 Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids, Op& op) {
   TANDEM_RETURN_IF_ERROR(CheckTable(table));
@@ -305,7 +318,7 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
   scratch.hashes.resize(n);
   uint64_t* hashes = scratch.hashes.data();
   const uint32_t* order = nullptr;
-  if (!Op::kWrites && stripes.size() > 1 && n > kWindow) {
+  if (!Op::kOrdered && stripes.size() > 1 && n > kMinGrouped) {
     std::vector<uint32_t>& starts = scratch.starts;
     starts.assign(stripes.size(), 0);
     for (size_t i = 0; i < n; ++i) {
@@ -323,10 +336,29 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
     for (size_t i = 0; i < n; ++i) hashes[i] = KeyHash(table, ids[i]);
   }
   Pending pending;
+  pending.grouped = order != nullptr;
   FirstPass(table, ids, hashes, order, op, &pending);
   if (pending.index.empty()) return Status::Ok();
   TANDEM_RETURN_IF_ERROR(Fetch(&pending));
   return FinishAll(table, ids, &pending, op);
+}
+
+// The end of the window that starts at `begin` (of n positions): kWindow positions, or fewer
+// when `grouped` and the positions after them belong to a stripe beyond the first
+// kWindowStripes.
+template <typename HashAt>
+size_t EmbeddingStore::Impl::WindowEnd(size_t begin, size_t n, bool grouped, HashAt hash_at) const {
+  const size_t end = std::min(n, begin + kWindow);
+  if (!grouped) return end;
+  size_t stripe = StripeIndex(hash_at(begin));
+  size_t seen = 1;
+  for (size_t q = begin + 1; q < end; ++q) {
+    const size_t s = StripeIndex(hash_at(q));
+    if (s == stripe) continue;
+    if (++seen > kWindowStripes) return q;
+    stripe = s;
+  }
+  return end;
 }
 
 // Locks, in ascending order (so that concurrent calls cannot deadlock), the stripes of
@@ -374,8 +406,8 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
   const uint32_t prefetch_bytes = op.PrefetchBytes();
   auto pos = [order](size_t q) -> size_t { return order != nullptr ? order[q] : q; };
   uint32_t locked[kWindow];
-  for (size_t begin = 0; begin < n; begin += kWindow) {
-    const size_t end = std::min(n, begin + kWindow);
+  for (size_t begin = 0, end = 0; begin < n; begin = end) {
+    end = WindowEnd(begin, n, order != nullptr, [&](size_t q) { return hashes[pos(q)]; });
     const size_t num_locked = LockWindow(
         begin, end, [&](size_t q) { return hashes[pos(q)]; }, locked);
     for (size_t q = begin; q < std::min(end, begin + 2 * kAhead); ++q) {
@@ -394,7 +426,7 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
       const uint64_t hash = hashes[i];
       Stripe& s = StripeOf(hash);
       // Update calls fn in id order, so after its first miss even hits wait for pass 3.
-      const bool now = !Op::kWrites || pending->index.empty();
+      const bool now = !Op::kOrdered || pending->index.empty();
       uint8_t* row = s.cache.Find(table, ids[i], hash, Op::kWrites && now);
       if (row != nullptr) {
         ++s.hits;
@@ -447,8 +479,8 @@ Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t>
                                        Pending* pending, Op& op) NO_THREAD_SAFETY_ANALYSIS {
   const size_t m = pending->index.size();
   uint32_t locked[kWindow];
-  for (size_t begin = 0; begin < m; begin += kWindow) {
-    const size_t end = std::min(m, begin + kWindow);
+  for (size_t begin = 0, end = 0; begin < m; begin = end) {
+    end = WindowEnd(begin, m, pending->grouped, [&](size_t k) { return pending->hash[k]; });
     const size_t num_locked = LockWindow(
         begin, end, [&](size_t k) { return pending->hash[k]; }, locked);
     // Prefetches as FirstPass does (an Update's hits after its first miss are served here);
@@ -627,7 +659,14 @@ Status EmbeddingStore::ReadRows(uint32_t table, std::span<const uint64_t> ids, u
 
 Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn) {
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
-  UpdateOp op{fn, impl_->row_bytes[table]};
+  UpdateOp<true> op{fn, impl_->row_bytes[table]};
+  return impl_->Apply(table, ids, op);
+}
+
+Status EmbeddingStore::UpdateDistinct(uint32_t table, std::span<const uint64_t> ids,
+                                      const RowFn& fn) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  UpdateOp<false> op{fn, impl_->row_bytes[table]};
   return impl_->Apply(table, ids, op);
 }
 

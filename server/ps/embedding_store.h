@@ -63,6 +63,10 @@ class EmbeddingStore {
   // in the order of ids.
   using RowFn = std::function<void(size_t index, embedding::RowRef row, bool existed)>;
   Status Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn);
+  // Update for distinct ids, calling fn in an unspecified order (ids grouped by lock stripe), so
+  // that concurrent calls for different tables rarely wait for each other's stripes.
+  // REQUIRES: no id appears twice in ids.
+  Status UpdateDistinct(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn);
 
   // Removes rows (TTL garbage collection, rollback of a materialisation).
   Status Erase(uint32_t table, std::span<const uint64_t> ids);

@@ -4,6 +4,7 @@
 #include <rocksdb/db.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -654,6 +655,60 @@ TEST(RowCacheTest, EraseReleasesChunksAndKeepsTheRest) {
   EXPECT_EQ(dirty, 5000u);
   h.cache().TakeDirty([&](uint32_t, uint64_t, const uint8_t*, uint32_t) { ++dirty; });
   EXPECT_EQ(dirty, 5000u);  // all clean now
+}
+
+// UpdateDistinct from several threads at once, each on its own table, with reads of other
+// tables in between and a cache that evicts across tables: every row ends as with Update called
+// in series, and fn sees each id once.
+TEST(EmbeddingStoreTest, ConcurrentUpdateDistinctOnDifferentTablesMatchesSerialUpdate) {
+  constexpr uint32_t kTables = 6;
+  std::vector<TableSpec> tables;
+  for (uint32_t t = 0; t < kTables; ++t)
+    tables.push_back(MakeTable(t, 4 + 4 * t, OptimizerKind::kAdagrad));
+  auto ids_of = [](uint32_t table, int round) {
+    std::vector<uint64_t> ids;
+    for (uint64_t i = 0; i < 300 + 200 * table; ++i) ids.push_back((i * 7 + round * 13) % 2000);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::shuffle(ids.begin(), ids.end(), std::mt19937_64(table * 100 + round));
+    return ids;
+  };
+  constexpr int kRounds = 5;
+  auto run = [&](bool concurrent) {
+    ScopedDir dir;
+    StoreOptions options = Options(dir.File("db"), tables);
+    options.cache_bytes = 96 << 10;
+    options.stripes = 16;
+    auto store = OpenOrDie(options);
+    for (int round = 0; round < kRounds; ++round) {
+      auto update = [&](uint32_t t) {
+        const std::vector<uint64_t> ids = ids_of(t, round);
+        std::vector<int> seen(ids.size(), 0);
+        auto fn = [&](size_t i, RowRef row, bool) {
+          ++seen[i];
+          Mutate(tables[t], row, round);
+        };
+        Status s = concurrent ? store->UpdateDistinct(t, ids, fn) : store->Update(t, ids, fn);
+        EXPECT_TRUE(s.ok()) << s;
+        EXPECT_EQ(seen, std::vector<int>(ids.size(), 1));
+        std::vector<float> out(ids.size() * tables[(t + 1) % kTables].dim);
+        EXPECT_TRUE(store->Read((t + 1) % kTables, ids, out.data()).ok());
+      };
+      std::vector<std::thread> threads;
+      for (uint32_t t = 0; t < kTables; ++t) {
+        if (concurrent) {
+          threads.emplace_back(update, t);
+        } else {
+          update(t);
+        }
+      }
+      for (std::thread& th : threads) th.join();
+    }
+    EXPECT_GT(store->stats().evictions, 0u);
+    return Dump(*store, tables);
+  };
+  const Rows serial = run(false);
+  EXPECT_EQ(run(true), serial);
 }
 
 }  // namespace

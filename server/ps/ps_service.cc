@@ -1,6 +1,7 @@
 #include "server/ps/ps_service.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/wire/diagnostics.h"
@@ -32,6 +33,9 @@ void PsService::Register() {
   server_->Handle(
       Envelope::Body::CHECKSUM_REQUEST, kPullLane,
       [this](wire::InMessage& m, wire::Responder r) { HandleChecksum(m, std::move(r)); });
+  server_->Handle(
+      Envelope::Body::CHECKPOINT_PART_REQUEST, kPushLane,
+      [this](wire::InMessage& m, wire::Responder r) { HandleCheckpointPart(m, std::move(r)); });
   server_->SetGate([this](const wire::InMessage& m) { return Fence(m); });
 }
 
@@ -202,6 +206,37 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
   ReleaseParked();
 }
 
+// On the push lane: the part is taken between two applies, like a push's own work.
+void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
+  const int64_t step = m.envelope().getBody().getCheckpointPartRequest().getStep();
+  if (step < 0) {
+    MutexLock lock(&mu_);
+    stats_.invalid++;
+    r.SendError(ReplyCode::INVALID, "checkpoint of step " + std::to_string(step));
+    return;
+  }
+  auto part = shard_->CheckpointPartAt(step, shard_->options().durable_dir);
+  if (!part.ok()) {
+    if (part.status().IsUnavailable()) {
+      r.SendView(ReplyCode::RETRY, part.status().message(),
+                 static_cast<uint64_t>(shard_->applied_step()));
+    } else {
+      TLOG_ERROR("checkpoint part of step {}: {}", step, part.status().ToString());
+      r.SendError(part.status().IsFailedPrecondition() ? ReplyCode::INVALID : ReplyCode::INTERNAL,
+                  part.status().message());
+    }
+    return;
+  }
+  TLOG_INFO("checkpoint part of step {}: {} files, {} copied ({} bytes)", step,
+            part->files.size(), part->files_copied, part->bytes_copied);
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initCheckpointPartReply();
+  body.setStep(step);
+  const std::string json = CheckpointPartToJson(*part).dump();
+  body.setPart(capnp::Text::Reader(json.data(), json.size()));
+  r.Send(std::move(reply));
+}
+
 void PsService::HandleChecksum(wire::InMessage& m, wire::Responder r) {
   const int64_t step = m.envelope().getBody().getChecksumRequest().getStep();
   if (step < -1) {
@@ -256,32 +291,35 @@ void PsService::ReleaseParked() {
 
 void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
   auto req = m.envelope().getBody().getPullRequest();
-  wire::OutMessage reply = r.NewReply();
-  auto body = reply.envelope().getBody().initPullReply();
   // One list reader: each getTables() call counts against the message's traversal limit.
   const auto tables = req.getTables();
+  std::vector<TableRead> reads(tables.size());
+  std::vector<std::unique_ptr<float[]>> rows(tables.size());
+  Status s;
+  for (unsigned i = 0; i < tables.size() && s.ok(); ++i) {
+    reads[i].table = tables[i].getTableId();
+    s = SliceIds(m, tables[i], &reads[i].ids);
+    const uint32_t dim = shard_->options().tables[reads[i].table].dim;
+    rows[i].reset(new float[reads[i].ids.size() * dim]);  // every value is written below
+    reads[i].out = rows[i].get();
+  }
+  // The tables are read in parallel on the shard's apply threads.
+  if (s.ok()) s = shard_->ReadTables(reads, req.getFromPreImages());
+  if (!s.ok()) {
+    TLOG_ERROR("pull read failed: {}", s.ToString());
+    r.SendError(ReplyCode::INTERNAL, s.message());
+    return;
+  }
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initPullReply();
   auto slices = body.initTables(tables.size());
-  uint16_t frame = 0;
   for (unsigned i = 0; i < tables.size(); ++i) {
-    auto t = tables[i];
-    const uint32_t table = t.getTableId();
-    const uint32_t dim = shard_->options().tables[table].dim;
-    std::span<const uint64_t> ids;
-    Status s = SliceIds(m, t, &ids);
-    std::unique_ptr<float[]> rows(new float[ids.size() * dim]);  // every value is written below
-    if (s.ok())
-      s = req.getFromPreImages() ? shard_->ReadPreImages(table, ids, rows.get())
-                                 : shard_->Read(table, ids, rows.get());
-    if (!s.ok()) {
-      TLOG_ERROR("pull read failed: {}", s.ToString());
-      r.SendError(ReplyCode::INTERNAL, s.message());
-      return;
-    }
-    slices[i].setTableId(table);
-    slices[i].setCount(static_cast<uint32_t>(ids.size()));
+    const uint32_t dim = shard_->options().tables[reads[i].table].dim;
+    slices[i].setTableId(reads[i].table);
+    slices[i].setCount(static_cast<uint32_t>(reads[i].ids.size()));
     slices[i].setDim(dim);
-    slices[i].setValuesFrame(frame++);
-    reply.AddBulkArray(std::move(rows), ids.size() * dim);
+    slices[i].setValuesFrame(static_cast<uint16_t>(i));
+    reply.AddBulkArray(std::move(rows[i]), reads[i].ids.size() * dim);
   }
   body.setAppliedStep(shard_->applied_step());
   r.Send(std::move(reply));

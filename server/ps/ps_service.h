@@ -48,6 +48,7 @@ class PsService {
   // view) before that. Runs on the pull lane: the scan holds the apply mutex, never a push
   // handler thread.
   void HandleChecksum(wire::InMessage& request, wire::Responder responder);
+  void HandleCheckpointPart(wire::InMessage& request, wire::Responder responder);
   void AnswerPull(wire::InMessage& request, wire::Responder responder);
   void ReleaseParked();
   std::optional<wire::Rejection> Fence(const wire::InMessage& request);

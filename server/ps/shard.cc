@@ -120,7 +120,7 @@ Status WriteMarker(const std::string& path, const RestoreMarker& m) {
 
 }  // namespace
 
-Shard::Shard(const ShardOptions& options) : options_(options) {
+Shard::Shard(const ShardOptions& options) : options_(options), pool_(options.apply_threads) {
   pre_images_.resize(options_.tables.size());
 }
 
@@ -332,8 +332,9 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     }
   } else {
     if (!push.skip) {
-      for (const auto& t : push.tables)
-        TANDEM_RETURN_IF_ERROR(ApplyTable(push.step, t.table_id, t.ids, t.grads));
+      std::vector<std::vector<const PushTableView*>> by_table(options_.tables.size());
+      for (const auto& t : push.tables) by_table[t.table_id].push_back(&t);
+      TANDEM_RETURN_IF_ERROR(ApplyTables(push.step, by_table, /*keep_pre_images=*/false));
     }
     k1_ranks_[push.step].insert(push.rank);
     AdvanceAppliedK1(push.step);
@@ -386,62 +387,100 @@ Status Shard::ApplyReadySteps(const PushInput* arriving) {
 // k = 0: per table, the rows of all ranks are summed in rank order (ranks lacking a row are
 // skipped), then the optimizer runs once per row.
 Status Shard::ApplyStep(int64_t step, const std::vector<RankPush>& by_rank) {
-  for (auto& p : pre_images_) {
-    p.index.Reset(0);
-    p.rows.clear();
+  std::vector<std::vector<const PushTableView*>> by_table(options_.tables.size());
+  for (const RankPush& p : by_rank) {  // rank order
+    if (p.skip) continue;
+    for (const auto& t : p.tables) by_table[t.table_id].push_back(&t);
   }
-  FlatIdIndex index;
-  std::vector<uint64_t> ids;
-  std::vector<float> sums;
-  std::vector<const PushTableView*> slices;
-  for (uint32_t table = 0; table < options_.tables.size(); ++table) {
-    const uint32_t dim = options_.tables[table].dim;
-    slices.clear();
-    size_t bound = 0;
-    for (const RankPush& p : by_rank) {  // rank order
-      if (p.skip) continue;
-      for (const auto& t : p.tables) {
-        if (t.table_id != table || t.ids.empty()) continue;
-        slices.push_back(&t);
-        bound += t.ids.size();
+  return ApplyTables(step, by_table, /*keep_pre_images=*/true);
+}
+
+Status Shard::ApplyTables(int64_t step,
+                          const std::vector<std::vector<const PushTableView*>>& by_table,
+                          bool keep_pre_images) {
+  if (keep_pre_images) {
+    for (auto& p : pre_images_) {
+      p.index.Reset(0);
+      p.rows.clear();
+    }
+  }
+  // The tables with rows, largest first, so that the pool's threads finish at about the same
+  // time. Tables are independent: the order they are applied in never shows in the model.
+  std::vector<std::pair<size_t, uint32_t>> work;  // (rows, table)
+  for (uint32_t table = 0; table < by_table.size(); ++table) {
+    size_t rows = 0;
+    for (const PushTableView* t : by_table[table]) rows += t->ids.size();
+    if (rows > 0) work.emplace_back(rows, table);
+  }
+  std::sort(work.begin(), work.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<Status> errors(work.size());
+  std::vector<ShardStats> counts(work.size());
+  PreImages* pre = keep_pre_images ? pre_images_.data() : nullptr;
+  pool_.ParallelFor(work.size(), [&](size_t k) {
+    const uint32_t table = work[k].second;
+    errors[k] = ApplyMerged(step, table, by_table[table], pre == nullptr ? nullptr : &pre[table],
+                            &counts[k]);
+  });
+  const Status* first = nullptr;
+  uint32_t first_table = 0;
+  for (size_t k = 0; k < work.size(); ++k) {
+    stats_.rows_applied += counts[k].rows_applied;
+    stats_.rows_admitted += counts[k].rows_admitted;
+    stats_.rows_not_admitted += counts[k].rows_not_admitted;
+    stats_.rows_expired += counts[k].rows_expired;
+    stats_.rows_nan_skipped += counts[k].rows_nan_skipped;
+    if (!errors[k].ok() && (first == nullptr || work[k].second < first_table)) {
+      first = &errors[k];
+      first_table = work[k].second;
+    }
+  }
+  return first == nullptr ? Status::Ok() : *first;
+}
+
+// Sums the table's slices per row (in the order given: rank order) and applies the sums.
+Status Shard::ApplyMerged(int64_t step, uint32_t table,
+                          std::span<const PushTableView* const> slices, PreImages* pre,
+                          ShardStats* stats) {
+  if (slices.size() == 1)  // one contributor, ids unique (validated): nothing to sum
+    return ApplyTable(step, table, slices[0]->ids, slices[0]->grads, pre, stats);
+  const uint32_t dim = options_.tables[table].dim;
+  // Per thread, so that the pool's threads merge without allocating per step.
+  thread_local FlatIdIndex index;
+  thread_local std::vector<uint64_t> ids;
+  thread_local std::vector<float> sums;
+  size_t bound = 0;
+  for (const PushTableView* t : slices) bound += t->ids.size();
+  index.Reset(bound);
+  ids.clear();
+  sums.clear();
+  for (const PushTableView* t : slices) {
+    for (size_t i = 0; i < t->ids.size(); ++i) {
+      auto [slot, inserted] = index.Insert(t->ids[i]);
+      const float* g = &t->grads[i * dim];
+      if (inserted) {
+        ids.push_back(t->ids[i]);
+        sums.insert(sums.end(), g, g + dim);
+      } else {
+        float* sum = &sums[static_cast<size_t>(slot) * dim];
+        for (uint32_t j = 0; j < dim; ++j) sum[j] += g[j];
       }
     }
-    if (slices.empty()) continue;
-    if (slices.size() == 1) {  // one contributor, ids unique (validated): nothing to sum
-      TANDEM_RETURN_IF_ERROR(ApplyTable(step, table, slices[0]->ids, slices[0]->grads));
-      continue;
-    }
-    index.Reset(bound);
-    ids.clear();
-    sums.clear();
-    for (const PushTableView* t : slices) {
-      for (size_t i = 0; i < t->ids.size(); ++i) {
-        auto [slot, inserted] = index.Insert(t->ids[i]);
-        const float* g = &t->grads[i * dim];
-        if (inserted) {
-          ids.push_back(t->ids[i]);
-          sums.insert(sums.end(), g, g + dim);
-        } else {
-          float* sum = &sums[static_cast<size_t>(slot) * dim];
-          for (uint32_t j = 0; j < dim; ++j) sum[j] += g[j];
-        }
-      }
-    }
-    TANDEM_RETURN_IF_ERROR(ApplyTable(step, table, ids, sums));
   }
-  return Status::Ok();
+  return ApplyTable(step, table, ids, sums, pre, stats);
 }
 
 // One pass over the rows in the common case: TTL, the pre-image and the optimizer all run on
 // the row in place. Admission with min_count > 1 first needs a presence check (Admit).
 Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
-                         std::span<const float> grads) {
+                         std::span<const float> grads, PreImages* pre, ShardStats* stats) {
   const TableSpec& spec = options_.tables[table];
   const uint32_t dim = spec.dim;
   std::vector<uint32_t> src;  // positions in ids/grads of the rows to apply
   std::vector<uint64_t> apply_ids;
   if (spec.admission_min_count > 1) {
-    TANDEM_RETURN_IF_ERROR(Admit(step, table, ids, &src));
+    TANDEM_RETURN_IF_ERROR(Admit(table, ids, &src, stats));
   } else {
     src.resize(ids.size());
     for (uint32_t i = 0; i < src.size(); ++i) src[i] = i;
@@ -449,25 +488,25 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
   if (options_.nan_policy == NanPolicy::kSkipRows) {
     const size_t before = src.size();
     std::erase_if(src, [&](uint32_t i) { return !AllFinite(&grads[size_t{i} * dim], dim); });
-    stats_.rows_nan_skipped += before - src.size();
+    stats->rows_nan_skipped += before - src.size();
   }
   apply_ids.reserve(src.size());
   for (uint32_t i : src) apply_ids.push_back(ids[i]);
   if (apply_ids.empty()) return Status::Ok();
   // Pre-images (k = 0 only: roll-forward recovery, PROTOCOLS §8).
-  const bool keep_pre = options_.staleness == 0;
-  PreImages& pre = pre_images_[table];
-  if (keep_pre) {
-    pre.index.Reset(apply_ids.size());
-    pre.rows.resize(apply_ids.size() * size_t{dim});
+  if (pre != nullptr) {
+    pre->index.Reset(apply_ids.size());
+    pre->rows.resize(apply_ids.size() * size_t{dim});
   }
-  stats_.rows_applied += apply_ids.size();
+  stats->rows_applied += apply_ids.size();
   const uint64_t seed = options_.seed;
   uint64_t expired = 0;
-  Status s = store_->Update(table, apply_ids, [&](size_t k, RowRef row, bool existed) {
-    if (keep_pre) {
-      const uint32_t slot = pre.index.Insert(apply_ids[k]).first;
-      std::copy_n(row.embedding(), dim, &pre.rows[size_t{slot} * dim]);
+  // The ids are distinct (validated per push, merged across ranks), and each row's update
+  // depends only on that row, so the store may visit them in any order.
+  Status s = store_->UpdateDistinct(table, apply_ids, [&](size_t k, RowRef row, bool existed) {
+    if (pre != nullptr) {
+      const uint32_t slot = pre->index.Insert(apply_ids[k]).first;
+      std::copy_n(row.embedding(), dim, &pre->rows[size_t{slot} * dim]);
     }
     // TTL is logical: a row not updated for ttl_steps is treated as absent (PROTOCOLS §4).
     if (existed && spec.ttl_steps > 0 && row.meta()->last_updated_step < step - spec.ttl_steps) {
@@ -478,12 +517,12 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
     row.meta()->last_updated_step = step;
     row.meta()->frequency++;
   });
-  stats_.rows_expired += expired;
+  stats->rows_expired += expired;
   return s;
 }
 
-Status Shard::Admit(int64_t step, uint32_t table, std::span<const uint64_t> ids,
-                    std::vector<uint32_t>* admitted) {
+Status Shard::Admit(uint32_t table, std::span<const uint64_t> ids, std::vector<uint32_t>* admitted,
+                    ShardStats* stats) {
   const TableSpec& spec = options_.tables[table];
   const uint32_t row_bytes = spec.row_bytes();
   std::unique_ptr<uint8_t[]> rows(new uint8_t[ids.size() * size_t{row_bytes}]);
@@ -501,13 +540,12 @@ Status Shard::Admit(int64_t step, uint32_t table, std::span<const uint64_t> ids,
     const bool ok = count >= static_cast<uint64_t>(spec.admission_min_count);
     TANDEM_RETURN_IF_ERROR(store_->SetAdmissionCount(table, ids[i], ok ? 0 : count));
     if (ok) {
-      stats_.rows_admitted++;
+      stats->rows_admitted++;
       admitted->push_back(i);
     } else {
-      stats_.rows_not_admitted++;
+      stats->rows_not_admitted++;
     }
   }
-  (void)step;
   return Status::Ok();
 }
 
@@ -537,6 +575,17 @@ Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float
     if (slot == FlatIdIndex::kAbsent) continue;
     std::copy_n(&pre.rows[size_t{slot} * dim], dim, out + i * dim);
   }
+  return Status::Ok();
+}
+
+Status Shard::ReadTables(std::span<const TableRead> reads, bool from_pre_images) {
+  std::vector<Status> errors(reads.size());
+  pool_.ParallelFor(reads.size(), [&](size_t k) {
+    const TableRead& r = reads[k];
+    errors[k] =
+        from_pre_images ? ReadPreImages(r.table, r.ids, r.out) : Read(r.table, r.ids, r.out);
+  });
+  for (Status& s : errors) TANDEM_RETURN_IF_ERROR(std::move(s));
   return Status::Ok();
 }
 
@@ -583,7 +632,7 @@ uint64_t Shard::ReplayFromLsn() const {
   return from;
 }
 
-Status Shard::TakeRestorePointLocked() {
+Status Shard::TakeRestorePointLocked(std::string* dir) {
   RestoreMarker m;
   m.timeline = timeline_;
   m.step = applied_;
@@ -593,6 +642,7 @@ Status Shard::TakeRestorePointLocked() {
   m.name = "t" + std::to_string(m.timeline) + "-s" + std::to_string(m.step) + "-l" +
            std::to_string(m.replay_from_lsn);
   const std::string base = options_.dir + "/restore/" + m.name;
+  if (dir != nullptr) *dir = base;
   if (fs::exists(base + ".done")) return Status::Ok();
   std::error_code ec;
   fs::remove_all(base, ec);  // a checkpoint left half-made by a crash
@@ -611,6 +661,29 @@ Status Shard::TakeRestorePointLocked() {
   if (!points.empty() && points.front().replay_from_lsn > 1)
     TANDEM_RETURN_IF_ERROR(log_->DeleteThrough(points.front().replay_from_lsn - 1));
   return Status::Ok();
+}
+
+StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string& durable_root) {
+  MutexLock lock(&mu_);
+  if (last_part_ && last_part_->step == step) return *last_part_;  // a resent request
+  const int64_t applied = applied_.load();
+  if (options_.staleness > 0)
+    return Status::FailedPrecondition(
+        "checkpoints at embedding_staleness >= 1 need the checkpoint cut (PROTOCOLS §3)");
+  if (applied < step)
+    return Status::Unavailable("step " + std::to_string(step) + " is not applied yet (applied " +
+                               std::to_string(applied) + ")");
+  if (applied > step)
+    return Status::FailedPrecondition("checkpoint of step " + std::to_string(step) +
+                                      " asked after step " + std::to_string(applied) +
+                                      " was applied");
+  std::string dir;
+  TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir));
+  TANDEM_ASSIGN_OR_RETURN(CheckpointPart part,
+                          CopyToDurable(dir, durable_root, options_.shard_index, step,
+                                        last_part_ ? &*last_part_ : nullptr));
+  last_part_ = part;
+  return part;
 }
 
 }  // namespace tandem::ps

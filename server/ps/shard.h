@@ -30,6 +30,8 @@
 #include "common/model_checksum.h"
 #include "common/status.h"
 #include "common/sync.h"
+#include "server/ps/apply_pool.h"
+#include "server/ps/durable_copy.h"
 #include "server/ps/embedding_store.h"
 #include "server/ps/push_log.h"
 
@@ -45,6 +47,8 @@ struct ShardOptions {
   std::vector<embedding::TableSpec> tables;
   uint64_t seed = 1;
   std::string dir;  // this shard's data directory
+  // Its durable copy for checkpoints: checkpoint.dir/shards/shard-<i> (PROTOCOLS §7).
+  std::string durable_dir;
   uint64_t cache_bytes = 256ull << 20;
   bool memory_only = false;
   Durability durability = Durability::kProcess;
@@ -54,9 +58,20 @@ struct ShardOptions {
   uint64_t max_buffered_bytes = 256ull << 20;  // k = 0 pushes waiting for their step
   uint64_t restore_point_every_bytes = 1ull << 30;
   uint64_t push_log_max_bytes = 16ull << 30;
+  // Performance: threads (the calling one included) that apply the tables of one step, and
+  // read the tables of one pull, in parallel. 1 = in series. Tables are independent, so the
+  // model does not depend on it (PROTOCOLS §5).
+  int apply_threads = 2;
   // Benchmarks only: skip the push log, to measure what it costs. Voids every durability
   // promise; the config has no key for it.
   bool push_log_enabled_for_bench = true;
+};
+
+// One table of a pull: the embeddings of ids go to out[i * dim ...].
+struct TableRead {
+  uint32_t table = 0;
+  std::span<const uint64_t> ids;
+  float* out = nullptr;
 };
 
 // A push as received: views into the message's frames (valid during the Push call only).
@@ -121,6 +136,9 @@ class Shard {
   // Embeddings as they were before the last apply (rows the last apply did not change read
   // their current value).
   Status ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float* out);
+  // Read (or ReadPreImages) of several tables, in parallel on the apply threads. On failure
+  // returns the error of the first failing entry of `reads`.
+  Status ReadTables(std::span<const TableRead> reads, bool from_pre_images);
 
   // Validates a pull's table and ids (kInvalidArgument).
   Status ValidatePull(uint32_t table, std::span<const uint64_t> ids) const;
@@ -137,6 +155,13 @@ class Shard {
   // the step that reads it, and the sum must not. At k >= 1 rows of steps after the applied one
   // may already be in. Errors are the store's (kDataLoss for a malformed entry).
   Status AddToChecksum(ModelChecksum* sum, uint64_t* rows, int64_t* applied_step = nullptr);
+
+  // This shard's part of checkpoint `step` (PROTOCOLS §7, k = 0): once exactly `step` is
+  // applied, a restore point copied to the durable copy under `durable_root` (only files the
+  // previous part lacks are copied). kUnavailable while `step` is not applied yet (ask again);
+  // kFailedPrecondition once a later step was applied, or at k >= 1 (the cut of PROTOCOLS §3 is
+  // not built yet). Asked twice, returns the same part.
+  StatusOr<CheckpointPart> CheckpointPartAt(int64_t step, const std::string& durable_root);
 
   int64_t applied_step() const;
   uint64_t timeline() const { return timeline_; }
@@ -161,14 +186,27 @@ class Shard {
   Status ApplyReadySteps(const PushInput* arriving) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyStep(int64_t step, const std::vector<RankPush>& by_rank)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies by_table[t] (the slices of table t, in rank order) for every table, tables in
+  // parallel on pool_; adds their counts to stats_. On failure returns the error of the lowest
+  // failing table (the other tables are still applied). With `keep_pre_images` (k = 0) each
+  // table's pre-images are replaced by its rows before this apply.
+  Status ApplyTables(int64_t step, const std::vector<std::vector<const PushTableView*>>& by_table,
+                     bool keep_pre_images) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The parts of an apply that run on pool threads. They touch only their table's rows (in the
+  // store, whose stripes lock themselves), `pre` and `stats`; the caller of ApplyTables holds
+  // mu_ throughout, which keeps applies in series.
+  struct PreImages;
+  Status ApplyMerged(int64_t step, uint32_t table, std::span<const PushTableView* const> slices,
+                     PreImages* pre, ShardStats* stats);
   Status ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
-                    std::span<const float> grads) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                    std::span<const float> grads, PreImages* pre, ShardStats* stats);
   // Admission (min_count > 1) needs to know which rows exist before deciding: drops the ids not
   // admitted yet and returns the positions of the rest.
-  Status Admit(int64_t step, uint32_t table, std::span<const uint64_t> ids,
-               std::vector<uint32_t>* admitted) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status Admit(uint32_t table, std::span<const uint64_t> ids, std::vector<uint32_t>* admitted,
+               ShardStats* stats);
   void AdvanceAppliedK1(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status TakeRestorePointLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `dir` (may be null) gets the restore point's directory.
+  Status TakeRestorePointLocked(std::string* dir = nullptr) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReplayFromLsn() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
@@ -176,6 +214,7 @@ class Shard {
   uint64_t timeline_ = 0;
   std::unique_ptr<EmbeddingStore> store_;
   std::unique_ptr<PushLog> log_;
+  internal::ApplyPool pool_;
 
   mutable Mutex mu_;
   // Written under mu_; read without it, so pulls never wait behind an apply.
@@ -189,13 +228,14 @@ class Shard {
   // Exactly-once: (step, rank) -> payload hash, for steps above the oldest retained bound.
   std::map<std::pair<int64_t, uint32_t>, uint64_t> logged_ GUARDED_BY(mu_);
   // Pre-images of the last apply, per table: ids (indexed) and their embeddings before it.
-  struct PreImages {
+  struct PreImages {  // (declared above)
     FlatIdIndex index;
     std::vector<float> rows;
   };
   std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
   uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
   ShardStats stats_ GUARDED_BY(mu_);
+  std::optional<CheckpointPart> last_part_ GUARDED_BY(mu_);  // the newest checkpoint part
 };
 
 }  // namespace tandem::ps

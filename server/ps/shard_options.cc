@@ -1,5 +1,9 @@
 #include "server/ps/shard_options.h"
 
+#include <algorithm>
+
+#include "common/checkpoint_layout.h"
+
 namespace tandem::ps {
 
 ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index) {
@@ -11,6 +15,7 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.tables = embedding::TableSpecsFromConfig(job);
   o.seed = job.train.seed;
   o.dir = job.ps.data_dir + "/shard-" + std::to_string(index);
+  o.durable_dir = job.checkpoint.dir + "/" + ShardDurableDir(index);
   o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
   o.memory_only = job.ps.storage == "memory";
   o.durability =
@@ -20,6 +25,8 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.max_buffered_bytes = static_cast<uint64_t>(job.ps.max_buffered_bytes);
   o.restore_point_every_bytes = static_cast<uint64_t>(job.ps.restore_point_every_bytes);
   o.push_log_max_bytes = static_cast<uint64_t>(job.ps.push_log_max_bytes);
+  // No key of its own: half the handler threads (the other half serves the lanes).
+  o.apply_threads = static_cast<int>(std::max<int64_t>(1, job.ps.handler_threads / 2));
   return o;
 }
 

@@ -564,3 +564,109 @@ TEST(ShardTest, RecoveryRefusesOptionsThatDoNotMatchTheLog) {
 
 }  // namespace
 }  // namespace tandem::ps
+
+namespace tandem::ps {
+namespace {
+
+// Many tables of every optimizer, some with admission or TTL, in a cache that evicts.
+ShardOptions ManyTables(const std::string& dir, uint32_t workers, int64_t k, int apply_threads) {
+  auto o = testing::SmallShard(dir, workers, k);
+  o.tables.clear();
+  const embedding::OptimizerKind kinds[] = {
+      embedding::OptimizerKind::kSgd, embedding::OptimizerKind::kAdagrad,
+      embedding::OptimizerKind::kRowwiseAdagrad, embedding::OptimizerKind::kAdam,
+      embedding::OptimizerKind::kFtrl};
+  for (uint32_t t = 0; t < 24; ++t) {
+    o.tables.push_back(testing::Spec(t, 4 + 4 * (t % 3), kinds[t % 5]));
+    if (t % 7 == 3) o.tables.back().admission_min_count = 2;
+    if (t % 5 == 2) o.tables.back().ttl_steps = 2;
+  }
+  o.cache_bytes = 64 << 10;
+  o.apply_threads = apply_threads;
+  return o;
+}
+
+struct ManyTablesRun {
+  std::string checksum;
+  ShardStats stats;
+  std::vector<float> pre_images;  // of every table's ids of the last step
+  std::vector<float> reads;       // ReadTables of the same ids
+};
+
+// Steps of pushes from every rank: tables of very different sizes, ids shared across ranks
+// (summed) and across steps (updated again, expired, admitted).
+ManyTablesRun RunManyTables(uint32_t workers, int64_t k, int apply_threads) {
+  ::tandem::testing::TempDir dir;
+  const auto o = ManyTables(dir.path(), workers, k, apply_threads);
+  auto shard = std::move(Shard::Open(o)).value();
+  std::map<uint32_t, std::vector<uint64_t>> last;
+  for (int64_t step = 0; step < 8; ++step) {
+    for (uint32_t rank = 0; rank < workers; ++rank) {
+      std::map<uint32_t, std::vector<uint64_t>> ids;
+      for (uint32_t t = 0; t < o.tables.size(); ++t) {
+        if ((t + step + rank) % 6 == 0) continue;  // some tables without rows from this rank
+        const uint64_t n = 1 + (t * 37 + step * 11) % 200;
+        for (uint64_t i = 0; i < n; ++i) ids[t].push_back((i * (rank + 1) + step * 3) % 400);
+        std::sort(ids[t].begin(), ids[t].end());
+        ids[t].erase(std::unique(ids[t].begin(), ids[t].end()), ids[t].end());
+        if (step == 7) last[t].insert(last[t].end(), ids[t].begin(), ids[t].end());
+      }
+      EXPECT_TRUE(shard->Push(testing::MakePush(step, rank, ids, o).input()).ok());
+    }
+  }
+  ManyTablesRun run;
+  ModelChecksum sum;
+  EXPECT_TRUE(shard->AddToChecksum(&sum, nullptr).ok());
+  run.checksum = sum.Hex();
+  run.stats = shard->stats();
+  std::vector<TableRead> reads;
+  std::vector<std::vector<float>> out(o.tables.size());
+  for (auto& [t, ids] : last) {
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    out[t].resize(ids.size() * o.tables[t].dim);
+    reads.push_back({t, ids, out[t].data()});
+  }
+  EXPECT_TRUE(shard->ReadTables(reads, /*from_pre_images=*/k == 0).ok());
+  for (const auto& v : out) run.pre_images.insert(run.pre_images.end(), v.begin(), v.end());
+  EXPECT_TRUE(shard->ReadTables(reads, /*from_pre_images=*/false).ok());
+  for (const auto& v : out) run.reads.insert(run.reads.end(), v.begin(), v.end());
+  // ReadTables is Read per table.
+  for (const TableRead& r : reads) {
+    std::vector<float> one(r.ids.size() * o.tables[r.table].dim);
+    EXPECT_TRUE(shard->Read(r.table, r.ids, one.data()).ok());
+    EXPECT_EQ(std::memcmp(one.data(), r.out, one.size() * sizeof(float)), 0) << r.table;
+  }
+  return run;
+}
+
+void ExpectSameRun(const ManyTablesRun& a, const ManyTablesRun& b) {
+  EXPECT_EQ(a.checksum, b.checksum);
+  EXPECT_EQ(a.stats.rows_applied, b.stats.rows_applied);
+  EXPECT_EQ(a.stats.rows_admitted, b.stats.rows_admitted);
+  EXPECT_EQ(a.stats.rows_not_admitted, b.stats.rows_not_admitted);
+  EXPECT_EQ(a.stats.rows_expired, b.stats.rows_expired);
+  EXPECT_EQ(a.stats.steps_applied, b.stats.steps_applied);
+  ASSERT_EQ(a.pre_images.size(), b.pre_images.size());
+  EXPECT_EQ(std::memcmp(a.pre_images.data(), b.pre_images.data(), a.pre_images.size() * 4), 0);
+  ASSERT_EQ(a.reads.size(), b.reads.size());
+  EXPECT_EQ(std::memcmp(a.reads.data(), b.reads.data(), a.reads.size() * 4), 0);
+}
+
+// Tables are applied (and read) in parallel; the model must not depend on how many threads do
+// it (PROTOCOLS §5).
+TEST(ShardApplyThreadsTest, ModelIsTheSameWithOneOrFourThreadsAtK0) {
+  const ManyTablesRun one = RunManyTables(/*workers=*/3, /*k=*/0, /*apply_threads=*/1);
+  const ManyTablesRun four = RunManyTables(3, 0, 4);
+  ExpectSameRun(one, four);
+  EXPECT_GT(one.stats.rows_not_admitted, 0u);
+  EXPECT_GT(one.stats.rows_expired, 0u);
+  EXPECT_NE(one.pre_images, one.reads);
+}
+
+TEST(ShardApplyThreadsTest, ModelIsTheSameWithOneOrFourThreadsAtK1) {
+  ExpectSameRun(RunManyTables(2, 1, 1), RunManyTables(2, 1, 4));
+}
+
+}  // namespace
+}  // namespace tandem::ps

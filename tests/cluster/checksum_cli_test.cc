@@ -154,12 +154,14 @@ TEST_F(ChecksumCliTest, WithoutSparseAMissingDenseFileExits3NamingIt) {
   EXPECT_NE(r.output.find("--sparse"), std::string::npos) << r.output;
 }
 
-TEST_F(ChecksumCliTest, WithACheckpointItSaysWhatIsMissing) {
+TEST_F(ChecksumCliTest, ADirectoryWithoutACheckpointExits3AndCheckpointExcludesConfig) {
   auto r = Tandem({"checksum", "--checkpoint", dir_.path()});
-  EXPECT_EQ(r.exit.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("not implemented yet"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("NOT_FOUND"), std::string::npos) << r.output;
   r = Tandem({"checksum", "--checkpoint", dir_.path(), "--config", config_});
   EXPECT_EQ(r.exit.exit_code, 2) << r.output;  // one or the other
+  r = Tandem({"checksum"});
+  EXPECT_EQ(r.exit.exit_code, 2) << r.output;
 }
 
 // A small synthetic job under `dir` (local_job_test.cc's SmallJob, shorter), shards on RocksDB.

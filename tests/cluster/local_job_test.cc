@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "common/subprocess.h"
@@ -106,6 +108,117 @@ TEST(LocalJobTest, TwoIdenticalRunsEndWithTheSameModelChecksum) {
     EXPECT_NE(r.output.find("model_checksum " + checksum), std::string::npos) << r.output;
   }
   EXPECT_EQ(checksums[0], checksums[1]);
+}
+
+// Checkpoints and resume at k = 0: a job stopped by SIGTERM takes a final checkpoint, and the
+// same command resumes it from LATEST; the model at the end is the uninterrupted run's, bit for
+// bit.
+TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
+  auto write_job = [](const TempDir& dir) {
+    std::string yaml = SmallJob(dir.path(), 1500);
+    const std::string key = "checkpoint:\n  dir: " + dir.path() + "/ckpt\n";
+    yaml.replace(yaml.find(key), key.size(), key + "  every_steps: 200\n  keep: 2\n");
+    WriteFile(dir.File("job.yaml"), yaml);
+  };
+  TempDir straight;
+  write_job(straight);
+  auto r = Local(straight, 2, 2);
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  const std::string expected =
+      ReadJsonLines(straight.path() + "/out/metrics.jsonl").back()["model_checksum"];
+
+  TempDir split;
+  write_job(split);
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "local", "--config",  split.File("job.yaml"),
+            "--ps",        "2",     "--workers", "2"};
+  o.output_path = split.File("first.log");
+  auto first = Subprocess::Spawn(o);
+  ASSERT_TRUE(first.ok());
+  // Stop it between two scheduled checkpoints.
+  const std::string metrics = split.path() + "/out/metrics.jsonl";
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    ASSERT_LT(Clock::now(), deadline) << ReadFile(split.File("first.log"));
+    std::this_thread::sleep_for(milliseconds(50));
+    if (!std::filesystem::exists(metrics)) continue;
+    auto lines = ReadJsonLines(metrics);
+    if (!lines.empty() && lines.back().value("step", 0) >= 450) break;
+  }
+  first->Signal(SIGTERM);
+  auto e = first->Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ(e->exit_code, 0) << ReadFile(split.File("first.log"));
+  const std::string stopped = ReadFile(split.File("first.log"));
+  ASSERT_NE(stopped.find("job stopped"), std::string::npos) << stopped;
+  auto latest = nlohmann::json::parse(ReadFile(split.path() + "/ckpt/LATEST"));
+  const int64_t stop_step = latest["step"].get<int64_t>();
+  EXPECT_GE(stop_step, 450);
+  EXPECT_LT(stop_step, 1499);
+  EXPECT_NE(stop_step % 200, 199) << "the final checkpoint should be the stop step's own";
+  // The checkpoint's model_checksum is the stopped job's (its shards and dense file).
+  auto first_line = [](const std::string& out) { return out.substr(0, out.find('\n')); };
+  auto of_checkpoint =
+      RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", split.path() + "/ckpt", "--verify"});
+  ASSERT_EQ(of_checkpoint.exit.exit_code, 0) << of_checkpoint.output;
+  auto of_job = RunCommand({TANDEM_BINARY, "checksum", "--config", split.File("job.yaml"), "--ps",
+                            "2", "--workers", "2"});
+  ASSERT_EQ(of_job.exit.exit_code, 0) << of_job.output;
+  EXPECT_EQ(first_line(of_checkpoint.output).size(), 32u) << of_checkpoint.output;
+  EXPECT_EQ(first_line(of_checkpoint.output), first_line(of_job.output));
+  // keep: 2 — only the newest two checkpoints remain.
+  int ckpt_dirs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(split.path() + "/ckpt"))
+    ckpt_dirs += entry.path().filename().string().rfind("ckpt-", 0) == 0;
+  EXPECT_EQ(ckpt_dirs, 2);
+
+  // The same command again resumes from LATEST and finishes the job.
+  r = Local(split, 2, 2);
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  EXPECT_NE(ReadFile(split.path() + "/out/logs/chief-0.log")
+                .find("resuming from the checkpoint of step " + std::to_string(stop_step)),
+            std::string::npos);
+  auto lines = ReadJsonLines(metrics);
+  ASSERT_TRUE(lines.back().value("final", false));
+  EXPECT_EQ(lines.back()["model_checksum"].get<std::string>(), expected);
+  // Steps before the stop come from the first run, the rest from the second: no step twice.
+  std::set<int64_t> steps;
+  for (const auto& line : lines) {
+    if (line.contains("loss") && !line.contains("final")) {
+      EXPECT_TRUE(steps.insert(line["step"].get<int64_t>()).second) << line;
+    }
+  }
+
+  // A flipped byte in the durable copy is found by --verify, naming the file.
+  std::string victim;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(split.path() + "/ckpt/shards/shard-1/sst"))
+    if (entry.is_regular_file()) victim = entry.path().string();
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  auto corrupt =
+      RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", split.path() + "/ckpt", "--verify"});
+  EXPECT_EQ(corrupt.exit.exit_code, 3) << corrupt.output;
+  EXPECT_NE(corrupt.output.find(std::filesystem::path(victim).filename().string()),
+            std::string::npos)
+      << corrupt.output;
+
+  // A resume under a different computation is refused, naming the key.
+  TempDir changed;
+  std::filesystem::copy(split.path() + "/ckpt", changed.path() + "/ckpt",
+                        std::filesystem::copy_options::recursive);
+  write_job(changed);
+  r = Local(changed, 2, 2, {"train.batch_size=64", "checkpoint.resume=required"});
+  EXPECT_EQ(r.exit.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("train.batch_size"), std::string::npos) << r.output;
 }
 
 TEST(LocalJobTest, SigtermStopsTheWholeJobAndEveryChildExits0) {

@@ -1,0 +1,104 @@
+#include "server/chief/checkpoint_coordinator.h"
+
+#include <charconv>
+
+#include "common/log.h"
+
+namespace tandem::chief {
+
+StatusOr<ManifestPart> ParsePart(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
+      !j.contains("files") || !j["files"].is_array())
+    return Status::InvalidArgument("checkpoint part: not {\"name\", \"files\": [...]} JSON");
+  ManifestPart part;
+  part.name = j["name"].get<std::string>();
+  if (j.contains("detail")) part.detail = j["detail"];
+  for (const auto& f : j["files"]) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
+        !f["size"].is_number_unsigned() || !f.contains("crc32c") || !f["crc32c"].is_string())
+      return Status::InvalidArgument("checkpoint part " + part.name + ": malformed file entry");
+    ManifestFile file;
+    file.path = f["path"].get<std::string>();
+    file.size = f["size"].get<uint64_t>();
+    const std::string crc = f["crc32c"].get<std::string>();
+    auto [end, ec] = std::from_chars(crc.data(), crc.data() + crc.size(), file.crc32c, 16);
+    if (ec != std::errc() || end != crc.data() + crc.size() || crc.size() != 8)
+      return Status::InvalidArgument("checkpoint part " + part.name + ": bad crc32c " + crc);
+    if (file.path.empty() || file.path.front() == '/' || file.path.find("..") != std::string::npos)
+      return Status::InvalidArgument("checkpoint part " + part.name + ": unsafe path " + file.path);
+    part.files.push_back(std::move(file));
+  }
+  return part;
+}
+
+StatusOr<CheckpointCoordinator> CheckpointCoordinator::Open(const config::JobConfig& job) {
+  CheckpointCoordinator c(job);
+  const std::string& dir = job.checkpoint.dir;
+  TANDEM_RETURN_IF_ERROR(CleanPartial(dir));
+  std::vector<std::string> warnings;
+  auto latest = LoadLatest(dir, /*durable_only=*/false, &warnings);
+  for (const auto& w : warnings) TLOG_WARN("checkpoint: {}", w);
+  if (!latest.ok() && !latest.status().IsNotFound()) return latest.status();
+  if (latest.ok()) c.latest_step_ = latest->step;
+  if (job.checkpoint.resume == "never" || !latest.ok()) {
+    if (job.checkpoint.resume == "required")
+      return Status::InvalidArgument("checkpoint.resume is required but " + dir +
+                                     " holds no checkpoint");
+    if (latest.ok())
+      TLOG_WARN(
+          "checkpoint.resume is never: starting from scratch despite the checkpoint of "
+          "step {} in {}",
+          latest->step, dir);
+    return c;
+  }
+  auto then = config::ParseJobConfig(latest->config_yaml,
+                                     dir + "/" + CheckpointDirName(latest->step) + "/MANIFEST", {});
+  if (!then.ok()) return then.status().WithContext("the checkpoint's config");
+  const auto differ = DifferingComputationKeys(*then, job);
+  if (!differ.empty()) {
+    std::string keys;
+    for (const auto& d : differ) keys += (keys.empty() ? "" : "; ") + d;
+    return Status::InvalidArgument("cannot resume from the checkpoint of step " +
+                                   std::to_string(latest->step) + " in " + dir +
+                                   ": the computation-defining config differs: " + keys);
+  }
+  TLOG_INFO("resuming from the checkpoint of step {} in {}", latest->step, dir);
+  c.resume_ = std::move(latest).value();
+  return c;
+}
+
+Status CheckpointCoordinator::Commit(int64_t step, const std::vector<std::string>& parts,
+                                     const std::string& determinism_class,
+                                     const CommitContext& context) {
+  if (step <= latest_step_)
+    return Status::InvalidArgument("checkpoint of step " + std::to_string(step) +
+                                   " is not after the latest, " + std::to_string(latest_step_));
+  Manifest m;
+  m.step = step;
+  m.job_id = context.job_id;
+  m.timeline = context.timeline;
+  m.term = context.term;
+  m.generation = context.generation;
+  m.num_ps = static_cast<uint32_t>(job_.cluster.ps.size());
+  m.num_workers = static_cast<uint32_t>(job_.cluster.workers.size());
+  m.config_hash = job_.ComputationHash();
+  m.config_yaml = job_.ToYaml();
+  m.determinism_class = determinism_class;
+  m.records_consumed = RecordsConsumedAfter(step, m.num_workers, job_.train.batch_size);
+  m.seed = job_.train.seed;
+  for (const auto& p : parts) {
+    TANDEM_ASSIGN_OR_RETURN(ManifestPart part, ParsePart(p));
+    m.parts.push_back(std::move(part));
+  }
+  const std::string& dir = job_.checkpoint.dir;
+  // Every part is already in the durable copy when rank 0 hands it over.
+  TANDEM_RETURN_IF_ERROR(CommitCheckpoint(dir, m, /*durable=*/true));
+  latest_step_ = step;
+  auto kept = Retain(dir, job_.checkpoint.keep);
+  if (!kept.ok()) TLOG_WARN("checkpoint retention: {}", kept.status().ToString());
+  TLOG_INFO("checkpoint of step {} committed ({} parts)", step, m.parts.size());
+  return Status::Ok();
+}
+
+}  // namespace tandem::chief
