@@ -189,11 +189,17 @@ TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
     }
   }
 
-  // A flipped byte in the durable copy is found by --verify, naming the file.
+  // A flipped byte in the durable copy is found by --verify, naming the file: an SST the LATEST
+  // checkpoint lists (the pool also holds SSTs only older checkpoints needed).
+  const auto pointer = nlohmann::json::parse(ReadFile(split.path() + "/ckpt/LATEST"));
+  const auto manifest = nlohmann::json::parse(
+      ReadFile(split.path() + "/ckpt/" + pointer["manifest"].get<std::string>()));
   std::string victim;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(split.path() + "/ckpt/shards/shard-1/sst"))
-    if (entry.is_regular_file()) victim = entry.path().string();
+  for (const auto& part : manifest["parts"])
+    for (const auto& file : part["files"])
+      if (victim.empty() && file["path"].get<std::string>().find("/sst/") != std::string::npos &&
+          file["size"].get<uint64_t>() > 200)
+        victim = split.path() + "/ckpt/" + file["path"].get<std::string>();
   ASSERT_FALSE(victim.empty());
   {
     std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
