@@ -171,6 +171,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     auto window_t0 = Clock::now();
     const auto run_t0 = Clock::now();
     int64_t window_steps = 0;
+    auto last_checkpoint = Clock::now();
     BatchRows rows;
     for (int64_t step = o.start_step; step < total; ++step) {
       auto t0 = Clock::now();
@@ -242,11 +243,19 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       report();
       const int64_t every_ckpt = job.checkpoint.every_steps;
       const bool scheduled = every_ckpt > 0 && (step + 1) % every_ckpt == 0;
-      if (o.rank == 0 && o.checkpoint && (scheduled || (st->stop_agreed && step + 1 < total))) {
+      // checkpoint.every_seconds needs no announced step at k = 0: the cut is wherever rank 0
+      // takes it (no shard applies the next step before rank 0 pushes it), so rank 0's clock
+      // alone decides, and processes whose clocks or rates differ cannot disagree.
+      const bool timed = job.checkpoint.every_seconds > 0 &&
+                         Since(last_checkpoint) >= static_cast<double>(job.checkpoint.every_seconds);
+      if (o.rank == 0 && o.checkpoint &&
+          (scheduled || timed || (st->stop_agreed && step + 1 < total))) {
         auto t2 = Clock::now();
         TANDEM_RETURN_IF_ERROR(
             o.checkpoint(step, *trainer).WithContext("checkpoint of step " + std::to_string(step)));
-        TLOG_INFO("checkpoint of step {} taken in {:.3f} s", step, Since(t2));
+        TLOG_INFO("checkpoint of step {} taken in {:.3f} s{}", step, Since(t2),
+                  timed && !scheduled ? " (every_seconds)" : "");
+        last_checkpoint = Clock::now();
       }
       if (st->stop_agreed && step + 1 < total) {
         TLOG_INFO("stopping after step {}: the job was asked to stop", step);

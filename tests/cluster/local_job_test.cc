@@ -227,6 +227,27 @@ TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
   EXPECT_NE(r.output.find("train.batch_size"), std::string::npos) << r.output;
 }
 
+TEST(LocalJobTest, EverySecondsCheckpointsAreCommittedWhileTraining) {
+  TempDir dir;
+  std::string yaml = SmallJob(dir.path(), 1500);
+  const std::string key = "checkpoint:\n  dir: " + dir.path() + "/ckpt\n";
+  yaml.replace(yaml.find(key), key.size(), key + "  every_seconds: 1\n");
+  WriteFile(dir.File("job.yaml"), yaml);
+  auto r = Local(dir, 1, 2);
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  const std::string chief_log = ReadFile(dir.path() + "/out/logs/chief-0.log");
+  int commits = 0;
+  for (size_t at = chief_log.find("committed"); at != std::string::npos;
+       at = chief_log.find("committed", at + 1))
+    ++commits;
+  EXPECT_GE(commits, 2) << chief_log;
+  EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-0.log").find("(every_seconds)"),
+            std::string::npos);
+  auto verified =
+      RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", dir.path() + "/ckpt", "--verify"});
+  EXPECT_EQ(verified.exit.exit_code, 0) << verified.output;
+}
+
 TEST(LocalJobTest, SigtermStopsTheWholeJobAndEveryChildExits0) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 1000000));
