@@ -48,13 +48,17 @@ void MoveAsideOldMetrics(const std::string& path) {
 // restore point after applying `step` and copies it to the durable copy; none can apply the next
 // step before this worker pushes it), then the chief commits the manifest. A failure to commit
 // is logged and training goes on: checkpoints pause while the chief is away (PROTOCOLS §10).
+// `retained` carries the chief's kept checkpoints from one commit to the next part request, so
+// the shards can collect their durable pools.
 Status TakeCheckpoint(const config::JobConfig& job, int64_t step, const worker::Trainer& trainer,
-                      PsClient* ps, ChiefClient* chief, const std::string& determinism_class) {
+                      PsClient* ps, ChiefClient* chief, const std::string& determinism_class,
+                      std::vector<int64_t>* retained) {
   const std::string rel = CheckpointDirName(step) + "/" + kDenseCheckpointFile;
   worker::DenseFileInfo info;
   TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(
       job.checkpoint.dir + "/" + rel, worker::SnapshotDenseState(trainer, step), &info));
-  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts, ps->CheckpointParts(step));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts,
+                          ps->CheckpointParts(step, *retained));
   char crc[16];
   std::snprintf(crc, sizeof crc, "%08x", info.crc32c);
   std::vector<std::string> parts;
@@ -76,8 +80,8 @@ Status TakeCheckpoint(const config::JobConfig& job, int64_t step, const worker::
         nlohmann::json({{"name", "shard-" + std::to_string(i)}, {"files", files}, {"detail", part}})
             .dump());
   }
-  auto committed =
-      chief->CommitCheckpoint(step, parts, determinism_class, std::chrono::milliseconds(10000));
+  auto committed = chief->CommitCheckpoint(step, parts, determinism_class,
+                                           std::chrono::milliseconds(10000), retained);
   if (!committed.ok())
     TLOG_WARN("checkpoint of step {} not committed: {}", step, committed.status().ToString());
   return Status::Ok();
@@ -211,9 +215,10 @@ int RunWorkerRole(const RoleContext& ctx) {
       return Status::Ok();
     };
   }
+  std::vector<int64_t> retained;  // the chief's kept checkpoints, from the last commit
   if (rank == 0 && job.train.embedding_staleness == 0) {
     o.checkpoint = [&](int64_t step, const worker::Trainer& trainer) {
-      return TakeCheckpoint(job, step, trainer, &ps, chief.get(), determinism_class);
+      return TakeCheckpoint(job, step, trainer, &ps, chief.get(), determinism_class, &retained);
     };
   } else if (rank == 0 && (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0)) {
     TLOG_WARN(

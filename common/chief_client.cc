@@ -518,7 +518,8 @@ StatusOr<std::string> ChiefClient::StopJob(const std::string& reason) {
 
 StatusOr<int64_t> ChiefClient::CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
                                                 const std::string& determinism_class,
-                                                std::chrono::milliseconds budget) {
+                                                std::chrono::milliseconds budget,
+                                                std::vector<int64_t>* retained) {
   auto reply = ControlRetry(
       [&] {
         wire::OutMessage m;
@@ -534,7 +535,12 @@ StatusOr<int64_t> ChiefClient::CommitCheckpoint(int64_t step, const std::vector<
   auto body = reply->envelope().getBody();
   if (body.which() != Envelope::Body::COMMIT_CHECKPOINT_REPLY)
     return Status::InvalidArgument("commit answered without a CommitCheckpointReply");
-  return body.getCommitCheckpointReply().getCommittedStep();
+  auto commit = body.getCommitCheckpointReply();
+  if (retained != nullptr) {
+    retained->clear();
+    for (int64_t s : commit.getRetainedSteps()) retained->push_back(s);
+  }
+  return commit.getCommittedStep();
 }
 
 }  // namespace tandem

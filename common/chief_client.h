@@ -125,9 +125,11 @@ class ChiefClient {
   StatusOr<std::optional<std::string>> KvGet(const std::string& key);
   // Worker rank 0: hands the chief every part of checkpoint `step` (JSON each) to commit.
   // Returns the committed step.
+  // `retained` (may be null) gets the committed checkpoints the chief keeps.
   StatusOr<int64_t> CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
                                      const std::string& determinism_class,
-                                     std::chrono::milliseconds budget);
+                                     std::chrono::milliseconds budget,
+                                     std::vector<int64_t>* retained = nullptr);
   // Asks the chief to stop the job (SIGTERM to a member, Ctrl-C of `tandem local`).
   StatusOr<std::string> StopJob(const std::string& reason);
 

@@ -327,14 +327,18 @@ StatusOr<ModelChecksum> PsClient::Checksum(int64_t step, uint64_t* rows) {
   return sum;
 }
 
-StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step) {
+StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
+                                                             const std::vector<int64_t>& retained) {
   if (step < 0) return Status::InvalidArgument("checkpoint of step " + std::to_string(step));
   std::vector<size_t> targets(shards_.size());
   for (size_t s = 0; s < targets.size(); ++s) targets[s] = s;
   std::vector<std::string> parts(shards_.size());
   auto build = [&](size_t) {
     wire::OutMessage m;
-    m.envelope().getBody().initCheckpointPartRequest().setStep(step);
+    auto req = m.envelope().getBody().initCheckpointPartRequest();
+    req.setStep(step);
+    auto list = req.initRetainedSteps(static_cast<unsigned>(retained.size()));
+    for (unsigned i = 0; i < retained.size(); ++i) list.set(i, retained[i]);
     return m;
   };
   auto on_reply = [&](size_t s, wire::InMessage& r) -> Status {

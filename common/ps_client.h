@@ -66,7 +66,9 @@ class PsClient : public EmbeddingClient {
   StatusOr<ModelChecksum> Checksum(int64_t step, uint64_t* rows = nullptr);
   // Every shard's part of checkpoint `step` (JSON each, by shard), once each has applied `step`
   // and copied its restore point to the durable copy (PROTOCOLS §7).
-  StatusOr<std::vector<std::string>> CheckpointParts(int64_t step);
+  // `retained`: the committed checkpoints the chief keeps (the shards may collect the rest).
+  StatusOr<std::vector<std::string>> CheckpointParts(int64_t step,
+                                                     const std::vector<int64_t>& retained = {});
 
   void SetIdentity(const wire::Identity& identity) { rpc_.SetIdentity(identity); }
   int64_t shard_applied_step(size_t shard) const { return shards_[shard].applied; }

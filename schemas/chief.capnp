@@ -129,4 +129,5 @@ struct CommitCheckpointRequest {
 
 struct CommitCheckpointReply {
   committedStep @0 :Int64;
+  retainedSteps @1 :List(Int64);  # after this commit (checkpoint.keep)
 }

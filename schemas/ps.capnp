@@ -59,6 +59,8 @@ struct ChecksumReply {
 # shard has applied `step`; INVALID when it applied a later step without taking the part.
 struct CheckpointPartRequest {
   step @0 :Int64;
+  retainedSteps @1 :List(Int64);  # the committed checkpoints the chief keeps: the rest of the
+                                  # shard's durable pool may be collected
 }
 
 struct CheckpointPartReply {

@@ -97,6 +97,7 @@ Status CheckpointCoordinator::Commit(int64_t step, const std::vector<std::string
   latest_step_ = step;
   auto kept = Retain(dir, job_.checkpoint.keep);
   if (!kept.ok()) TLOG_WARN("checkpoint retention: {}", kept.status().ToString());
+  retained_ = kept.ok() ? *kept : std::vector<int64_t>{};
   TLOG_INFO("checkpoint of step {} committed ({} parts)", step, m.parts.size());
   return Status::Ok();
 }

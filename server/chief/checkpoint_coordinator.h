@@ -32,6 +32,8 @@ class CheckpointCoordinator {
   // The step the job resumes from (the workers start at resume_step() + 1), or -1.
   int64_t resume_step() const { return resume_ ? resume_->step : -1; }
   int64_t latest_step() const { return latest_step_; }
+  // The committed checkpoints kept after the last Commit (ascending).
+  const std::vector<int64_t>& retained() const { return retained_; }
 
   // Writes the manifest of `step` from the parts (JSON {"name", "files": [{path, size, crc32c}],
   // "detail"}), moves LATEST and LATEST_DURABLE, and retains checkpoint.keep. kInvalidArgument
@@ -45,6 +47,7 @@ class CheckpointCoordinator {
   config::JobConfig job_;
   std::optional<Manifest> resume_;
   int64_t latest_step_ = -1;
+  std::vector<int64_t> retained_;
 };
 
 // Parses one part as CommitCheckpointRequest carries it.

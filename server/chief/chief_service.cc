@@ -472,6 +472,7 @@ void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r)
   const int64_t step = req.getStep();
   Status s;
   int64_t latest = -1;
+  std::vector<int64_t> retained;
   {
     MutexLock lock(&mu_);
     const wire::Identity self = server_->identity();
@@ -480,6 +481,7 @@ void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r)
     s = checkpoints_->Commit(step, parts, std::string(req.getDeterminismClass()), context);
     if (s.ok()) s = membership_.SetLatestCheckpoint(step);
     latest = checkpoints_->latest_step();
+    retained = checkpoints_->retained();
   }
   if (!s.ok()) {
     TLOG_ERROR("checkpoint of step {} not committed: {}", step, s.ToString());
@@ -488,7 +490,10 @@ void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r)
   }
   changed_.SignalAll();
   wire::OutMessage reply = r.NewReply();
-  reply.envelope().getBody().initCommitCheckpointReply().setCommittedStep(latest);
+  auto body = reply.envelope().getBody().initCommitCheckpointReply();
+  body.setCommittedStep(latest);
+  auto list = body.initRetainedSteps(static_cast<unsigned>(retained.size()));
+  for (unsigned i = 0; i < retained.size(); ++i) list.set(i, retained[i]);
   r.Send(std::move(reply));
 }
 

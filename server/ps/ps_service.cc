@@ -215,7 +215,10 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
     r.SendError(ReplyCode::INVALID, "checkpoint of step " + std::to_string(step));
     return;
   }
-  auto part = shard_->CheckpointPartAt(step, shard_->options().durable_dir);
+  const auto kept = m.envelope().getBody().getCheckpointPartRequest().getRetainedSteps();
+  std::vector<int64_t> retained;
+  for (int64_t s : kept) retained.push_back(s);
+  auto part = shard_->CheckpointPartAt(step, shard_->options().durable_dir, retained);
   if (!part.ok()) {
     if (part.status().IsUnavailable()) {
       r.SendView(ReplyCode::RETRY, part.status().message(),
@@ -227,8 +230,8 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
     }
     return;
   }
-  TLOG_INFO("checkpoint part of step {}: {} files, {} copied ({} bytes)", step,
-            part->files.size(), part->files_copied, part->bytes_copied);
+  TLOG_INFO("checkpoint part of step {}: {} files, {} copied ({} bytes)", step, part->files.size(),
+            part->files_copied, part->bytes_copied);
   wire::OutMessage reply = r.NewReply();
   auto body = reply.envelope().getBody().initCheckpointPartReply();
   body.setStep(step);

@@ -663,7 +663,8 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
   return Status::Ok();
 }
 
-StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string& durable_root) {
+StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string& durable_root,
+                                                 const std::vector<int64_t>& retained) {
   MutexLock lock(&mu_);
   if (last_part_ && last_part_->step == step) return *last_part_;  // a resent request
   const int64_t applied = applied_.load();
@@ -683,6 +684,28 @@ StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string
                           CopyToDurable(dir, durable_root, options_.shard_index, step,
                                         last_part_ ? &*last_part_ : nullptr));
   last_part_ = part;
+  parts_[step] = part;
+  // Collect only when every kept checkpoint is a part this process knows: after a restart the
+  // older ones are not, and a file they need must never go.
+  std::vector<CheckpointPart> keep = {part};
+  bool known = true;
+  for (int64_t s : retained) {
+    if (s == step) continue;
+    auto it = parts_.find(s);
+    if (it == parts_.end()) {
+      known = false;
+      break;
+    }
+    keep.push_back(it->second);
+  }
+  if (known && !retained.empty()) {
+    Status gc = CollectGarbage(durable_root, keep);
+    if (!gc.ok()) TLOG_WARN("durable copy garbage collection: {}", gc.ToString());
+    std::erase_if(parts_, [&](const auto& e) {
+      return e.first != step &&
+             std::find(retained.begin(), retained.end(), e.first) == retained.end();
+    });
+  }
   return part;
 }
 

@@ -161,7 +161,10 @@ class Shard {
   // previous part lacks are copied). kUnavailable while `step` is not applied yet (ask again);
   // kFailedPrecondition once a later step was applied, or at k >= 1 (the cut of PROTOCOLS §3 is
   // not built yet). Asked twice, returns the same part.
-  StatusOr<CheckpointPart> CheckpointPartAt(int64_t step, const std::string& durable_root);
+  // `retained`: the committed checkpoints the chief keeps; once every one of them is a part this
+  // process took, pool files no kept part needs are deleted (CollectGarbage).
+  StatusOr<CheckpointPart> CheckpointPartAt(int64_t step, const std::string& durable_root,
+                                            const std::vector<int64_t>& retained = {});
 
   int64_t applied_step() const;
   uint64_t timeline() const { return timeline_; }
@@ -236,6 +239,7 @@ class Shard {
   uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
   ShardStats stats_ GUARDED_BY(mu_);
   std::optional<CheckpointPart> last_part_ GUARDED_BY(mu_);  // the newest checkpoint part
+  std::map<int64_t, CheckpointPart> parts_ GUARDED_BY(mu_);  // parts this process took, by step
 };
 
 }  // namespace tandem::ps

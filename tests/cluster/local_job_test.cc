@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -58,6 +59,33 @@ CommandResult Local(const TempDir& dir, int ps, int workers, std::vector<std::st
                                    "--workers",   std::to_string(workers)};
   for (auto& s : sets) argv.insert(argv.end(), {"--set", s});
   return RunCommand(argv, {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, timeout);
+}
+
+// The shards' durable pools hold what the kept checkpoints need, not every SST ever copied: at
+// most the files the present manifests list plus one older checkpoint's.
+void ExpectPoolsHoldOnlyWhatKeptCheckpointsNeed(const std::string& ckpt, int shards) {
+  for (int shard = 0; shard < shards; ++shard) {
+    const std::string prefix = "shards/shard-" + std::to_string(shard) + "/sst/";
+    std::set<std::string> listed;
+    size_t most_in_one = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(ckpt)) {
+      if (!std::filesystem::exists(entry.path() / "MANIFEST")) continue;
+      const auto m = nlohmann::json::parse(ReadFile((entry.path() / "MANIFEST").string()));
+      size_t in_this = 0;
+      for (const auto& part : m["parts"])
+        for (const auto& file : part["files"])
+          if (file["path"].get<std::string>().rfind(prefix, 0) == 0) {
+            listed.insert(file["path"].get<std::string>());
+            ++in_this;
+          }
+      most_in_one = std::max(most_in_one, in_this);
+    }
+    size_t pooled = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(ckpt + "/" + prefix))
+      pooled += entry.is_regular_file();
+    EXPECT_GT(listed.size(), 0u);
+    EXPECT_LE(pooled, listed.size() + most_in_one) << "shard " << shard;
+  }
 }
 
 TEST(LocalJobTest, TwoPsTwoWorkersReachTheTeachersAuc) {
@@ -243,6 +271,21 @@ TEST(LocalJobTest, EverySecondsCheckpointsAreCommittedWhileTraining) {
   EXPECT_GE(commits, 2) << chief_log;
   EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-0.log").find("(every_seconds)"),
             std::string::npos);
+  auto verified =
+      RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", dir.path() + "/ckpt", "--verify"});
+  EXPECT_EQ(verified.exit.exit_code, 0) << verified.output;
+}
+
+TEST(LocalJobTest, DurablePoolsKeepOnlyWhatTheKeptCheckpointsNeed) {
+  TempDir dir;
+  std::string yaml = SmallJob(dir.path(), 1500);
+  const std::string key = "checkpoint:\n  dir: " + dir.path() + "/ckpt\n";
+  // Some 60 checkpoints with keep 2: without collection the pools would keep every flush's SST.
+  yaml.replace(yaml.find(key), key.size(), key + "  every_steps: 25\n  keep: 2\n");
+  WriteFile(dir.File("job.yaml"), yaml);
+  auto r = Local(dir, 2, 1);
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  ExpectPoolsHoldOnlyWhatKeptCheckpointsNeed(dir.path() + "/ckpt", 2);
   auto verified =
       RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", dir.path() + "/ckpt", "--verify"});
   EXPECT_EQ(verified.exit.exit_code, 0) << verified.output;
