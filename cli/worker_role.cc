@@ -183,6 +183,12 @@ int RunWorkerRole(const RoleContext& ctx) {
     std::filesystem::create_directories(job.output.dir, ec);
     if (start_step == 0) MoveAsideOldMetrics(path);  // a resumed job appends
     auto m = metrics::MetricsWriter::Open(path);
+    if (!m.ok() && m.status().IsFailedPrecondition()) {
+      // It ends with a final line: a run that finished after the checkpoint this one resumes
+      // from. Its lines stay in the moved-aside file.
+      MoveAsideOldMetrics(path);
+      m = metrics::MetricsWriter::Open(path);
+    }
     if (!m.ok()) return report_failure(m.status(), 1);
     metrics = std::move(m).value();
     auto tb = metrics::TensorBoardWriter::Open(job.output.dir + "/tensorboard");

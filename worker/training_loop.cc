@@ -246,10 +246,14 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       // checkpoint.every_seconds needs no announced step at k = 0: the cut is wherever rank 0
       // takes it (no shard applies the next step before rank 0 pushes it), so rank 0's clock
       // alone decides, and processes whose clocks or rates differ cannot disagree.
-      const bool timed = job.checkpoint.every_seconds > 0 &&
-                         Since(last_checkpoint) >= static_cast<double>(job.checkpoint.every_seconds);
+      const bool timed =
+          job.checkpoint.every_seconds > 0 &&
+          Since(last_checkpoint) >= static_cast<double>(job.checkpoint.every_seconds);
+      // The last step too, when checkpoints are on: a finished job is then resumable with more
+      // train.steps, and starting it again says it has finished instead of redoing steps.
+      const bool last = step + 1 == total && (every_ckpt > 0 || job.checkpoint.every_seconds > 0);
       if (o.rank == 0 && o.checkpoint &&
-          (scheduled || timed || (st->stop_agreed && step + 1 < total))) {
+          (scheduled || timed || last || (st->stop_agreed && step + 1 < total))) {
         auto t2 = Clock::now();
         TANDEM_RETURN_IF_ERROR(
             o.checkpoint(step, *trainer).WithContext("checkpoint of step " + std::to_string(step)));

@@ -63,6 +63,11 @@ StatusOr<CheckpointCoordinator> CheckpointCoordinator::Open(const config::JobCon
                                    std::to_string(latest->step) + " in " + dir +
                                    ": the computation-defining config differs: " + keys);
   }
+  if (latest->step >= job.train.steps - 1)
+    return Status::InvalidArgument(
+        "the job in " + dir + " has finished: its checkpoint is of step " +
+        std::to_string(latest->step) + " and train.steps is " + std::to_string(job.train.steps) +
+        "; raise train.steps to train on, or start a new job with another checkpoint.dir");
   TLOG_INFO("resuming from the checkpoint of step {} in {}", latest->step, dir);
   c.resume_ = std::move(latest).value();
   return c;

@@ -154,6 +154,15 @@ TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
   ASSERT_EQ(r.exit.exit_code, 0) << r.output;
   const std::string expected =
       ReadJsonLines(straight.path() + "/out/metrics.jsonl").back()["model_checksum"];
+  // It checkpointed its last step: starting it again says it has finished (exit 3).
+  auto again = Local(straight, 2, 2);
+  EXPECT_EQ(again.exit.exit_code, 3) << again.output;
+  EXPECT_NE(again.output.find("has finished"), std::string::npos) << again.output;
+  // With more steps it trains on from there.
+  again = Local(straight, 2, 2, {"train.steps=1600"});
+  EXPECT_EQ(again.exit.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("job done after step 1599 of 1600"), std::string::npos)
+      << again.output;
 
   TempDir split;
   write_job(split);
