@@ -18,8 +18,8 @@ struct ChecksumArgs {
   std::string config_path;
   std::vector<std::string> sets;  // --set key.path=value, applied before validation
   int num_ps = 0;                 // > 0: the job ran with this many shards (`tandem local --ps N`)
-  int num_workers = 0;  // > 0: the job ran with this many workers (`tandem local --workers M`)
-  bool sparse = false;  // the embedding part only (no dense.ckpt needed)
+  int num_workers = 0;     // > 0: the job ran with this many workers (`tandem local --workers M`)
+  bool sparse = false;     // the embedding part only (no dense.ckpt needed)
   std::string checkpoint;  // --checkpoint: a checkpoint.dir (its LATEST) or one ckpt-<step> dir
   bool verify = false;     // --verify: every file's CRC32C, not only presence and size
   std::string log_level = "warn";
