@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "common/crc32c.h"
+#include "common/durable_file.h"
 
 namespace tandem::chief {
 namespace fs = std::filesystem;
@@ -28,47 +29,10 @@ constexpr char kTmpSuffix[] = ".tmp";
 constexpr size_t kReadChunk = size_t{1} << 20;
 
 // ---------------------------------------------------------------------------------------------
-// Files. WriteDurably repeats chief_state.cc's private helper; both are a dozen lines and the
-// two files belong to different owners for now. TODO(cleanup): one shared helper in common/.
+// Files.
 
 Status Errno(const std::string& what, int err) {
   return Status::Unavailable(what + ": " + std::strerror(err));
-}
-
-Status WriteAll(int fd, const std::string& text, const std::string& path) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write " + path, errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + dir, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : Errno("fsync " + dir, err);
-}
-
-// A crash at any point leaves the old file or the new one; once this returns the new one
-// survives a machine crash.
-Status WriteDurably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + kTmpSuffix;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open " + tmp, errno);
-  Status s = WriteAll(fd, text, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync " + tmp, errno);
-  ::close(fd);
-  TANDEM_RETURN_IF_ERROR(s);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp, errno);
-  return FsyncDir(fs::path(path).parent_path().string());
 }
 
 // kNotFound when `path` does not exist, kUnavailable for other I/O errors.
@@ -553,11 +517,12 @@ Status CommitCheckpoint(const std::string& checkpoint_dir, const Manifest& m, bo
   fs::create_directories(ckpt, ec);
   if (ec) return Status::Unavailable("create " + ckpt + ": " + ec.message());
   const std::string text = EncodeManifest(m);
-  TANDEM_RETURN_IF_ERROR(WriteDurably(ckpt + "/" + kManifestName, text));
+  TANDEM_RETURN_IF_ERROR(WriteFileDurably(ckpt + "/" + kManifestName, text));
   Pointer p{ManifestRelPath(m.step), Crc32c(text.data(), text.size()), m.step};
-  TANDEM_RETURN_IF_ERROR(WriteDurably(checkpoint_dir + "/" + kLatest, EncodePointer(p)));
+  TANDEM_RETURN_IF_ERROR(WriteFileDurably(checkpoint_dir + "/" + kLatest, EncodePointer(p)));
   if (durable) {
-    TANDEM_RETURN_IF_ERROR(WriteDurably(checkpoint_dir + "/" + kLatestDurable, EncodePointer(p)));
+    TANDEM_RETURN_IF_ERROR(
+        WriteFileDurably(checkpoint_dir + "/" + kLatestDurable, EncodePointer(p)));
   }
   return Status::Ok();
 }
@@ -569,7 +534,7 @@ Status MarkDurable(const std::string& checkpoint_dir, int64_t step) {
   TANDEM_RETURN_IF_ERROR(ReadWholeFile(path, &text));
   TANDEM_RETURN_IF_ERROR(DecodeManifest(text, path).status());
   Pointer p{ManifestRelPath(step), Crc32c(text.data(), text.size()), step};
-  return WriteDurably(checkpoint_dir + "/" + kLatestDurable, EncodePointer(p));
+  return WriteFileDurably(checkpoint_dir + "/" + kLatestDurable, EncodePointer(p));
 }
 
 StatusOr<Manifest> LoadLatest(const std::string& checkpoint_dir, bool durable_only,

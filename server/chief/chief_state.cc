@@ -1,8 +1,5 @@
 #include "server/chief/chief_state.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -10,51 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/durable_file.h"
+
 namespace tandem::chief {
-namespace {
-
-Status Errno(const std::string& what, int err) {
-  return Status::Unavailable(what + ": " + std::strerror(err));
-}
-
-Status WriteAll(int fd, const std::string& text, const std::string& path) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write " + path, errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-Status FsyncPath(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + path, errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : Errno("fsync " + path, err);
-}
-
-// A crash at any point leaves either the old file or the new one, never a mix, and once this
-// returns the new one survives a machine crash.
-Status WriteDurably(const std::string& path, const std::string& text) {
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open " + tmp, errno);
-  Status s = WriteAll(fd, text, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync " + tmp, errno);
-  ::close(fd);
-  TANDEM_RETURN_IF_ERROR(s);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp, errno);
-  return FsyncPath(dir, O_RDONLY | O_DIRECTORY);
-}
-
-}  // namespace
 
 std::string EncodeChiefState(const ChiefStateData& d) {
   nlohmann::json j = {{"term", d.term},
@@ -112,7 +67,7 @@ StatusOr<std::unique_ptr<ChiefState>> ChiefState::Open(const std::string& checkp
 }
 
 Status ChiefState::Save(const ChiefStateData& data) {
-  TANDEM_RETURN_IF_ERROR(WriteDurably(path_, EncodeChiefState(data)));
+  TANDEM_RETURN_IF_ERROR(WriteFileDurably(path_, EncodeChiefState(data)));
   data_ = data;
   return Status::Ok();
 }
