@@ -56,68 +56,6 @@ bool AllFinite(const float* g, uint32_t dim) {
   return true;
 }
 
-struct RestoreMarker {
-  std::string name;
-  uint64_t timeline = 0;
-  int64_t step = -1;
-  uint64_t replay_from_lsn = 1;
-  // k >= 1: (step, rank) pushes already applied for steps beyond `step`, so that a resent push
-  // is recognised as a duplicate after recovery.
-  std::vector<std::pair<int64_t, uint32_t>> partial;
-};
-
-std::vector<RestoreMarker> ListRestorePoints(const std::string& dir) {
-  std::vector<RestoreMarker> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir + "/restore", ec)) {
-    const std::string file = e.path().filename().string();
-    if (!file.ends_with(".done")) continue;
-    std::ifstream in(e.path());
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) continue;  // a torn marker: not complete
-    RestoreMarker m;
-    m.name = file.substr(0, file.size() - 5);
-    m.timeline = j.value("timeline", 0ull);
-    m.step = j.value("step", -1ll);
-    m.replay_from_lsn = j.value("replay_from_lsn", 1ull);
-    if (j.contains("partial"))
-      for (const auto& pr : j["partial"])
-        m.partial.emplace_back(pr[0].get<int64_t>(), pr[1].get<uint32_t>());
-    if (fs::exists(dir + "/restore/" + m.name)) out.push_back(m);
-  }
-  std::sort(out.begin(), out.end(), [](const RestoreMarker& a, const RestoreMarker& b) {
-    return std::tie(a.timeline, a.step, a.replay_from_lsn) <
-           std::tie(b.timeline, b.step, b.replay_from_lsn);
-  });
-  return out;
-}
-
-Status SyncPath(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return Status::Unavailable("open " + path + ": " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : Status::Unavailable("fsync " + path);
-}
-
-Status WriteMarker(const std::string& path, const RestoreMarker& m) {
-  nlohmann::json j = {{"timeline", m.timeline},
-                      {"step", m.step},
-                      {"replay_from_lsn", m.replay_from_lsn},
-                      {"partial", nlohmann::json::array()}};
-  for (const auto& [step, rank] : m.partial) j["partial"].push_back({step, rank});
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
-    out.flush();
-    if (!out) return Status::Unavailable("cannot write " + tmp);
-  }
-  TANDEM_RETURN_IF_ERROR(SyncPath(tmp));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Unavailable("rename " + tmp);
-  return SyncPath(fs::path(path).parent_path().string());
-}
-
 }  // namespace
 
 Shard::Shard(const ShardOptions& options) : options_(options), pool_(options.apply_threads) {
@@ -639,15 +577,14 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
   m.replay_from_lsn = ReplayFromLsn();
   for (const auto& [step, ranks] : k1_ranks_)
     for (uint32_t rank : ranks) m.partial.emplace_back(step, rank);
-  m.name = "t" + std::to_string(m.timeline) + "-s" + std::to_string(m.step) + "-l" +
-           std::to_string(m.replay_from_lsn);
+  m.name = RestorePointName(m);
   const std::string base = options_.dir + "/restore/" + m.name;
   if (dir != nullptr) *dir = base;
   if (fs::exists(base + ".done")) return Status::Ok();
   std::error_code ec;
   fs::remove_all(base, ec);  // a checkpoint left half-made by a crash
   TANDEM_RETURN_IF_ERROR(store_->CreateCheckpoint(base));
-  TANDEM_RETURN_IF_ERROR(WriteMarker(base + ".done", m));
+  TANDEM_RETURN_IF_ERROR(WriteRestoreMarker(base + ".done", m));
   TANDEM_RETURN_IF_ERROR(log_->Roll());
   bytes_since_restore_point_ = 0;
   stats_.restore_points++;

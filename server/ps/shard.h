@@ -34,6 +34,7 @@
 #include "server/ps/durable_copy.h"
 #include "server/ps/embedding_store.h"
 #include "server/ps/push_log.h"
+#include "server/ps/restore_marker.h"
 
 namespace tandem::ps {
 
