@@ -35,12 +35,13 @@ StatusOr<ManifestPart> ParsePart(const std::string& text) {
 StatusOr<CheckpointCoordinator> CheckpointCoordinator::Open(const config::JobConfig& job) {
   CheckpointCoordinator c(job);
   const std::string& dir = job.checkpoint.dir;
-  TANDEM_RETURN_IF_ERROR(CleanPartial(dir));
   std::vector<std::string> warnings;
   auto latest = LoadLatest(dir, /*durable_only=*/false, &warnings);
   for (const auto& w : warnings) TLOG_WARN("checkpoint: {}", w);
   if (!latest.ok() && !latest.status().IsNotFound()) return latest.status();
   if (latest.ok()) c.latest_step_ = latest->step;
+  // Only partial checkpoints older than LATEST: a newer one may be worker 0's, in progress.
+  TANDEM_RETURN_IF_ERROR(CleanPartial(dir, c.latest_step_));
   if (job.checkpoint.resume == "never" || !latest.ok()) {
     if (job.checkpoint.resume == "required")
       return Status::InvalidArgument("checkpoint.resume is required but " + dir +
@@ -100,6 +101,10 @@ Status CheckpointCoordinator::Commit(int64_t step, const std::vector<std::string
   // Every part is already in the durable copy when rank 0 hands it over.
   TANDEM_RETURN_IF_ERROR(CommitCheckpoint(dir, m, /*durable=*/true));
   latest_step_ = step;
+  // Worker 0 never goes back below a committed step: older partial checkpoints are abandoned
+  // (e.g. taken while the chief was away and superseded by this one).
+  if (Status s = CleanPartial(dir, step); !s.ok())
+    TLOG_WARN("cleaning partial checkpoints below step {}: {}", step, s.ToString());
   auto kept = Retain(dir, job_.checkpoint.keep);
   if (!kept.ok()) TLOG_WARN("checkpoint retention: {}", kept.status().ToString());
   retained_ = kept.ok() ? *kept : std::vector<int64_t>{};

@@ -24,8 +24,8 @@ struct CommitContext {
 // Requires external synchronization (the chief's mutex).
 class CheckpointCoordinator {
  public:
-  // Cleans partial checkpoints and loads LATEST (with warnings for damaged files). kNotFound is
-  // not an error (a fresh job); checkpoint.resume: required without a checkpoint, or a
+  // Loads LATEST, cleans the partial checkpoints older than it (with warnings for damaged files).
+  // kNotFound is not an error (a fresh job); checkpoint.resume: required without a checkpoint, or a
   // checkpoint whose computation-defining config differs (the keys named), is kInvalidArgument.
   static StatusOr<CheckpointCoordinator> Open(const config::JobConfig& job);
 
@@ -36,7 +36,8 @@ class CheckpointCoordinator {
   const std::vector<int64_t>& retained() const { return retained_; }
 
   // Writes the manifest of `step` from the parts (JSON {"name", "files": [{path, size, crc32c}],
-  // "detail"}), moves LATEST and LATEST_DURABLE, and retains checkpoint.keep. kInvalidArgument
+  // "detail"}), moves LATEST and LATEST_DURABLE, deletes partial checkpoints below `step` and
+  // retains checkpoint.keep. kInvalidArgument
   // for malformed parts or a step not after the latest; I/O errors from the manifest writer.
   Status Commit(int64_t step, const std::vector<std::string>& parts,
                 const std::string& determinism_class, const CommitContext& context);

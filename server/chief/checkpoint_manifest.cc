@@ -617,7 +617,7 @@ Status VerifyManifestFiles(const std::string& checkpoint_dir, const Manifest& m,
   return first;
 }
 
-Status CleanPartial(const std::string& checkpoint_dir) {
+Status CleanPartial(const std::string& checkpoint_dir, int64_t below_step) {
   std::error_code ec;
   if (!fs::exists(checkpoint_dir, ec)) return Status::Ok();
   std::vector<fs::path> doomed;
@@ -633,7 +633,7 @@ Status CleanPartial(const std::string& checkpoint_dir) {
     const fs::path dir = fs::path(checkpoint_dir) / CheckpointDirName(step);
     if (fs::exists(dir / kManifestName, ec)) {
       collect_tmp(dir);
-    } else {
+    } else if (step < below_step) {
       doomed.push_back(dir);
     }
   }

@@ -109,12 +109,14 @@ StatusOr<Manifest> LoadLatest(const std::string& checkpoint_dir, bool durable_on
 Status VerifyManifestFiles(const std::string& checkpoint_dir, const Manifest& m, bool full,
                            std::vector<std::string>* bad_files);
 
-// Removes ckpt-* directories without a MANIFEST and stray *.tmp files in `checkpoint_dir` and in
-// the ckpt-* directories (PROTOCOLS §7: partial checkpoints are cleaned up at start). Leaves
-// shards/ and chief/ alone.
-// REQUIRES: no checkpoint is being written, i.e. the job is starting; a chief restarting into a
-// running job must not call it (a checkpoint taken while it was away is committed later, §10).
-Status CleanPartial(const std::string& checkpoint_dir);
+// Removes ckpt-<step> directories without a MANIFEST whose step is below `below_step`, and stray
+// *.tmp files in `checkpoint_dir` and in the committed ckpt-* directories (the chief is the only
+// writer of those). Leaves shards/, chief/ and partial directories of steps >= `below_step`
+// alone: one of those may be a checkpoint worker 0 is taking right now, while a restarted chief
+// cannot tell it from an abandoned one (PROTOCOLS §10: a checkpoint taken while the chief was
+// away is committed later). The chief calls it at start with the committed LATEST's step, and
+// after committing step S with S: worker 0 never goes back to a step below a committed one.
+Status CleanPartial(const std::string& checkpoint_dir, int64_t below_step);
 
 // Keeps the newest `keep` committed checkpoints (ckpt-* with a MANIFEST) and the ones LATEST and
 // LATEST_DURABLE name, and deletes the other committed ckpt-* directories. Directories without a

@@ -277,16 +277,17 @@ TEST(CheckpointManifestTest, VerifyDetectsMissingTruncatedAndFlippedFiles) {
 
 // --- cleanup and retention ------------------------------------------------------------------
 
-TEST(CheckpointManifestTest, CleanPartialRemovesUncommittedDirsAndTmpFiles) {
+TEST(CheckpointManifestTest, CleanPartialRemovesUncommittedDirsBelowTheStepAndTmpFiles) {
   TempDir dir;
   CommitWithFile(dir.path(), 10);
-  MakeFile(dir.path(), "ckpt-000000000020/dense.ckpt", "half");  // never committed
+  MakeFile(dir.path(), "ckpt-000000000005/dense.ckpt", "abandoned");  // older than LATEST
+  MakeFile(dir.path(), "ckpt-000000000020/dense.ckpt", "half");       // never committed
   MakeFile(dir.path(), "ckpt-000000000010/MANIFEST.tmp", "x");
   MakeFile(dir.path(), "LATEST.tmp", "x");
   MakeFile(dir.path(), "shards/shard-0/sst/1.sst.tmp", "x");  // the shard's own business
   MakeFile(dir.path(), "notes", "x");
-  ASSERT_TRUE(CleanPartial(dir.path()).ok());
-  EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000020")));
+  ASSERT_TRUE(CleanPartial(dir.path(), 10).ok());
+  EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000005")));
   EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000010/MANIFEST.tmp")));
   EXPECT_FALSE(fs::exists(dir.File("LATEST.tmp")));
   EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000010/dense.ckpt")));
@@ -295,7 +296,41 @@ TEST(CheckpointManifestTest, CleanPartialRemovesUncommittedDirsAndTmpFiles) {
   auto latest = LoadLatest(dir.path(), false, nullptr);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->step, 10);
-  EXPECT_TRUE(CleanPartial(dir.File("absent")).ok());
+  EXPECT_TRUE(CleanPartial(dir.File("absent"), 10).ok());
+}
+
+// A restarted chief cannot tell a checkpoint worker 0 is taking while it was away from an
+// abandoned one: every partial directory after LATEST stays, with its files.
+TEST(CheckpointManifestTest, CleanPartialKeepsPartialDirsAtOrAfterTheStep) {
+  TempDir dir;
+  CommitWithFile(dir.path(), 10);
+  MakeFile(dir.path(), "ckpt-000000000020/dense.ckpt", "being written");
+  MakeFile(dir.path(), "ckpt-000000000020/dense.ckpt.tmp", "being written");
+  MakeFile(dir.path(), "ckpt-000000000030/dense.ckpt", "being written");
+  ASSERT_TRUE(CleanPartial(dir.path(), 20).ok());
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000020/dense.ckpt")));
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000020/dense.ckpt.tmp")));
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000030/dense.ckpt")));
+  // Without any committed checkpoint (below -1) nothing partial goes.
+  TempDir fresh;
+  MakeFile(fresh.path(), "ckpt-000000000000/dense.ckpt", "being written");
+  ASSERT_TRUE(CleanPartial(fresh.path(), -1).ok());
+  EXPECT_TRUE(fs::exists(fresh.File("ckpt-000000000000/dense.ckpt")));
+}
+
+// Committing step S removes the partial directories below S (worker 0 moved past them for good)
+// and never a committed one, which Retain alone decides about.
+TEST(CheckpointManifestTest, CleanPartialAtACommitRemovesOlderPartialsOnly) {
+  TempDir dir;
+  CommitWithFile(dir.path(), 10);
+  MakeFile(dir.path(), "ckpt-000000000020/dense.ckpt", "abandoned while the chief was away");
+  MakeFile(dir.path(), "ckpt-000000000040/dense.ckpt", "the next one, in progress");
+  CommitWithFile(dir.path(), 30);
+  ASSERT_TRUE(CleanPartial(dir.path(), 30).ok());
+  EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000020")));
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000010/MANIFEST")));
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000030/MANIFEST")));
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000040/dense.ckpt")));
 }
 
 TEST(CheckpointManifestTest, RetainKeepsTheNewestAndWhatLatestNames) {
