@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdarg>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -107,6 +108,13 @@ rocksdb::Options RocksOptions() {
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
 }
+
+// Swallows RocksDB's info log, so that a read-only open writes no LOG file into db_dir.
+class NullLogger : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
 
 Status ValidateOptions(const StoreOptions& options) {
   if (options.db_dir.empty()) return Status::InvalidArgument("store: empty db_dir");
@@ -620,7 +628,7 @@ EmbeddingStore::~EmbeddingStore() { FlushDirty().IgnoreError(); }
 StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOptions& options) {
   TANDEM_RETURN_IF_ERROR(ValidateOptions(options));
   std::error_code ec;
-  std::filesystem::create_directories(options.db_dir, ec);
+  if (!options.read_only) std::filesystem::create_directories(options.db_dir, ec);
   if (ec)
     return Status::FailedPrecondition("store: create " + options.db_dir + ": " + ec.message());
   auto impl = std::make_unique<Impl>();
@@ -628,8 +636,16 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   for (const embedding::TableSpec& spec : options.tables)
     impl->row_bytes.push_back(spec.row_bytes());
   rocksdb::DB* db = nullptr;
-  TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(RocksOptions(), options.db_dir, &db),
-                                   "store: open " + options.db_dir));
+  if (options.read_only) {
+    rocksdb::Options ro = RocksOptions();
+    ro.create_if_missing = false;
+    ro.info_log = std::make_shared<NullLogger>();
+    TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(ro, options.db_dir, &db),
+                                     "store: open read-only " + options.db_dir));
+  } else {
+    TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(RocksOptions(), options.db_dir, &db),
+                                     "store: open " + options.db_dir));
+  }
   impl->db.reset(db);
   // Durability comes from the push log and restore points (PROTOCOLS §6), not the WAL.
   impl->write_options.disableWAL = true;
@@ -725,6 +741,28 @@ Status EmbeddingStore::SetAdmissionCount(uint32_t table, uint64_t id, uint64_t c
     s.counters.Insert(table, id, hash, count, CounterCache::kDirty);
   }
   return Status::Ok();
+}
+
+Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
+                                 const uint8_t* rows) {
+  TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  const uint32_t n = impl_->row_bytes[table];
+  rocksdb::WriteBatch batch;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint64_t hash = KeyHash(table, ids[i]);
+    Stripe& s = impl_->StripeOf(hash);
+    {
+      MutexLock lock(&s.mu);
+      s.cache.Erase(table, ids[i], hash);
+      s.cache.NoteChanged(hash);
+    }
+    batch
+        .Put(RowKey(table, ids[i]).slice(),
+             rocksdb::Slice(reinterpret_cast<const char*>(rows + i * size_t{n}), n))
+        .PermitUncheckedError();
+    if (batch.GetDataSize() >= kFlushBatchBytes) TANDEM_RETURN_IF_ERROR(impl_->Write(&batch));
+  }
+  return impl_->Write(&batch);
 }
 
 Status EmbeddingStore::FlushDirty() {

@@ -29,6 +29,10 @@ struct StoreOptions {
   uint64_t cache_bytes = 256ull << 20;       // bound on cached row bytes (+ index)
   bool memory_only = false;                  // ps.storage: memory
   int stripes = 64;                          // lock stripes (by key hash), so no global lock
+  // Opens an existing RocksDB read-only (RocksDB's OpenForReadOnly): nothing is written into
+  // db_dir, so a directory whose SSTs are hard links into a checkpoint's durable copy can be
+  // read safely. Every writing call then fails (kInvalidArgument from RocksDB).
+  bool read_only = false;
 };
 
 struct StoreStats {
@@ -74,6 +78,12 @@ class EmbeddingStore {
   // Admission counters (PROTOCOLS §4): get and set per id.
   StatusOr<uint64_t> AdmissionCount(uint32_t table, uint64_t id);
   Status SetAdmissionCount(uint32_t table, uint64_t id, uint64_t count);  // 0 erases
+
+  // Bulk load (restoring a shard from a checkpoint): writes whole rows (meta + embedding +
+  // state, row_bytes each, as ForEachRow gives them) for ids straight to RocksDB, replacing any
+  // stored row; cached copies of these ids are dropped so the cache never shadows them.
+  // REQUIRES: no concurrent call touches these ids.
+  Status WriteRows(uint32_t table, std::span<const uint64_t> ids, const uint8_t* rows);
 
   // Writes every dirty cached row (and counter) to RocksDB; rows stay cached, clean.
   Status FlushDirty();

@@ -1,0 +1,278 @@
+#include "server/ps/shard_restore.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include "common/checkpoint_layout.h"
+#include "common/model_checksum.h"
+#include "common/slot_map.h"
+#include "server/ps/shard_test_util.h"
+
+namespace tandem::ps {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakePush;
+using testing::SmallShard;
+
+constexpr int64_t kStep = 5;      // S: the checkpoint's step
+constexpr int64_t kPastStep = 8;  // the old job ran on to here before it "crashed"
+constexpr uint64_t kIds = 300;
+
+// One shard of a job with `n` shards under `root`: data in root/ps, durable copy in root/ckpt.
+ShardOptions JobShard(const std::string& root, uint32_t index, uint32_t n) {
+  ShardOptions o = SmallShard(root + "/ps/shard-" + std::to_string(index), /*workers=*/1);
+  o.shard_index = index;
+  o.num_shards = n;
+  o.durable_dir = root + "/ckpt/" + ShardDurableDir(index);
+  // Admission counters are part of the model, so they must survive a restore too.
+  o.tables[1].admission_min_count = 3;
+  return o;
+}
+
+// Step `step`'s ids: a window that moves, so rows and counters of every age exist.
+std::map<uint32_t, std::vector<uint64_t>> IdsOf(int64_t step) {
+  std::map<uint32_t, std::vector<uint64_t>> ids;
+  for (uint64_t id = 0; id < kIds; ++id) {
+    if ((id + static_cast<uint64_t>(step)) % 3 != 0) ids[0].push_back(id);
+    if ((id * 7 + static_cast<uint64_t>(step)) % 5 < 2) ids[1].push_back(id);
+  }
+  return ids;
+}
+
+void PushSteps(Shard* shard, int64_t from, int64_t to) {
+  for (int64_t step = from; step <= to; ++step) {
+    auto push = MakePush(step, 0, IdsOf(step), shard->options());
+    auto ack = shard->Push(push.input());
+    ASSERT_TRUE(ack.ok()) << ack.status();
+  }
+}
+
+std::string ChecksumOf(const std::vector<Shard*>& shards) {
+  ModelChecksum sum;
+  for (Shard* s : shards) {
+    uint64_t rows = 0;
+    EXPECT_TRUE(s->AddToChecksum(&sum, &rows).ok());
+  }
+  return sum.Hex();
+}
+
+// The old job: `n` shards trained to kStep and checkpointed there (the model's checksum at S
+// is returned through `checksum`), then trained on to kPastStep and dropped without a clean
+// stop, as after kill -9.
+RestoreSource RunOldJob(const std::string& root, uint32_t n, std::string* checksum) {
+  RestoreSource source;
+  source.checkpoint_dir = root + "/ckpt";
+  source.step = kStep;
+  source.num_ps = n;
+  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<Shard*> raw;
+  for (uint32_t i = 0; i < n; ++i) {
+    auto opened = Shard::Open(JobShard(root, i, n));
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return source;
+    shards.push_back(std::move(opened).value());
+    raw.push_back(shards.back().get());
+    PushSteps(raw.back(), 0, kStep);
+    auto part = raw.back()->CheckpointPartAt(kStep, raw.back()->options().durable_dir);
+    EXPECT_TRUE(part.ok()) << part.status();
+    if (part.ok()) source.parts.push_back(*part);
+  }
+  *checksum = ChecksumOf(raw);
+  for (Shard* s : raw) PushSteps(s, kStep + 1, kPastStep);
+  return source;
+}
+
+// Prepares and opens every shard of a job with `n` shards under `root`; checks each is at kStep.
+std::vector<std::unique_ptr<Shard>> Resume(const std::string& root, uint32_t n,
+                                           const RestoreSource& source, RestoreKind kind) {
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (uint32_t i = 0; i < n; ++i) {
+    auto report = PrepareShardForResume(JobShard(root, i, n), source);
+    EXPECT_TRUE(report.ok()) << report.status();
+    if (!report.ok()) return {};
+    EXPECT_EQ(report->kind, kind) << "shard " << i;
+    auto opened = Shard::Open(JobShard(root, i, n));
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return {};
+    EXPECT_EQ((*opened)->applied_step(), kStep) << "shard " << i;
+    shards.push_back(std::move(opened).value());
+  }
+  return shards;
+}
+
+std::vector<Shard*> Raw(const std::vector<std::unique_ptr<Shard>>& shards) {
+  std::vector<Shard*> out;
+  for (const auto& s : shards) out.push_back(s.get());
+  return out;
+}
+
+// The local restore point of shard `index` at the checkpoint's step (the one it copied).
+std::string LocalAtStep(const std::string& root, uint32_t index) {
+  const std::string dir = root + "/ps/shard-" + std::to_string(index);
+  for (const RestoreMarker& m : ListRestorePoints(dir))
+    if (m.step == kStep) return dir + "/restore/" + m.name;
+  return "";
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+// The first SST of the part, as (db_name, path in the durable copy).
+const CheckpointFile& FirstSst(const CheckpointPart& part) {
+  for (const CheckpointFile& f : part.files)
+    if (f.is_sst) return f;
+  ADD_FAILURE() << "the part has no SST";
+  return part.files.front();
+}
+
+TEST(ShardRestoreTest, LocalRestorePointAfterACrashBeyondTheCheckpoint) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 2, &expected);
+  ASSERT_EQ(source.parts.size(), 2u);
+  auto shards = Resume(dir.path(), 2, source, RestoreKind::kLocal);
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_EQ(ChecksumOf(Raw(shards)), expected);
+  // The abandoned steps are gone: step kStep + 1 is applied anew, from a log that restarted at
+  // LSN 1, and a restart replays it (a marker pointing past LSN 1 would skip it).
+  PushSteps(shards[0].get(), kStep + 1, kStep + 1);
+  EXPECT_EQ(shards[0]->applied_step(), kStep + 1);
+  shards[0].reset();
+  auto reopened = Shard::Open(JobShard(dir.path(), 0, 2));
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->applied_step(), kStep + 1);
+  EXPECT_EQ((*reopened)->stats().replayed_records, 1u);
+}
+
+TEST(ShardRestoreTest, LostDirectoryIsRestoredFromTheDurableCopy) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 2, &expected);
+  ASSERT_EQ(source.parts.size(), 2u);
+  fs::remove_all(dir.path() + "/ps/shard-1");
+  auto report = PrepareShardForResume(JobShard(dir.path(), 1, 2), source);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->kind, RestoreKind::kDurable);
+  ASSERT_TRUE(PrepareShardForResume(JobShard(dir.path(), 0, 2), source).ok());
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto opened = Shard::Open(JobShard(dir.path(), i, 2));
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_EQ((*opened)->applied_step(), kStep);
+    shards.push_back(std::move(opened).value());
+  }
+  EXPECT_EQ(ChecksumOf(Raw(shards)), expected);
+}
+
+TEST(ShardRestoreTest, DamagedLocalFileIsRepairedFromTheDurableCopyAndNamed) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 2, &expected);
+  ASSERT_EQ(source.parts.size(), 2u);
+  // The restore point the checkpoint copied: its SST is a hard link shared with live/.
+  const std::string local = LocalAtStep(dir.path(), 0);
+  ASSERT_FALSE(local.empty());
+  const CheckpointFile& sst = FirstSst(source.parts[0]);
+  FlipByte(local + "/" + sst.db_name, sst.size_bytes / 2);
+  auto report = PrepareShardForResume(JobShard(dir.path(), 0, 2), source);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->kind, RestoreKind::kLocal);
+  ASSERT_EQ(report->repaired.size(), 1u);
+  EXPECT_NE(report->repaired[0].find(sst.db_name), std::string::npos) << report->repaired[0];
+  ASSERT_TRUE(PrepareShardForResume(JobShard(dir.path(), 1, 2), source).ok());
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto opened = Shard::Open(JobShard(dir.path(), i, 2));
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    shards.push_back(std::move(opened).value());
+  }
+  EXPECT_EQ(ChecksumOf(Raw(shards)), expected);
+}
+
+TEST(ShardRestoreTest, DamagedDurableFileIsDataLossNamingIt) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 2, &expected);
+  ASSERT_EQ(source.parts.size(), 2u);
+  const CheckpointFile& sst = FirstSst(source.parts[1]);
+  FlipByte(source.checkpoint_dir + "/" + ShardDurableDir(1) + "/" + sst.path, 10);
+  // From the durable copy (no local restore point): refused, naming the durable file.
+  fs::remove_all(dir.path() + "/ps/shard-1");
+  auto report = PrepareShardForResume(JobShard(dir.path(), 1, 2), source);
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(report.status().IsDataLoss()) << report.status();
+  EXPECT_NE(report.status().message().find(sst.path), std::string::npos) << report.status();
+  // Re-partitioning reads every old part, so it is refused too.
+  report = PrepareShardForResume(JobShard(dir.path() + "/three", 0, 3), source);
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(report.status().IsDataLoss()) << report.status();
+  EXPECT_NE(report.status().message().find(sst.path), std::string::npos) << report.status();
+}
+
+TEST(ShardRestoreTest, DamagedLocalAndDurableFileIsDataLossNamingBoth) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 1, &expected);
+  ASSERT_EQ(source.parts.size(), 1u);
+  const CheckpointFile& sst = FirstSst(source.parts[0]);
+  FlipByte(source.checkpoint_dir + "/" + ShardDurableDir(0) + "/" + sst.path, 10);
+  const std::string local = LocalAtStep(dir.path(), 0);
+  ASSERT_FALSE(local.empty());
+  FlipByte(local + "/" + sst.db_name, 10);
+  auto report = PrepareShardForResume(JobShard(dir.path(), 0, 1), source);
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(report.status().IsDataLoss()) << report.status();
+  EXPECT_NE(report.status().message().find(sst.path), std::string::npos) << report.status();
+  EXPECT_NE(report.status().message().find(sst.db_name), std::string::npos) << report.status();
+}
+
+// 2 -> 3 and 2 -> 1 shards: every row lands on the shard the slot map names, and the model is
+// exactly the old one.
+TEST(ShardRestoreTest, RepartitionedOntoThreeAndOntoOneShardKeepsTheModel) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 2, &expected);
+  ASSERT_EQ(source.parts.size(), 2u);
+  for (uint32_t n : {3u, 1u}) {
+    const std::string root = dir.path() + "/onto-" + std::to_string(n);
+    auto shards = Resume(root, n, source, RestoreKind::kRepartitioned);
+    ASSERT_EQ(shards.size(), n);
+    EXPECT_EQ(ChecksumOf(Raw(shards)), expected) << n << " shards";
+    for (uint32_t i = 0; i < n; ++i) {
+      auto rows = testing::Rows(shards[i].get());
+      EXPECT_FALSE(rows.empty());
+      for (const auto& [key, row] : rows)
+        EXPECT_EQ(tandem::ShardOf(key.first, key.second, n), i) << key.first << "/" << key.second;
+    }
+    // The re-partitioned shard trains on: a push of the next step applies.
+    PushSteps(shards[0].get(), kStep + 1, kStep + 1);
+    EXPECT_EQ(shards[0]->applied_step(), kStep + 1);
+  }
+}
+
+TEST(ShardRestoreTest, SourceThatDoesNotDescribeTheJobIsRefused) {
+  ::tandem::testing::TempDir dir;
+  RestoreSource source;
+  source.checkpoint_dir = dir.path() + "/ckpt";
+  source.step = 3;
+  source.num_ps = 2;
+  source.parts.resize(1);
+  auto report = PrepareShardForResume(JobShard(dir.path(), 0, 2), source);
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(report.status().IsInvalidArgument()) << report.status();
+}
+
+}  // namespace
+}  // namespace tandem::ps
