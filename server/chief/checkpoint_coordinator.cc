@@ -70,7 +70,23 @@ StatusOr<CheckpointCoordinator> CheckpointCoordinator::Open(const config::JobCon
         std::to_string(latest->step) + " and train.steps is " + std::to_string(job.train.steps) +
         "; raise train.steps to train on, or start a new job with another checkpoint.dir");
   TLOG_INFO("resuming from the checkpoint of step {} in {}", latest->step, dir);
-  c.resume_ = std::move(latest).value();
+  c.resume_step_ = latest->step;
+  return c;
+}
+
+StatusOr<CheckpointCoordinator> CheckpointCoordinator::Rejoin(const config::JobConfig& job,
+                                                              int64_t run_resume_step) {
+  CheckpointCoordinator c(job);
+  const std::string& dir = job.checkpoint.dir;
+  std::vector<std::string> warnings;
+  auto latest = LoadLatest(dir, /*durable_only=*/false, &warnings);
+  for (const auto& w : warnings) TLOG_WARN("checkpoint: {}", w);
+  if (!latest.ok() && !latest.status().IsNotFound()) return latest.status();
+  if (latest.ok()) c.latest_step_ = latest->step;
+  TANDEM_RETURN_IF_ERROR(CleanPartial(dir, c.latest_step_));
+  c.resume_step_ = run_resume_step;
+  TLOG_INFO("rejoining the run that resumed from step {}; the latest checkpoint is of step {}",
+            run_resume_step, c.latest_step_);
   return c;
 }
 

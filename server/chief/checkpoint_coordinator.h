@@ -28,9 +28,15 @@ class CheckpointCoordinator {
   // kNotFound is not an error (a fresh job); checkpoint.resume: required without a checkpoint, or a
   // checkpoint whose computation-defining config differs (the keys named), is kInvalidArgument.
   static StatusOr<CheckpointCoordinator> Open(const config::JobConfig& job);
+  // A chief restarted into a running job (PROTOCOLS §10): loads LATEST and cleans the partial
+  // checkpoints older than it, like Open, but LATEST is only the newest commit, not a resume
+  // point: the run resumed from `run_resume_step` (persisted when it began), and a job whose
+  // final checkpoint is committed is not refused (its members still have to hear it ended).
+  static StatusOr<CheckpointCoordinator> Rejoin(const config::JobConfig& job,
+                                                int64_t run_resume_step);
 
   // The step the job resumes from (the workers start at resume_step() + 1), or -1.
-  int64_t resume_step() const { return resume_ ? resume_->step : -1; }
+  int64_t resume_step() const { return resume_step_; }
   int64_t latest_step() const { return latest_step_; }
   // The committed checkpoints kept after the last Commit (ascending).
   const std::vector<int64_t>& retained() const { return retained_; }
@@ -46,7 +52,7 @@ class CheckpointCoordinator {
   explicit CheckpointCoordinator(const config::JobConfig& job) : job_(job) {}
 
   config::JobConfig job_;
-  std::optional<Manifest> resume_;
+  int64_t resume_step_ = -1;
   int64_t latest_step_ = -1;
   std::vector<int64_t> retained_;
 };

@@ -8,6 +8,7 @@
 #include "common/crc32c.h"
 #include "common/slot_map.h"
 #include "common/testing/test_util.h"
+#include "server/chief/checkpoint_coordinator.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -401,6 +402,43 @@ TEST(CheckpointManifestTest, DifferingComputationKeysComparesEffectiveTableValue
   EXPECT_EQ(DifferingComputationKeys(Config({}), c),
             (std::vector<std::string>{"data.num_categorical: 26 -> 27",
                                       "tables.C27: (absent) -> present"}));
+}
+
+// --- the coordinator at a job start and at a chief restart --------------------------------
+
+TEST(CheckpointCoordinatorTest, RejoinKeepsTheRunsResumeStepAndDoesNotRefuseAFinishedJob) {
+  TempDir dir;
+  config::JobConfig job = Config({"train.steps=40", "checkpoint.dir=" + dir.path()});
+  auto started = CheckpointCoordinator::Open(job);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(started->resume_step(), -1);
+  const std::string part =
+      R"({"name": "dense", "files": [{"path": "x", "size": 1, "crc32c": "00000001"}]})";
+  ASSERT_TRUE(started->Commit(20, {part}, "cpu", CommitContext{"ab", 0, 1, 1}).ok());
+  MakeFile(dir.path(), "ckpt-000000000030/dense.ckpt", "worker 0's, while the chief was away");
+  ASSERT_TRUE(started->Commit(39, {part}, "cpu", CommitContext{"ab", 0, 2, 1}).ok());
+  EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000030"))) << "below the commit: abandoned";
+
+  // A job start on a finished job is refused; a restarted chief of that job is not.
+  auto again = CheckpointCoordinator::Open(job);
+  EXPECT_TRUE(again.status().IsInvalidArgument()) << again.status();
+  auto rejoined = CheckpointCoordinator::Rejoin(job, -1);
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(rejoined->resume_step(), -1) << "the run's, not LATEST";
+  EXPECT_EQ(rejoined->latest_step(), 39);
+}
+
+TEST(CheckpointCoordinatorTest, RejoinKeepsAPartialCheckpointAfterLatest) {
+  TempDir dir;
+  config::JobConfig job = Config({"train.steps=100", "checkpoint.dir=" + dir.path()});
+  CommitWithFile(dir.path(), 10);
+  MakeFile(dir.path(), "ckpt-000000000005/dense.ckpt", "abandoned");
+  MakeFile(dir.path(), "ckpt-000000000020/dense.ckpt", "in progress");
+  auto rejoined = CheckpointCoordinator::Rejoin(job, 10);
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(rejoined->resume_step(), 10);
+  EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000005")));
+  EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000020/dense.ckpt")));
 }
 
 }  // namespace

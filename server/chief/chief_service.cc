@@ -59,8 +59,13 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
   const ChiefStateData& d = (*state)->data();
   TLOG_INFO("chief term {} (generation {}, timeline {}, highest incarnation {}) from {}", d.term,
             d.generation, d.timeline, d.highest_incarnation, (*state)->path());
+  // A run still open means its chief was killed: members may be training on and will come back
+  // (PROTOCOLS §10), so nothing that is only right at a job start may happen (refusing a
+  // finished job, LATEST as the resume point, partial checkpoints as abandoned).
+  const bool rejoin = d.run_open;
   // Before any member registers: the resume step goes out with every registration.
-  auto checkpoints = CheckpointCoordinator::Open(job);
+  auto checkpoints = rejoin ? CheckpointCoordinator::Rejoin(job, d.run_resume_step)
+                            : CheckpointCoordinator::Open(job);
   if (!checkpoints.ok()) return checkpoints.status();
   std::unique_ptr<ChiefService> service(new ChiefService(job, server, std::move(state).value()));
   {
@@ -70,6 +75,12 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
         service->membership_.Snapshot(Clock::now()).last_checkpoint_step)
       TANDEM_RETURN_IF_ERROR(
           service->membership_.SetLatestCheckpoint(service->checkpoints_->latest_step()));
+    if (rejoin) {
+      service->membership_.RejoinRun(Clock::now());
+      service->rejoin_unconfirmed_ = true;
+    } else {
+      TANDEM_RETURN_IF_ERROR(service->membership_.OpenRun(service->checkpoints_->resume_step()));
+    }
     service->SyncIdentity();
   }
   return service;
@@ -93,6 +104,7 @@ ChiefService::ChiefService(const config::JobConfig& job, wire::RpcServer* server
               .heartbeat_interval = milliseconds(job.chief.heartbeat_interval_ms),
               .heartbeat_timeout = milliseconds(job.chief.heartbeat_timeout_ms),
               .total_steps = job.train.steps,
+              .wall_ms = {},
           },
           state_.get()) {}
 
@@ -166,6 +178,43 @@ void ChiefService::RequestStop(const std::string& reason) {
   changed_.SignalAll();
 }
 
+Status ChiefService::fatal() const {
+  MutexLock lock(&mu_);
+  return fatal_;
+}
+
+Status ChiefService::CloseRun() {
+  MutexLock lock(&mu_);
+  return membership_.CloseRun();
+}
+
+Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
+  if (!rejoin_unconfirmed_) return fatal_;
+  if (in.last_incarnation != 0) {
+    rejoin_unconfirmed_ = false;  // a survivor: the run goes on
+    return Status::Ok();
+  }
+  // The first member to come is a new process: nobody outlived the last chief, the whole job was
+  // started again (after a crash of everything). Only then is this a job start after all. A
+  // rank's process restarted while the chief was away could come first too, but survivors
+  // re-register within a heartbeat interval of this chief's start, before it can.
+  rejoin_unconfirmed_ = false;
+  TLOG_WARN(
+      "{}:{} registers as a new process before any survivor of the open run: starting the "
+      "job instead of rejoining the run",
+      MemberRoleName(in.role), in.index);
+  auto opened = CheckpointCoordinator::Open(job_);
+  if (!opened.ok()) {
+    fatal_ = opened.status();
+    TLOG_ERROR("cannot start the job: {}", fatal_.ToString());
+    return fatal_;
+  }
+  checkpoints_.emplace(std::move(opened).value());
+  membership_.StartOver();
+  fatal_ = membership_.OpenRun(checkpoints_->resume_step());
+  return fatal_;
+}
+
 std::string ChiefService::WaitFinished(std::chrono::steady_clock::time_point until) {
   const auto quiet = 3 * milliseconds(job_.chief.heartbeat_interval_ms);
   MutexLock lock(&mu_);
@@ -204,6 +253,12 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
   std::optional<Suspect> rival;
   {
     MutexLock lock(&mu_);
+    Status start = ConfirmRejoin(in);
+    if (!start.ok()) {
+      // kInvalidArgument (e.g. a finished job) goes back as INVALID: the member exits.
+      SendStatus(r, start);
+      return;
+    }
     issued = membership_.Register(in, Clock::now());
     if (!issued.ok()) rival = membership_.LiveRival(in, Clock::now());
     SyncIdentity();
@@ -338,6 +393,11 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
   body.setDetail(Text(j.detail));
   body.setElapsedMs(j.elapsed_ms);
   body.setConfigHash(Text(j.config_hash));
+  {
+    // A PS asks before it opens its shard, to restore this checkpoint before serving.
+    MutexLock lock(&mu_);
+    body.setResumeStep(checkpoints_->resume_step());
+  }
   r.Send(std::move(reply));
 }
 
@@ -502,13 +562,26 @@ void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r)
 void ChiefService::MonitorLoop() {
   wire::RpcClient client(&probe_context_, server_->identity());
   std::map<std::string, int> handles;  // one socket per probed address
+  // A tick this late means the chief itself did not run (SIGSTOP, a starved machine): the
+  // members' heartbeats went unanswered, not unsent.
+  const auto stalled =
+      std::max<Clock::duration>(4 * tick_, milliseconds(job_.chief.heartbeat_timeout_ms / 2));
+  auto last_tick = Clock::now();
   for (;;) {
     {
       MutexLock lock(&mu_);
       if (!stop_monitor_) monitor_wake_.WaitUntil(Clock::now() + tick_);
       if (stop_monitor_) return;
+      const auto now = Clock::now();
+      if (now - last_tick > stalled) {
+        TLOG_WARN("the chief did not run for {} ms: no member's silence over that time counts",
+                  std::chrono::duration_cast<milliseconds>(now - last_tick).count());
+        membership_.ExcuseSilence(now);
+      }
+      last_tick = now;
     }
     MonitorTick(&client, &handles);
+    last_tick = Clock::now();  // probes may take a while: that is not a stall
   }
 }
 

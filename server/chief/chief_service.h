@@ -61,6 +61,12 @@ class ChiefService {
 
   uint64_t term() const;
   std::string job_state() const;
+  // Not OK when the chief cannot go on: a job start decided late (see ConfirmRejoin) was refused,
+  // e.g. a finished job (kInvalidArgument). The caller exits.
+  Status fatal() const;
+  // The chief leaves on purpose: the next chief start is a job start, not a rejoin (PROTOCOLS
+  // §10). Not called when the chief dies, so that its successor rejoins the run.
+  Status CloseRun();
   JobSnapshot Snapshot() const;
 
  private:
@@ -88,6 +94,10 @@ class ChiefService {
                     StatusOr<wire::PingResult>* result = nullptr);
   void MonitorLoop();
   void MonitorTick(wire::RpcClient* client, std::map<std::string, int>* handles);
+  // A rejoining chief learns from the first registration whether the run has survivors: a member
+  // with an incarnation confirms the rejoin; a new process means the whole job was started
+  // again, and the chief starts it (CheckpointCoordinator::Open) instead. Returns fatal_.
+  Status ConfirmRejoin(const RegisterInput& in) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the term, generation and timeline into the server's identity, so replies carry them.
   void SyncIdentity() EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -108,6 +118,8 @@ class ChiefService {
   int64_t next_barrier_key_ GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> kv_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
+  bool rejoin_unconfirmed_ GUARDED_BY(mu_) = false;  // see ConfirmRejoin
+  Status fatal_ GUARDED_BY(mu_);
   std::thread monitor_;
 };
 

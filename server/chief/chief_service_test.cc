@@ -538,5 +538,86 @@ TEST_F(ChiefServiceTest, TermIncrementsAcrossRestartsAndACorruptStateIsAnError) 
   EXPECT_NE(service.status().message().find(path), std::string::npos) << service.status();
 }
 
+// A chief killed after the job ended, before the PS heard it: its successor still says "done",
+// with worker 0's result, so the PS (and `tandem local`) end normally; the workers are gone.
+TEST_F(ChiefServiceTest, ChiefRestartedAfterTheJobEndedTellsThePsItIsDone) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  Progress done;
+  done.state = "done";
+  done.step = 39;
+  done.model_checksum = "0123456789abcdef0123456789abcdef";
+  w0_->client->SetProgress(done);
+  w1_->client->SetProgress(done);
+  ASSERT_TRUE(w0_->client->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_TRUE(w1_->client->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_EQ(service_->job_state(), "done");
+  const std::string endpoint = endpoint_;
+  StopChief();  // as kill -9: the run stays open
+  StartChief(endpoint);
+  EXPECT_EQ(service_->term(), 2u);
+  EXPECT_EQ(service_->job_state(), "done");
+  // The PS's heartbeat is answered RETRY; it registers again and hears the job is done.
+  Status s = ps0_->client->HeartbeatNow(milliseconds(2000));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(ps0_->client->stop_requested());
+  EXPECT_EQ(ps0_->client->job_state(), "done");
+  auto view = ps0_->client->View(milliseconds(2000));
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->model_checksum, "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(view->term, 2u);
+}
+
+// The chief commits a checkpoint after its restart with its new term, and a finished job that a
+// restarted chief rejoins is not refused, while a job start (the run closed) is.
+TEST_F(ChiefServiceTest, RestartedChiefCommitsWithItsTermAndOnlyAJobStartRefusesAFinishedJob) {
+  StartChief();
+  JoinAll();
+  const std::string endpoint = endpoint_;
+  StopChief();
+  StartChief(endpoint);
+  auto view = WaitView(
+      w0_->client.get(), [](const ClusterView& v) { return v.job_state == "training"; },
+      milliseconds(5000));
+  ASSERT_EQ(view.job_state, "training") << "every member re-registered";
+  const std::string part =
+      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "00000001"}]})";
+  auto committed = w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000));
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  auto latest = LoadLatest(job_.checkpoint.dir, false, nullptr);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->step, 39);
+  EXPECT_EQ(latest->term, 2u);
+  StopChief();
+  StartChief(endpoint);  // killed again: rejoined, although the last step is committed
+  EXPECT_EQ(service_->term(), 3u);
+  ASSERT_TRUE(service_->CloseRun().ok());
+  StopChief();
+  members_.clear();
+  wire::RpcServer server(&context_, wire::ServerOptions{}, wire::Identity{});
+  auto refused = ChiefService::Create(job_, &server);
+  EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status();
+}
+
+// A run left open, and every process starts anew (no survivor re-registers): the chief starts
+// the job after all, with its checks: a finished job is refused and the chief must exit.
+TEST_F(ChiefServiceTest, OpenRunWithoutSurvivorsIsAJobStartAfterAll) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  const std::string part =
+      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "00000001"}]})";
+  ASSERT_TRUE(w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000)).ok());
+  const std::string endpoint = endpoint_;
+  StopChief();
+  members_.clear();
+  StartChief(endpoint);
+  EXPECT_TRUE(service_->fatal().ok());
+  Member& fresh = NewMember(wire::Role::PS, 0);
+  auto reg = fresh.client->Register(-1, milliseconds(3000));
+  ASSERT_FALSE(reg.ok());
+  EXPECT_TRUE(reg.status().IsInvalidArgument()) << reg.status();
+  EXPECT_TRUE(service_->fatal().IsInvalidArgument()) << service_->fatal();
+}
+
 }  // namespace
 }  // namespace tandem::chief

@@ -16,7 +16,14 @@ std::string EncodeChiefState(const ChiefStateData& d) {
                       {"highest_incarnation", d.highest_incarnation},
                       {"generation", d.generation},
                       {"timeline", d.timeline},
-                      {"latest_step", d.latest_step}};
+                      {"latest_step", d.latest_step},
+                      {"run_open", d.run_open},
+                      {"run_resume_step", d.run_resume_step},
+                      {"run_training_ms", d.run_training_ms},
+                      {"run_ended_ms", d.run_ended_ms},
+                      {"run_stop_reason", d.run_stop_reason},
+                      {"run_end_state", d.run_end_state},
+                      {"run_result", d.run_result}};
   return j.dump(2) + "\n";
 }
 
@@ -38,6 +45,26 @@ StatusOr<ChiefStateData> DecodeChiefState(const std::string& text, const std::st
     if (!j.contains("latest_step") || !j["latest_step"].is_number_integer())
       return Status::DataLoss(name + ": 'latest_step' is missing or not an integer");
     d.latest_step = j["latest_step"].get<int64_t>();
+    // The run's fields are optional: a state written by an older build has no run open.
+    if (j.contains("run_open")) {
+      if (!j["run_open"].is_boolean()) return Status::DataLoss(name + ": 'run_open' is not a bool");
+      d.run_open = j["run_open"].get<bool>();
+    }
+    for (auto [key, out] : {std::pair{"run_resume_step", &d.run_resume_step},
+                            std::pair{"run_training_ms", &d.run_training_ms},
+                            std::pair{"run_ended_ms", &d.run_ended_ms}}) {
+      if (!j.contains(key)) continue;
+      if (!j[key].is_number_integer())
+        return Status::DataLoss(name + ": '" + key + "' is not an integer");
+      *out = j[key].get<int64_t>();
+    }
+    for (auto [key, out] :
+         {std::pair{"run_stop_reason", &d.run_stop_reason},
+          std::pair{"run_end_state", &d.run_end_state}, std::pair{"run_result", &d.run_result}}) {
+      if (!j.contains(key)) continue;
+      if (!j[key].is_string()) return Status::DataLoss(name + ": '" + key + "' is not a string");
+      *out = j[key].get<std::string>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(name + ": corrupt chief state: " + e.what());
   }

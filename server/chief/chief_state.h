@@ -18,6 +18,18 @@ struct ChiefStateData {
   uint64_t timeline = 0;
   int64_t latest_step = -1;  // the committed LATEST checkpoint; -1 = none
 
+  // The current run of the job: from the start of a chief that began it until that chief, or a
+  // successor after a restart, leaves on purpose. A chief that finds a run open was killed while
+  // it ran and rejoins it (PROTOCOLS §10) instead of starting the job: see ChiefService::Create.
+  // Files written before these fields existed read as "no run open".
+  bool run_open = false;
+  int64_t run_resume_step = -1;  // the checkpoint the run resumed from; -1: from scratch
+  int64_t run_training_ms = 0;   // Unix ms when the run became "training"; 0: not yet
+  int64_t run_ended_ms = 0;      // Unix ms when the job reached run_end_state
+  std::string run_stop_reason;   // a stop was requested (SIGTERM, StopJob)
+  std::string run_end_state;     // the terminal job state, once reached; "" before
+  std::string run_result;        // JSON: worker 0's final report once the job is done
+
   friend bool operator==(const ChiefStateData&, const ChiefStateData&) = default;
 };
 

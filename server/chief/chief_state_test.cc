@@ -72,10 +72,38 @@ TEST(ChiefStateTest, MissingFieldIsAnErrorNamingTheField) {
 }
 
 TEST(ChiefStateTest, EncodeDecodeRoundTrips) {
-  ChiefStateData d{7, 123456789012345ull, 9, 3, 4200};
+  ChiefStateData d;
+  d.term = 7;
+  d.highest_incarnation = 123456789012345ull;
+  d.generation = 9;
+  d.timeline = 3;
+  d.latest_step = 4200;
+  d.run_open = true;
+  d.run_resume_step = 99;
+  d.run_training_ms = 1700000000123;
+  d.run_ended_ms = 1700000009999;
+  d.run_stop_reason = "SIGTERM to ps:1";
+  d.run_end_state = "stopped";
+  d.run_result = R"({"model_checksum":"ab"})";
   auto back = DecodeChiefState(EncodeChiefState(d), "s");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, d);
+}
+
+// A state file of a build before the run record: no run is open, so the chief starts the job.
+TEST(ChiefStateTest, StateWithoutRunFieldsHasNoRunOpen) {
+  auto d = DecodeChiefState(
+      R"({"term": 2, "highest_incarnation": 5, "generation": 1, "timeline": 0, "latest_step": 8})",
+      "s");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->run_open);
+  EXPECT_EQ(d->run_resume_step, -1);
+  EXPECT_EQ(d->run_end_state, "");
+  EXPECT_TRUE(DecodeChiefState(R"({"term": 2, "highest_incarnation": 5, "generation": 1,
+                                   "timeline": 0, "latest_step": 8, "run_open": 1})",
+                               "s")
+                  .status()
+                  .IsDataLoss());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "server/chief/membership.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 
@@ -16,6 +17,43 @@ int64_t MsBetween(Clock::time_point from, Clock::time_point to) {
 
 bool IsTerminalMemberState(std::string_view s) {
   return s == "done" || s == "stopped" || s == "failed";
+}
+
+// JSON cannot hold NaN (nlohmann writes null): null reads back as NaN.
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+double NumberOf(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
+}
+
+std::string EncodeResult(const MemberProgress& p) {
+  return nlohmann::json({{"step", p.step},
+                         {"samples_per_sec", p.samples_per_sec},
+                         {"state", p.state},
+                         {"loss", Number(p.loss)},
+                         {"auc", Number(p.auc)},
+                         {"logloss", Number(p.logloss)},
+                         {"teacher_auc", Number(p.teacher_auc)},
+                         {"model_checksum", p.model_checksum},
+                         {"detail", p.detail}})
+      .dump();
+}
+
+// A damaged record gives an empty result: it is shown, never computed with.
+MemberProgress DecodeResult(const std::string& text) {
+  MemberProgress p;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return p;
+  p.step = j.value("step", int64_t{-1});
+  p.samples_per_sec = NumberOf(j, "samples_per_sec");
+  if (!std::isfinite(p.samples_per_sec)) p.samples_per_sec = 0;
+  p.state = j.value("state", std::string());
+  p.loss = NumberOf(j, "loss");
+  p.auc = NumberOf(j, "auc");
+  p.logloss = NumberOf(j, "logloss");
+  p.teacher_auc = NumberOf(j, "teacher_auc");
+  p.model_checksum = j.value("model_checksum", std::string());
+  p.detail = j.value("detail", std::string());
+  return p;
 }
 
 }  // namespace
@@ -55,6 +93,67 @@ Status Membership::SetLatestCheckpoint(int64_t step) {
   ChiefStateData d = state_->data();
   d.latest_step = step;
   return Persist(d);
+}
+
+int64_t Membership::WallMs() const {
+  if (options_.wall_ms) return options_.wall_ms();
+  return duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void Membership::SaveRun(const std::function<void(ChiefStateData*)>& change) {
+  ChiefStateData d = state_->data();
+  change(&d);
+  Persist(d).IgnoreError();  // logged by Persist
+}
+
+Status Membership::OpenRun(int64_t resume_step) {
+  ChiefStateData d = state_->data();
+  d.run_open = true;
+  d.run_resume_step = resume_step;
+  d.run_training_ms = d.run_ended_ms = 0;
+  d.run_stop_reason = d.run_end_state = d.run_result = "";
+  return Persist(d);
+}
+
+Status Membership::CloseRun() {
+  ChiefStateData d = state_->data();
+  if (!d.run_open) return Status::Ok();
+  d.run_open = false;
+  return Persist(d);
+}
+
+void Membership::RejoinRun(Clock::time_point now) {
+  const ChiefStateData& d = state_->data();
+  const int64_t wall = WallMs();
+  // The steady clock restarted with the process: place the run's instants on it by their age.
+  auto ago = [&](int64_t then_ms) {
+    return now - milliseconds(std::max<int64_t>(0, wall - then_ms));
+  };
+  if (d.run_training_ms > 0) training_since_ = ago(d.run_training_ms);
+  stop_reason_ = d.run_stop_reason;
+  rejoined_at_ = now;
+  if (!d.run_end_state.empty()) {
+    job_state_ = d.run_end_state;
+    final_result_ = DecodeResult(d.run_result);
+    ended_at_ = d.run_ended_ms > 0 ? ago(d.run_ended_ms) : now;
+  } else if (!stop_reason_.empty()) {
+    job_state_ = std::string(kJobStopping);
+  }
+  TLOG_INFO("rejoining the run (resumed from step {}): job {}; members come back by registering",
+            d.run_resume_step, job_state_);
+}
+
+void Membership::StartOver() {
+  job_state_ = std::string(kJobStarting);
+  stop_reason_.clear();
+  training_since_ = ended_at_ = rejoined_at_ = Clock::time_point{};
+  final_result_ = MemberProgress{};
+}
+
+void Membership::ExcuseSilence(Clock::time_point now) {
+  for (auto* members : {&ps_, &workers_})
+    for (Member& m : *members)
+      if (m.registered && !m.lost && !m.left) m.last_alive = std::max(m.last_alive, now);
 }
 
 Status Membership::BumpGeneration(const std::string& why) {
@@ -224,6 +323,13 @@ void Membership::UpdateJobState(Clock::time_point now) {
     ended_at_ = now;
     TLOG_INFO("job {}{}{}", job_state_, final_result_.detail.empty() ? "" : ": ",
               final_result_.detail);
+    // A chief restarted now must still tell the members that stayed (the PS) the job ended:
+    // the workers that reported it may be gone.
+    SaveRun([&](ChiefStateData* d) {
+      d->run_end_state = job_state_;
+      d->run_result = EncodeResult(final_result_);
+      d->run_ended_ms = WallMs();
+    });
   };
   for (uint32_t i = 0; i < workers_.size(); ++i) {
     const Member& w = workers_[i];
@@ -238,8 +344,13 @@ void Membership::UpdateJobState(Clock::time_point now) {
   if (job_state_ == kJobStarting && all(ps_, [](const Member& m) { return m.registered; }) &&
       all(workers_, [](const Member& m) { return m.registered; })) {
     job_state_ = std::string(kJobTraining);
-    training_since_ = now;
-    TLOG_INFO("job training: every ps and worker has registered");
+    if (training_since_ == Clock::time_point{}) {
+      training_since_ = now;
+      SaveRun([&](ChiefStateData* d) { d->run_training_ms = WallMs(); });
+      TLOG_INFO("job training: every ps and worker has registered");
+    } else {
+      TLOG_INFO("job training again: every ps and worker has registered with this chief");
+    }
   }
   if (all(workers_, [](const Member& m) {
         return m.registered && !m.lost && !m.left && m.progress.state == "done";
@@ -254,12 +365,19 @@ void Membership::UpdateJobState(Clock::time_point now) {
         return !m.registered || m.lost || m.left || IsTerminalMemberState(m.progress.state);
       }))
     end(kJobStopped, stop_reason_);
+  // Every worker stopped after a stop this chief never heard of (a restarted chief whose
+  // predecessor died between the stop and its persisting): the job stopped all the same.
+  else if (all(workers_, [](const Member& m) {
+             return m.registered && !m.lost && !m.left && IsTerminalMemberState(m.progress.state);
+           }))
+    end(kJobStopped, stop_reason_.empty() ? "every worker stopped" : stop_reason_);
 }
 
 std::string Membership::RequestStop(const std::string& reason, Clock::time_point now) {
   if (IsTerminalJobState(job_state_) || job_state_ == kJobStopping) return job_state_;
   stop_reason_ = reason;
   job_state_ = std::string(kJobStopping);
+  SaveRun([&](ChiefStateData* d) { d->run_stop_reason = reason; });
   TLOG_INFO("job stopping: {}", reason);
   UpdateJobState(now);
   return job_state_;
@@ -302,8 +420,11 @@ StatusOr<bool> Membership::DeclareLost(const Suspect& s, const std::string& reas
 
 bool Membership::Finished(Clock::time_point now, std::chrono::milliseconds quiet) const {
   if (!IsTerminalJobState(job_state_)) return false;
+  const bool may_come_back =
+      rejoined_at_ != Clock::time_point{} && now - rejoined_at_ < options_.heartbeat_timeout;
   auto quiet_now = [&](const Member& m) {
-    return !m.registered || m.lost || m.left || (Terminal(m) && now - m.last_heartbeat >= quiet);
+    if (!m.registered) return !may_come_back;
+    return m.lost || m.left || (Terminal(m) && now - m.last_heartbeat >= quiet);
   };
   return std::all_of(ps_.begin(), ps_.end(), quiet_now) &&
          std::all_of(workers_.begin(), workers_.end(), quiet_now);

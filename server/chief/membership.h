@@ -43,6 +43,9 @@ struct MembershipOptions {
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds heartbeat_timeout{2000};
   int64_t total_steps = 0;  // train.steps
+  // Unix time in ms, for the run's training start and end kept in the chief state (a steady
+  // clock does not survive a restart). Tests inject their own.
+  std::function<int64_t()> wall_ms;  // empty: std::chrono::system_clock
 };
 
 struct RegisterInput {
@@ -171,6 +174,23 @@ class Membership {
   // Records the committed LATEST checkpoint in the persisted state (and the cluster view).
   Status SetLatestCheckpoint(int64_t step);
 
+  // A job start: opens a new run in the persisted state, resuming from `resume_step` (-1: from
+  // scratch). kUnavailable when it cannot be persisted.
+  Status OpenRun(int64_t resume_step);
+  // A chief restarted into the open run (PROTOCOLS §10): takes over the run's persisted job
+  // state (a terminal one with worker 0's final report, or a requested stop) and its training
+  // start, so the elapsed time and the end of the job are the run's. Members come back by
+  // re-registering with their incarnations; the job is "training" again once all have.
+  void RejoinRun(Clock::time_point now);
+  // A rejoined run had no survivors after all (the whole job was started again): back to a
+  // job start's state, before OpenRun.
+  void StartOver();
+  // The chief leaves on purpose: the run is closed, and the next chief start is a job start.
+  Status CloseRun();
+  // The chief itself was not running (stopped, starved) from some time until `now`: a member's
+  // silence over that time proves nothing, so every live member counts as heard from now.
+  void ExcuseSilence(Clock::time_point now);
+
   std::string job_state() const { return job_state_; }
   uint64_t generation() const { return state_->data().generation; }
   uint64_t timeline() const { return state_->data().timeline; }
@@ -205,6 +225,10 @@ class Membership {
   Status Persist(const ChiefStateData& data);
   Status BumpGeneration(const std::string& why);
   void UpdateJobState(Clock::time_point now);
+  // Persists a change of the run's fields; a failure is logged, not fatal: they only matter
+  // after a restart of the chief, and the next change writes them all again.
+  void SaveRun(const std::function<void(ChiefStateData*)>& change);
+  int64_t WallMs() const;
   std::string Name(MemberRole role, uint32_t index) const;
 
   const MembershipOptions options_;
@@ -216,6 +240,9 @@ class Membership {
   Clock::time_point ended_at_{};
   bool awaiting_workers_ = false;  // a worker was lost; the generation rises again when all are up
   MemberProgress final_result_;    // worker 0's report once the job is done
+  // Set by RejoinRun: until a heartbeat timeout later, a member not yet registered may still
+  // come back, so Finished waits for it.
+  Clock::time_point rejoined_at_{};
 };
 
 }  // namespace tandem::chief

@@ -38,7 +38,9 @@ class MembershipTest : public ::testing::Test {
     auto state = ChiefState::Open(dir_.path());
     ASSERT_TRUE(state.ok()) << state.status();
     state_ = std::move(state).value();
-    members_ = std::make_unique<Membership>(Options(strict), state_.get());
+    MembershipOptions o = Options(strict);
+    o.wall_ms = [this] { return wall_ms_; };
+    members_ = std::make_unique<Membership>(o, state_.get());
   }
 
   RegisterInput Input(MemberRole role, uint32_t index, uint64_t last = 0) {
@@ -94,6 +96,7 @@ class MembershipTest : public ::testing::Test {
   std::unique_ptr<ChiefState> state_;
   std::unique_ptr<Membership> members_;
   Clock::time_point now_ = Clock::time_point{} + std::chrono::hours(1);
+  int64_t wall_ms_ = 1'700'000'000'000;  // Unix ms, moved by the tests with now_
   int next_port_ = 0;
   uint64_t ps0_ = 0, w0_ = 0, w1_ = 0;
 };
@@ -449,6 +452,103 @@ TEST_F(MembershipTest, MemberThatLeavesIsNotMonitored) {
   EXPECT_EQ(snap.members[0].state, "left");
   for (const auto& s : members_->Suspects(now_ + kTimeout * 2))
     EXPECT_FALSE(s.role == MemberRole::kPs);
+}
+
+// --- a chief restarted into a running job (PROTOCOLS §10) ----------------------------------
+
+TEST_F(MembershipTest, RejoinedRunTrainsAgainOnceAllReRegisterAndKeepsItsElapsedTime) {
+  ASSERT_TRUE(members_->OpenRun(-1).ok());
+  RegisterAll();
+  ASSERT_EQ(members_->job_state(), "training");
+  now_ += milliseconds(5000);
+  wall_ms_ += 5000;
+  Restart();  // the chief was killed: nothing closed the run
+  ASSERT_TRUE(state_->data().run_open);
+  members_->RejoinRun(now_);
+  EXPECT_EQ(members_->job_state(), "starting");
+  EXPECT_TRUE(members_->Suspects(now_ + kTimeout * 3).empty()) << "nobody re-registered yet";
+  EXPECT_EQ(Reg(MemberRole::kPs, 0, ps0_), ps0_);
+  EXPECT_EQ(Reg(MemberRole::kWorker, 0, w0_), w0_);
+  EXPECT_EQ(members_->job_state(), "starting");
+  EXPECT_EQ(Reg(MemberRole::kWorker, 1, w1_), w1_);
+  EXPECT_EQ(members_->job_state(), "training");
+  now_ += milliseconds(1000);
+  wall_ms_ += 1000;
+  EXPECT_EQ(members_->Snapshot(now_).elapsed_ms, 6000) << "since the run began training";
+}
+
+TEST_F(MembershipTest, RejoinedRunThatHadEndedIsStillDoneWithWorkerZerosResult) {
+  ASSERT_TRUE(members_->OpenRun(-1).ok());
+  RegisterAll();
+  MemberProgress done;
+  done.state = "done";
+  done.step = 49;
+  done.auc = 0.75;
+  done.model_checksum = "00112233";
+  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 0, w0_, done, now_).ok());
+  done.model_checksum = "ffff";
+  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 1, w1_, done, now_).ok());
+  ASSERT_EQ(members_->job_state(), "done");
+  now_ += milliseconds(100);
+  wall_ms_ += 100;
+  Restart();  // killed before the PS heard the job ended; the workers are gone
+  members_->RejoinRun(now_);
+  EXPECT_EQ(members_->job_state(), "done");
+  JobSnapshot snap = members_->Snapshot(now_);
+  EXPECT_EQ(snap.model_checksum, "00112233");
+  EXPECT_DOUBLE_EQ(snap.auc, 0.75);
+  // The PS may still come back to hear it: the chief waits a heartbeat timeout for it.
+  EXPECT_FALSE(members_->Finished(now_ + milliseconds(10), milliseconds(300)));
+  EXPECT_EQ(Reg(MemberRole::kPs, 0, ps0_), ps0_);
+  HeartbeatResult r = Beat(MemberRole::kPs, 0, ps0_, "serving");
+  EXPECT_TRUE(r.stop);
+  EXPECT_EQ(r.job_state, "done");
+  now_ += milliseconds(50);
+  Beat(MemberRole::kPs, 0, ps0_, "stopped");
+  EXPECT_TRUE(members_->Finished(now_ + kTimeout, milliseconds(300)));
+}
+
+TEST_F(MembershipTest, RejoinedRunKeepsARequestedStop) {
+  ASSERT_TRUE(members_->OpenRun(-1).ok());
+  RegisterAll();
+  members_->RequestStop("SIGTERM to ps:0", now_);
+  Restart();
+  members_->RejoinRun(now_);
+  EXPECT_EQ(members_->job_state(), "stopping");
+  EXPECT_EQ(Reg(MemberRole::kWorker, 0, w0_), w0_);
+  EXPECT_TRUE(Beat(MemberRole::kWorker, 0, w0_).stop);
+}
+
+TEST_F(MembershipTest, ClosedRunIsNotRejoinedAndOpenRunStartsClean) {
+  ASSERT_TRUE(members_->OpenRun(7).ok());
+  EXPECT_TRUE(state_->data().run_open);
+  EXPECT_EQ(state_->data().run_resume_step, 7);
+  ASSERT_TRUE(members_->CloseRun().ok());
+  Restart();
+  EXPECT_FALSE(state_->data().run_open);
+  auto disk = DecodeChiefState(ReadFile(state_->path()), "state");
+  ASSERT_TRUE(disk.ok());
+  EXPECT_FALSE(disk->run_open);
+}
+
+// Workers stopped after a stop the restarted chief never heard of: the job is stopped anyway,
+// or the PS would wait for its end forever.
+TEST_F(MembershipTest, EveryWorkerStoppedEndsTheJobWithoutAStopRequest) {
+  RegisterAll();
+  Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  EXPECT_EQ(members_->job_state(), "training");
+  Beat(MemberRole::kWorker, 1, w1_, "stopped");
+  EXPECT_EQ(members_->job_state(), "stopped");
+}
+
+// SIGSTOP of the chief: nobody's heartbeats were heard, through no fault of theirs.
+TEST_F(MembershipTest, ExcusedSilenceMakesNoSuspects) {
+  RegisterAll();
+  now_ += kTimeout * 3;
+  EXPECT_EQ(members_->Suspects(now_).size(), 3u);
+  members_->ExcuseSilence(now_);
+  EXPECT_TRUE(members_->Suspects(now_).empty());
+  EXPECT_EQ(members_->Suspects(now_ + kTimeout + milliseconds(1)).size(), 3u);
 }
 
 }  // namespace
