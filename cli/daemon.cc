@@ -3,21 +3,27 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/roles.h"
 #include "cli/stop_signals.h"
 #include "common/build_info.h"
+#include "common/checkpoint_layout.h"
+#include "common/chief_client.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/log.h"
 #include "common/wire/rpc_server.h"
+#include "server/chief/checkpoint_manifest.h"
 #include "server/chief/chief_service.h"
 #include "server/ps/ps_service.h"
 #include "server/ps/shard_options.h"
+#include "server/ps/shard_restore.h"
 #include "worker/device/device_info.h"
 #include "worker/worker_service.h"
 
@@ -43,6 +49,73 @@ bool IsLoopback(const std::string& host) {
 StatusOr<JobId> ResolveJobId(const DaemonArgs& args, const config::JobConfig& job) {
   if (!args.job_id.empty()) return ParseJobId(args.job_id);
   return LoadOrCreateJobId(job.checkpoint.dir);
+}
+
+const char* HowRestored(ps::RestoreKind kind) {
+  switch (kind) {
+    case ps::RestoreKind::kLocal:
+      return "its local restore point";
+    case ps::RestoreKind::kDurable:
+      return "the durable copy";
+    case ps::RestoreKind::kRepartitioned:
+      return "every old part of the durable copy, re-partitioned";
+  }
+  return "?";
+}
+
+// The shard parts of a committed checkpoint's manifest, as PrepareShardForResume takes them.
+StatusOr<ps::RestoreSource> RestoreSourceOf(const config::JobConfig& job, int64_t step,
+                                            uint64_t run_timeline) {
+  const std::string name = CheckpointDirName(step) + "/MANIFEST";
+  std::ifstream in(job.checkpoint.dir + "/" + name, std::ios::binary);
+  if (!in) return Status::DataLoss("cannot read " + job.checkpoint.dir + "/" + name);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TANDEM_ASSIGN_OR_RETURN(chief::Manifest m, chief::DecodeManifest(text, name));
+  ps::RestoreSource source;
+  source.checkpoint_dir = job.checkpoint.dir;
+  source.step = m.step;
+  source.manifest_timeline = m.timeline;
+  source.run_timeline = run_timeline;
+  source.num_ps = m.num_ps;
+  for (const chief::ManifestPart& part : m.parts) {
+    if (!part.name.starts_with("shard-")) continue;
+    TANDEM_ASSIGN_OR_RETURN(ps::CheckpointPart p, ps::CheckpointPartFromJson(part.detail));
+    source.parts.push_back(std::move(p));
+  }
+  std::sort(source.parts.begin(), source.parts.end(),
+            [](const auto& a, const auto& b) { return a.shard < b.shard; });
+  return source;
+}
+
+// A PS with a chief, before it opens its shard: asks the chief which checkpoint the job resumes
+// from and, while the job is starting, prepares the shard's directory to resume from it, so that
+// Shard::Open recovers exactly that step. Once the job trains, a (re)started shard recovers from
+// its own restore points and log instead (PROTOCOLS §6). Returns the restored step, or -1.
+StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& job_id,
+                                   uint32_t index, zmq::context_t* context,
+                                   const ps::ShardOptions& options) {
+  ChiefClientOptions o;
+  o.chief_endpoint = "tcp://" + job.cluster.chief.at(0);
+  o.identity.job_id = job_id;
+  o.identity.role = wire::Role::TOOL;  // a query, as `tandem status` makes; not registered yet
+  o.identity.index = index;
+  ChiefClient chief(context, o);
+  // The chief may start after us (`tandem local` starts everyone at once): View retries.
+  TANDEM_ASSIGN_OR_RETURN(ClusterView view,
+                          chief.View(std::chrono::seconds(job.recovery.max_wait_s)));
+  if (view.resume_step < 0 || view.job_state != "starting") return -1;
+  TANDEM_ASSIGN_OR_RETURN(ps::RestoreSource source,
+                          RestoreSourceOf(job, view.resume_step, view.timeline));
+  if (source.manifest_timeline != source.run_timeline)
+    TLOG_INFO("the checkpoint of step {} was taken on timeline {}; the job runs on timeline {}",
+              source.step, source.manifest_timeline, source.run_timeline);
+  TANDEM_ASSIGN_OR_RETURN(ps::RestoreReport report, ps::PrepareShardForResume(options, source));
+  TLOG_INFO("shard {} restored to the checkpoint of step {} ({} shards then, {} now) from {}{}",
+            index, source.step, source.num_ps, options.num_shards, HowRestored(report.kind),
+            report.repaired.empty()
+                ? std::string()
+                : ", " + std::to_string(report.repaired.size()) + " damaged file(s) repaired");
+  return source.step;
 }
 
 }  // namespace
@@ -119,6 +192,7 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   std::unique_ptr<ps::Shard> shard;
   std::unique_ptr<ps::PsService> ps_service;
   std::unique_ptr<chief::ChiefService> chief_service;
+  int64_t restored_step = -1;
   switch (args.role) {
     case config::Role::kChief: {
       auto created = chief::ChiefService::Create(*job, &server);
@@ -133,10 +207,22 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       break;
     }
     case config::Role::kPs: {
-      // Recovery (restore point + push-log replay) completes before the port is bound, so no
-      // request ever sees a half-recovered shard.
-      auto opened = ps::Shard::Open(
-          ps::ShardOptionsFromConfig(*job, static_cast<uint32_t>(resolved->task.index)));
+      // Recovery (restore point + push-log replay), and before it the restore of the checkpoint
+      // a starting job resumes from, complete before the port is bound, so no request ever sees
+      // a half-recovered shard.
+      const auto shard_options =
+          ps::ShardOptionsFromConfig(*job, static_cast<uint32_t>(resolved->task.index));
+      if (!job->cluster.chief.at(0).ends_with(":0")) {
+        auto restored =
+            RestoreForResume(*job, *job_id, shard_options.shard_index, &context, shard_options);
+        if (!restored.ok()) {
+          TLOG_ERROR("cannot restore the shard from the checkpoint: {}",
+                     restored.status().ToString());
+          return restored.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+        }
+        restored_step = *restored;
+      }
+      auto opened = ps::Shard::Open(shard_options);
       if (!opened.ok()) {
         TLOG_ERROR("cannot open the shard: {}", opened.status().ToString());
         return opened.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
@@ -179,6 +265,7 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   ctx.context = &context;
   ctx.server = &server;
   ctx.stop_signals = stop_signals;
+  ctx.restored_step = restored_step;
   int status = kExitOk;
   switch (args.role) {
     case config::Role::kChief:

@@ -32,13 +32,17 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   Registration reg;
   auto chief = JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
-  if (reg.resume_step >= 0 && shard->applied_step() != reg.resume_step) {
-    // A clean stop leaves every shard exactly at the final checkpoint. Rolling a shard back to an
-    // older one (after a crash, or onto a fresh directory) is the recovery issue's work.
+  // The daemon restored the shard to the checkpoint the chief named before it opened it; the
+  // registration must confirm it (a chief restarted in between may resume from another one), and
+  // the shard must run on the timeline the workers are handed, or every push is refused.
+  const bool restored_other_step =
+      ctx.restored_step >= 0 &&
+      (reg.resume_step != ctx.restored_step || shard->applied_step() != reg.resume_step);
+  if (restored_other_step || (ctx.restored_step >= 0 && shard->timeline() != reg.timeline)) {
     TLOG_ERROR(
-        "the job resumes from the checkpoint of step {}, but this shard is at step {}: "
-        "restoring a shard from a checkpoint is not built yet",
-        reg.resume_step, shard->applied_step());
+        "the job resumes from the checkpoint of step {} on timeline {}, but this shard was "
+        "restored to step {} and is at step {} on timeline {}",
+        reg.resume_step, reg.timeline, ctx.restored_step, shard->applied_step(), shard->timeline());
     Progress failed;
     failed.state = "failed";
     failed.detail = "ps:" + std::to_string(ctx.index) + " is at step " +

@@ -30,6 +30,9 @@ struct RoleContext {
   zmq::context_t* context = nullptr;
   wire::RpcServer* server = nullptr;  // started
   sigset_t stop_signals;              // blocked in every thread; see WaitStopSignal
+  // ps: the checkpoint step RunDaemon restored the shard to before serving (a job resuming), or
+  // -1 (a fresh job, or a shard restarted while the job trains: it recovers from its own log).
+  int64_t restored_step = -1;
 };
 
 int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service);

@@ -76,6 +76,7 @@ ClusterView ReadView(wire::ClusterStatusReply::Reader r) {
   v.detail = r.getDetail();
   v.elapsed_ms = r.getElapsedMs();
   v.config_hash = r.getConfigHash();
+  v.resume_step = r.getResumeStep();
   for (auto m : r.getMembers()) v.members.push_back(ReadMember(m));
   return v;
 }

@@ -51,6 +51,9 @@ struct ClusterView {
   std::string detail;
   int64_t elapsed_ms = 0;
   std::string config_hash;
+  // The committed checkpoint the job resumes from (-1: from scratch); a PS asks before it opens
+  // its shard, so that it restores that checkpoint before serving.
+  int64_t resume_step = -1;
   std::vector<MemberView> members;  // chief first, then ps 0.., then workers 0..
 
   // Members of `role` ordered by index.

@@ -83,6 +83,7 @@ struct ClusterStatusReply {
   elapsedMs @14 :Int64;          # since every member first registered
   configHash @15 :Text;
   teacherAuc @16 :Float64;
+  resumeStep @17 :Int64 = -1;    # the committed checkpoint the job resumes from; -1: from scratch
 }
 
 # Named barrier: answered once `count` distinct (role, index) have entered `name`; parked until

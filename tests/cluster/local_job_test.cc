@@ -14,52 +14,13 @@
 
 #include "common/subprocess.h"
 #include "common/testing/test_util.h"
+#include "tests/cluster/local_job_util.h"
 
 namespace tandem::testing {
 namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-// A small synthetic DLRM job under `dir`. Cluster addresses come from `tandem local`.
-std::string SmallJob(const std::string& dir, int64_t steps) {
-  return "cluster:\n  chief: [\"127.0.0.1:0\"]\n  ps: [\"127.0.0.1:0\"]\n"
-         "  workers: [\"127.0.0.1:0\"]\n"
-         "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
-         "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n"
-         "    init: {dist: uniform, scale: 0.01}\n"
-         "data:\n  format: synthetic\n  num_categorical: 26\n"
-         "  synthetic:\n    vocab: 200\n    zipf: 1.1\n    eval_rows: 8000\n"
-         "train:\n  steps: " +
-         std::to_string(steps) +
-         "\n  batch_size: 128\n  seed: 7\n  dense_optimizer: adam\n  dense_lr: 0.01\n"
-         "  log_every_steps: 50\n  eval_every_steps: 0\n"
-         "ps:\n  data_dir: " +
-         dir + "/ps\n  storage: memory\n" +
-         "chief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 5000\n"
-         "collective:\n  timeout_ms: 20000\n"
-         "checkpoint:\n  dir: " +
-         dir + "/ckpt\noutput:\n  dir: " + dir + "/out\n";
-}
-
-std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(ReadFile(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-CommandResult Local(const TempDir& dir, int ps, int workers, std::vector<std::string> sets = {},
-                    milliseconds timeout = milliseconds(240000)) {
-  std::vector<std::string> argv = {TANDEM_BINARY, "local",
-                                   "--config",    dir.File("job.yaml"),
-                                   "--ps",        std::to_string(ps),
-                                   "--workers",   std::to_string(workers)};
-  for (auto& s : sets) argv.insert(argv.end(), {"--set", s});
-  return RunCommand(argv, {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, timeout);
-}
 
 // The shards' durable pools hold what the kept checkpoints need, not every SST ever copied: at
 // most the files the present manifests list plus one older checkpoint's.

@@ -1,0 +1,181 @@
+// Resuming a job restores every PS shard from the committed checkpoint (issue 6, item 2): onto
+// another number of shards (re-partitioned from the durable copy), onto a lost shard directory
+// (from the durable copy), and over a damaged local file (repaired, named in the log). At k = 0
+// each ends with exactly the model of the job that was continued on its own shards.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/subprocess.h"
+#include "common/testing/test_util.h"
+#include "tests/cluster/local_job_util.h"
+
+namespace tandem::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kSteps = 40;      // the first run; checkpoints every 20 steps and its last
+constexpr int64_t kMoreSteps = 60;  // the continued runs
+constexpr int64_t kCheckpointStep = kSteps - 1;
+
+void WriteJob(const TempDir& dir) {
+  std::string yaml = SmallJob(dir.path(), kSteps);
+  const std::string key = "checkpoint:\n  dir: " + dir.path() + "/ckpt\n";
+  yaml.replace(yaml.find(key), key.size(), key + "  every_steps: 20\n  keep: 2\n");
+  WriteFile(dir.File("job.yaml"), yaml);
+}
+
+// The final metrics line of a finished run.
+nlohmann::json FinalLine(const TempDir& dir) {
+  auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
+  if (lines.empty() || !lines.back().value("final", false)) return {};
+  return lines.back();
+}
+
+// A copy of the stopped job `from` in `to` (data, checkpoints, outputs), its config naming `to`.
+void CopyJob(const TempDir& from, const TempDir& to) {
+  for (const char* sub : {"ps", "ckpt", "out"})
+    fs::copy(from.path() + "/" + sub, to.path() + "/" + sub, fs::copy_options::recursive);
+  WriteJob(to);
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+// An SST of shard `shard`'s part of the checkpoint LATEST names: (db_name, path in the pool).
+std::pair<std::string, std::string> LatestSst(const TempDir& dir, int shard) {
+  const auto latest = nlohmann::json::parse(ReadFile(dir.path() + "/ckpt/LATEST"));
+  const auto manifest = nlohmann::json::parse(
+      ReadFile(dir.path() + "/ckpt/" + latest["manifest"].get<std::string>()));
+  for (const auto& part : manifest["parts"]) {
+    if (part["name"] != "shard-" + std::to_string(shard)) continue;
+    for (const auto& f : part["detail"]["files"])
+      if (f["sst"].get<bool>())
+        return {f["db_name"].get<std::string>(), f["path"].get<std::string>()};
+  }
+  ADD_FAILURE() << "no SST in shard " << shard << "'s part";
+  return {};
+}
+
+// The local restore point directory of `shard` at the checkpoint step.
+std::string LocalRestorePoint(const TempDir& dir, int shard) {
+  const std::string restore = dir.path() + "/ps/shard-" + std::to_string(shard) + "/restore";
+  const std::string step = "-s" + std::to_string(kCheckpointStep) + "-";
+  for (const auto& e : fs::directory_iterator(restore)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.find(step) != std::string::npos) return e.path().string();
+  }
+  ADD_FAILURE() << "no restore point of step " << kCheckpointStep << " in " << restore;
+  return "";
+}
+
+std::string PsLog(const TempDir& dir, int shard) {
+  return ReadFile(dir.path() + "/out/logs/ps-" + std::to_string(shard) + ".log");
+}
+
+class RestoreTest : public ::testing::Test {
+ protected:
+  // One 2 PS x 2 worker run to kSteps (checkpointed at its last step), shared by every test:
+  // each test works on a copy. The reference: that run continued on its own 2 shards.
+  static void SetUpTestSuite() {
+    first_ = new TempDir;
+    WriteJob(*first_);
+    auto r = Local(*first_, 2, 2);
+    ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+    reference_ = new TempDir;
+    CopyJob(*first_, *reference_);
+    r = Local(*reference_, 2, 2, {"train.steps=" + std::to_string(kMoreSteps)});
+    ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+    expected_ = new nlohmann::json(FinalLine(*reference_));
+    ASSERT_TRUE(expected_->contains("model_checksum")) << *expected_;
+  }
+  static void TearDownTestSuite() {
+    delete expected_;
+    delete reference_;
+    delete first_;
+  }
+
+  // Continues the copy `dir` to kMoreSteps on `ps` shards and checks it ends with the
+  // reference's model and held-out AUC.
+  void ContinueAndExpectTheReferenceModel(const TempDir& dir, int ps) {
+    ASSERT_NE(expected_, nullptr);
+    auto r = Local(dir, ps, 2, {"train.steps=" + std::to_string(kMoreSteps)});
+    ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+    const nlohmann::json final_line = FinalLine(dir);
+    ASSERT_TRUE(final_line.contains("model_checksum")) << final_line;
+    EXPECT_EQ(final_line["model_checksum"], (*expected_)["model_checksum"]) << ps << " shards";
+    EXPECT_EQ(final_line["auc"], (*expected_)["auc"]) << ps << " shards";
+    EXPECT_EQ(final_line["step"], (*expected_)["step"]);
+  }
+
+  static TempDir* first_;
+  static TempDir* reference_;
+  static nlohmann::json* expected_;
+};
+
+TempDir* RestoreTest::first_ = nullptr;
+TempDir* RestoreTest::reference_ = nullptr;
+nlohmann::json* RestoreTest::expected_ = nullptr;
+
+TEST_F(RestoreTest, TwoShardCheckpointContinuesOnThreeAndOnOneShardWithTheSameModel) {
+  for (int ps : {3, 1}) {
+    TempDir dir;
+    CopyJob(*first_, dir);
+    ContinueAndExpectTheReferenceModel(dir, ps);
+    for (int i = 0; i < ps; ++i)
+      EXPECT_NE(PsLog(dir, i).find("re-partitioned"), std::string::npos) << PsLog(dir, i);
+  }
+}
+
+TEST_F(RestoreTest, LostShardDirectoryIsRestoredFromTheDurableCopy) {
+  TempDir dir;
+  CopyJob(*first_, dir);
+  fs::remove_all(dir.path() + "/ps/shard-1");
+  ContinueAndExpectTheReferenceModel(dir, 2);
+  EXPECT_NE(PsLog(dir, 1).find("from the durable copy"), std::string::npos) << PsLog(dir, 1);
+  EXPECT_NE(PsLog(dir, 0).find("from its local restore point"), std::string::npos);
+}
+
+TEST_F(RestoreTest, DamagedLocalSstIsRepairedAndNamed) {
+  TempDir dir;
+  CopyJob(*first_, dir);
+  const auto [db_name, pool_path] = LatestSst(dir, 0);
+  const std::string local = LocalRestorePoint(dir, 0) + "/" + db_name;
+  FlipByte(local, fs::file_size(local) / 2);
+  ContinueAndExpectTheReferenceModel(dir, 2);
+  const std::string log = PsLog(dir, 0);
+  EXPECT_NE(log.find(db_name + " is damaged"), std::string::npos) << log;
+  EXPECT_NE(log.find(pool_path), std::string::npos) << log;
+}
+
+// What was built: no fallback to an older checkpoint; the shard refuses to start (exit 2, data
+// loss) naming the durable file, and the job does not start.
+TEST_F(RestoreTest, DamagedLocalAndDurableSstIsAnErrorNamingTheFile) {
+  TempDir dir;
+  CopyJob(*first_, dir);
+  const auto [db_name, pool_path] = LatestSst(dir, 1);
+  const std::string local = LocalRestorePoint(dir, 1) + "/" + db_name;
+  FlipByte(local, fs::file_size(local) / 2);
+  FlipByte(dir.path() + "/ckpt/shards/shard-1/" + pool_path, 10);
+  auto r = Local(dir, 2, 2, {"train.steps=" + std::to_string(kMoreSteps)},
+                 std::chrono::milliseconds(60000));
+  EXPECT_NE(r.exit.exit_code, 0) << r.output;
+  const std::string log = PsLog(dir, 1);
+  EXPECT_NE(log.find("cannot restore the shard"), std::string::npos) << log;
+  EXPECT_NE(log.find(pool_path), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace tandem::testing
