@@ -103,7 +103,9 @@ StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& jo
   // The chief may start after us (`tandem local` starts everyone at once): View retries.
   TANDEM_ASSIGN_OR_RETURN(ClusterView view,
                           chief.View(std::chrono::seconds(job.recovery.max_wait_s)));
-  if (view.resume_step < 0 || view.job_state != "starting") return -1;
+  // elapsed_ms > 0 while "starting": a restarted chief rejoining a run that trained; its shards
+  // are past the checkpoint and must keep what they applied.
+  if (view.resume_step < 0 || view.job_state != "starting" || view.elapsed_ms > 0) return -1;
   TANDEM_ASSIGN_OR_RETURN(ps::RestoreSource source,
                           RestoreSourceOf(job, view.resume_step, view.timeline));
   if (source.manifest_timeline != source.run_timeline)
