@@ -28,10 +28,17 @@ int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
       break;
     }
     if (Ended(service->job_state())) break;
+    if (Status s = service->fatal(); !s.ok()) {
+      service->Stop();
+      if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
+      return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+    }
   }
   const std::string state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);
   TLOG_INFO("job {}: the chief leaves", state);
   service->Stop();
+  // Leaving on purpose closes the run; a chief killed before this line is rejoined by the next.
+  if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
   return state == "failed" ? kExitRuntimeFailure : kExitOk;
 }
 

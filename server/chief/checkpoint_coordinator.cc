@@ -93,6 +93,12 @@ StatusOr<CheckpointCoordinator> CheckpointCoordinator::Rejoin(const config::JobC
 Status CheckpointCoordinator::Commit(int64_t step, const std::vector<std::string>& parts,
                                      const std::string& determinism_class,
                                      const CommitContext& context) {
+  // The same commit again: worker 0 re-sent it because the answer was lost or late (a chief
+  // stopped or restarted in between). It is committed; say so.
+  if (step == latest_step_ && latest_step_ >= 0) {
+    TLOG_INFO("checkpoint of step {} was already committed", step);
+    return Status::Ok();
+  }
   if (step <= latest_step_)
     return Status::InvalidArgument("checkpoint of step " + std::to_string(step) +
                                    " is not after the latest, " + std::to_string(latest_step_));

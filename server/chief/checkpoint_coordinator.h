@@ -43,8 +43,9 @@ class CheckpointCoordinator {
 
   // Writes the manifest of `step` from the parts (JSON {"name", "files": [{path, size, crc32c}],
   // "detail"}), moves LATEST and LATEST_DURABLE, deletes partial checkpoints below `step` and
-  // retains checkpoint.keep. kInvalidArgument
-  // for malformed parts or a step not after the latest; I/O errors from the manifest writer.
+  // retains checkpoint.keep. The latest step again is OK and changes nothing (a re-sent commit).
+  // kInvalidArgument for malformed parts or a step not after the latest; I/O errors from the
+  // manifest writer.
   Status Commit(int64_t step, const std::vector<std::string>& parts,
                 const std::string& determinism_class, const CommitContext& context);
 

@@ -417,6 +417,8 @@ TEST(CheckpointCoordinatorTest, RejoinKeepsTheRunsResumeStepAndDoesNotRefuseAFin
   ASSERT_TRUE(started->Commit(20, {part}, "cpu", CommitContext{"ab", 0, 1, 1}).ok());
   MakeFile(dir.path(), "ckpt-000000000030/dense.ckpt", "worker 0's, while the chief was away");
   ASSERT_TRUE(started->Commit(39, {part}, "cpu", CommitContext{"ab", 0, 2, 1}).ok());
+  EXPECT_TRUE(started->Commit(39, {part}, "cpu", CommitContext{"ab", 0, 2, 1}).ok()) << "re-sent";
+  EXPECT_TRUE(started->Commit(20, {part}, "cpu", CommitContext{"ab", 0, 2, 1}).IsInvalidArgument());
   EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000030"))) << "below the commit: abandoned";
 
   // A job start on a finished job is refused; a restarted chief of that job is not.

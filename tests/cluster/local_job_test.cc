@@ -299,15 +299,7 @@ TEST(LocalJobTest, StatusDirListsEveryProcessAndACrashedPsIsRestartedAndTraining
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok());
   const std::string out = dir.path() + "/out";
-  auto status = [&] {
-    auto r =
-        RunCommand({TANDEM_BINARY, "status", "--dir", out, "--json"}, {}, {}, milliseconds(10000));
-    const auto brace = r.output.find('{');
-    return std::make_pair(r.exit.exit_code,
-                          brace == std::string::npos
-                              ? nlohmann::json()
-                              : nlohmann::json::parse(r.output.substr(brace), nullptr, false));
-  };
+  auto status = [&] { return StatusJson(out); };
   auto worker_step = [](const nlohmann::json& j) -> int64_t {
     if (!j.contains("members")) return -1;
     for (const auto& m : j["members"])

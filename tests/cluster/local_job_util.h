@@ -54,4 +54,23 @@ inline CommandResult Local(const TempDir& dir, int ps, int workers,
   return RunCommand(argv, {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, timeout);
 }
 
+// `tandem status --dir OUT --json`: its exit status and the JSON (null when none came).
+inline std::pair<int, nlohmann::json> StatusJson(const std::string& out_dir) {
+  auto r = RunCommand({TANDEM_BINARY, "status", "--dir", out_dir, "--json"}, {}, {},
+                      std::chrono::milliseconds(10000));
+  const auto brace = r.output.find('{');
+  return {r.exit.exit_code, brace == std::string::npos
+                                ? nlohmann::json()
+                                : nlohmann::json::parse(r.output.substr(brace), nullptr, false)};
+}
+
+// The pid `tandem local` wrote for `task` ("chief:0") in OUT/cluster.json; 0 when not there.
+inline int ClusterPid(const std::string& out_dir, const std::string& task) {
+  auto j = nlohmann::json::parse(ReadFile(out_dir + "/cluster.json"), nullptr, false);
+  if (j.is_discarded() || !j.contains("members")) return 0;
+  for (const auto& m : j["members"])
+    if (m.value("task", "") == task) return m.value("pid", 0);
+  return 0;
+}
+
 }  // namespace tandem::testing
