@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/background_checkpointer.h"
 #include "cli/member.h"
 #include "cli/roles.h"
 #include "common/checkpoint_layout.h"
@@ -42,49 +43,6 @@ void MoveAsideOldMetrics(const std::string& path) {
       return;
     }
   }
-}
-
-// Rank 0 at k = 0, right after `step`: the dense file, every shard's part (each shard takes a
-// restore point after applying `step` and copies it to the durable copy; none can apply the next
-// step before this worker pushes it), then the chief commits the manifest. A failure to commit
-// is logged and training goes on: checkpoints pause while the chief is away (PROTOCOLS §10).
-// `retained` carries the chief's kept checkpoints from one commit to the next part request, so
-// the shards can collect their durable pools.
-Status TakeCheckpoint(const config::JobConfig& job, int64_t step, const worker::Trainer& trainer,
-                      PsClient* ps, ChiefClient* chief, const std::string& determinism_class,
-                      std::vector<int64_t>* retained) {
-  const std::string rel = CheckpointDirName(step) + "/" + kDenseCheckpointFile;
-  worker::DenseFileInfo info;
-  TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(
-      job.checkpoint.dir + "/" + rel, worker::SnapshotDenseState(trainer, step), &info));
-  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts,
-                          ps->CheckpointParts(step, *retained));
-  char crc[16];
-  std::snprintf(crc, sizeof crc, "%08x", info.crc32c);
-  std::vector<std::string> parts;
-  parts.push_back(
-      nlohmann::json({{"name", "dense"},
-                      {"files", {{{"path", rel}, {"size", info.size_bytes}, {"crc32c", crc}}}}})
-          .dump());
-  for (size_t i = 0; i < shard_parts.size(); ++i) {
-    auto part = nlohmann::json::parse(shard_parts[i], nullptr, false);
-    if (part.is_discarded() || !part.contains("files"))
-      return Status::InvalidArgument("shard " + std::to_string(i) + " sent a malformed part");
-    const std::string root = ShardDurableDir(static_cast<uint32_t>(i)) + "/";
-    nlohmann::json files = nlohmann::json::array();
-    for (const auto& f : part["files"])
-      files.push_back({{"path", root + f.value("path", "")},
-                       {"size", f.value("size", uint64_t{0})},
-                       {"crc32c", f.value("crc32c", "")}});
-    parts.push_back(
-        nlohmann::json({{"name", "shard-" + std::to_string(i)}, {"files", files}, {"detail", part}})
-            .dump());
-  }
-  auto committed = chief->CommitCheckpoint(step, parts, determinism_class,
-                                           std::chrono::milliseconds(10000), retained);
-  if (!committed.ok())
-    TLOG_WARN("checkpoint of step {} not committed: {}", step, committed.status().ToString());
-  return Status::Ok();
 }
 
 }  // namespace
@@ -221,15 +179,24 @@ int RunWorkerRole(const RoleContext& ctx) {
       return Status::Ok();
     };
   }
-  std::vector<int64_t> retained;  // the chief's kept checkpoints, from the last commit
-  if (rank == 0 && job.train.embedding_staleness == 0) {
+  // Rank 0 finishes checkpoints off the training thread, with a client of its own.
+  std::unique_ptr<PsClient> checkpoint_ps;
+  std::unique_ptr<BackgroundCheckpointer> checkpointer;
+  if (rank == 0) {
+    checkpoint_ps = std::make_unique<PsClient>(ctx.context, self, po);
+    BackgroundCheckpointerOptions co;
+    co.job = &job;
+    co.ps = checkpoint_ps.get();
+    co.chief = chief.get();
+    co.determinism_class = determinism_class;
+    checkpointer = std::make_unique<BackgroundCheckpointer>(co);
     o.checkpoint = [&](int64_t step, const worker::Trainer& trainer) {
-      return TakeCheckpoint(job, step, trainer, &ps, chief.get(), determinism_class, &retained);
+      const double waited = checkpointer->Begin(step, worker::SnapshotDenseState(trainer, step));
+      if (waited > 0.01)
+        TLOG_INFO("checkpoint of step {} waited {:.3f} s for the previous one to be written", step,
+                  waited);
+      return Status::Ok();
     };
-  } else if (rank == 0 && (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0)) {
-    TLOG_WARN(
-        "checkpoints at embedding_staleness >= 1 need the checkpoint cut of PROTOCOLS §3, "
-        "which is not built yet: this job takes none");
   }
   o.metrics = metrics.get();
   o.tensorboard = tensorboard.get();
@@ -254,6 +221,12 @@ int RunWorkerRole(const RoleContext& ctx) {
             job.train.steps - 1, job.train.steps, job.train.embedding_staleness,
             job.train.batch_size, world, po.shards.size());
   auto result = worker::RunTrainingLoop(o);
+  if (checkpointer && result.ok()) {
+    // The last checkpoint is committed before the result is reported: the job ends only then.
+    Status final_checkpoint = checkpointer->Finish(
+        std::chrono::milliseconds(std::max<int64_t>(60000, job.collective.timeout_ms)));
+    if (!final_checkpoint.ok()) return report_failure(final_checkpoint, kExitRuntimeFailure);
+  }
   if (chief->fenced()) {
     TLOG_ERROR("this incarnation was replaced: exiting without reporting");
     return kExitFenced;

@@ -31,6 +31,9 @@ class EmbeddingClient {
                       std::vector<std::vector<float>>* rows) = 0;
   // The row gradients of `step` (each id once per table, summed over its samples).
   virtual Status Push(int64_t step, std::span<const TableGrads> tables) = 0;
+  // Announces that a checkpoint is taken after `step`, before that step is pushed: the push
+  // then asks each shard to cut there (PROTOCOLS §3, §7). Clients without shards ignore it.
+  virtual void MarkCheckpointStep(int64_t step) { (void)step; }
 };
 
 }  // namespace tandem

@@ -238,6 +238,7 @@ wire::OutMessage PsClient::BuildPush(int64_t step,
   req.setStep(step);
   req.setRank(rpc_.identity().index);
   req.setSkip(p.skip);
+  req.setCheckpoint(p.checkpoint);
   auto slices = req.initTables(static_cast<unsigned>(p.tables.size()));
   for (size_t k = 0; k < p.tables.size(); ++k) {
     slices[k].setTableId(p.tables[k]);
@@ -254,7 +255,10 @@ wire::OutMessage PsClient::BuildPush(int64_t step,
 Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool skip) {
   const size_t n_shards = shards_.size();
   std::vector<Payload> payloads(n_shards);
-  for (auto& p : payloads) p.skip = skip;
+  for (auto& p : payloads) {
+    p.skip = skip;
+    p.checkpoint = step == checkpoint_step_;
+  }
   for (const auto& t : tables) {
     if (t.table >= options_.dims.size())
       return Status::InvalidArgument("unknown table " + std::to_string(t.table));

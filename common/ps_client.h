@@ -56,6 +56,7 @@ class PsClient : public EmbeddingClient {
     return Push(step, tables, /*skip=*/false);
   }
   Status Push(int64_t step, std::span<const TableGrads> tables, bool skip);
+  void MarkCheckpointStep(int64_t step) override { checkpoint_step_ = step; }
 
   // The embedding part of model_checksum (DESIGN §12): the sum of every shard's part, each taken
   // once that shard has applied `step` (-1: whatever it holds). A shard already past `step`
@@ -78,6 +79,7 @@ class PsClient : public EmbeddingClient {
  private:
   struct Payload {
     bool skip = false;
+    bool checkpoint = false;  // a checkpoint cut after this step (MarkCheckpointStep)
     std::vector<uint32_t> tables;
     std::vector<std::vector<uint64_t>> ids;
     std::vector<std::vector<float>> grads;
@@ -106,6 +108,7 @@ class PsClient : public EmbeddingClient {
   std::vector<ShardState> shards_;
   PsClientStats stats_;
   std::vector<FlatIdIndex> dedupe_;  // per request table, reused
+  int64_t checkpoint_step_ = -1;     // MarkCheckpointStep
 };
 
 }  // namespace tandem

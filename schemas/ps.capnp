@@ -34,6 +34,9 @@ struct PushRequest {
   parts @3 :UInt16 = 1;
   tables @4 :List(TableSlice);
   skip @5 :Bool;             # fp16 overflow: an explicit push that applies nothing
+  checkpoint @6 :Bool;       # a checkpoint is taken after this step (PROTOCOLS §3, §7): the
+                             # shard cuts a restore point right after applying it and, at
+                             # k >= 1, holds back pushes of later steps until it has
 }
 
 struct PushReply {

@@ -71,7 +71,7 @@ StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
 }
 
 StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchRows& rows,
-                                          bool stop_vote) {
+                                          bool stop_vote, bool checkpoint_vote) {
   StepStats st;
   const size_t tables = pooled_.size();
   const size_t d = static_cast<size_t>(dim_);
@@ -115,10 +115,11 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
     std::future<Status> push_done =
         std::async(std::launch::async, [&] { return options_.embeddings->Push(step, push); });
     // One bucket, a pure function of the model config: the flat gradients, the loss, the stop
-    // vote.
+    // and checkpoint votes.
     bucket_.assign(grads.begin(), grads.end());
     bucket_.push_back(loss);
     bucket_.push_back(stop_vote ? 1.0f : 0.0f);
+    bucket_.push_back(checkpoint_vote ? 1.0f : 0.0f);
     reduced = options_.collective->AllReduceSum(bucket_.data(), bucket_.size());
     st.allreduce_s = Since(t0);
     auto t1 = Clock::now();
@@ -128,11 +129,13 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
       std::copy_n(bucket_.data(), grads.size(), grads.data());
       global_loss = bucket_[grads.size()];
       st.stop_agreed = bucket_[grads.size() + 1] > 0.5f;
+      st.checkpoint_agreed = bucket_[grads.size() + 2] > 0.5f;
     }
   } else {
     pushed = options_.embeddings->Push(step, push);
     st.push_s = Since(t0);
     st.stop_agreed = stop_vote;
+    st.checkpoint_agreed = checkpoint_vote;
   }
   TANDEM_RETURN_IF_ERROR(pushed.WithContext("push of step " + std::to_string(step)));
   TANDEM_RETURN_IF_ERROR(reduced.WithContext("all-reduce of step " + std::to_string(step)));

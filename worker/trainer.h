@@ -39,7 +39,8 @@ struct StepStats {
   double loss = 0;  // mean BCE over the global batch (all ranks, when a collective is given)
   // push_s is the push's time beyond the all-reduce it overlaps with.
   double pull_s = 0, compute_s = 0, push_s = 0, allreduce_s = 0, update_s = 0;
-  bool stop_agreed = false;  // some rank voted to stop after this step (see StepWithRows)
+  bool stop_agreed = false;        // some rank voted to stop after this step (see StepWithRows)
+  bool checkpoint_agreed = false;  // some rank voted for a checkpoint at the next step
 };
 
 // The embedding rows of one batch, as pulled: per table, unique_ids[t].size() x dim floats.
@@ -58,9 +59,11 @@ class Trainer {
   StatusOr<StepStats> Step(const data::Batch& batch);
   // Trains on rows pulled beforehand (k >= 1 prefetch). `stop_vote` > 0 asks every rank to stop
   // after this step: the votes ride in the dense all-reduce bucket, so all ranks agree on the
-  // step without another round trip (StepStats::stop_agreed).
+  // step without another round trip (StepStats::stop_agreed). `checkpoint_vote` likewise asks
+  // for a checkpoint at the next step (checkpoint.every_seconds: one rank's clock decides, and
+  // every rank learns the step before it pushes it; StepStats::checkpoint_agreed).
   StatusOr<StepStats> StepWithRows(const data::Batch& batch, const BatchRows& rows,
-                                   bool stop_vote = false);
+                                   bool stop_vote = false, bool checkpoint_vote = false);
   // Click probabilities of a batch at the embedding version a pull for `step` sees; changes
   // nothing.
   Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);

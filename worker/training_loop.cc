@@ -172,6 +172,11 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     const auto run_t0 = Clock::now();
     int64_t window_steps = 0;
     auto last_checkpoint = Clock::now();
+    // checkpoint.every_seconds: the step rank 0's clock chose, agreed through the all-reduce of
+    // the step before, so every rank announces it to the shards with its push (PROTOCOLS §7,
+    // scenario 18: processes whose clocks or rates differ still cut at one step).
+    int64_t announced = -1;
+    const int64_t every_ckpt = job.checkpoint.every_steps;
     BatchRows rows;
     for (int64_t step = o.start_step; step < total; ++step) {
       auto t0 = Clock::now();
@@ -197,8 +202,16 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         TANDEM_RETURN_IF_ERROR(PullBatchRows(o.embeddings, step, *batch, &rows)
                                    .WithContext("pull of step " + std::to_string(step)));
       const double pull_s = prefetcher ? pull_wait : Since(t1);
+      const bool scheduled = every_ckpt > 0 && (step + 1) % every_ckpt == 0;
+      const bool timed = step == announced;
+      // Before the push of the step: at k >= 1 the shards hold back later steps' pushes until
+      // they have cut this one (PROTOCOLS §3).
+      if (scheduled || timed) o.embeddings->MarkCheckpointStep(step);
       const bool vote = o.stop_requested && o.stop_requested();
-      auto st = trainer->StepWithRows(*batch, rows, vote);
+      const bool checkpoint_vote =
+          o.rank == 0 && job.checkpoint.every_seconds > 0 && !timed &&
+          Since(last_checkpoint) >= static_cast<double>(job.checkpoint.every_seconds);
+      auto st = trainer->StepWithRows(*batch, rows, vote, checkpoint_vote);
       if (!st.ok()) return st.status().WithContext("step " + std::to_string(step));
       if (!prefetcher) pipeline.Recycle(std::move(batch));
       const double step_s = Since(t0);
@@ -241,14 +254,10 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         window_t0 = Clock::now();
       }
       report();
-      const int64_t every_ckpt = job.checkpoint.every_steps;
-      const bool scheduled = every_ckpt > 0 && (step + 1) % every_ckpt == 0;
-      // checkpoint.every_seconds needs no announced step at k = 0: the cut is wherever rank 0
-      // takes it (no shard applies the next step before rank 0 pushes it), so rank 0's clock
-      // alone decides, and processes whose clocks or rates differ cannot disagree.
-      const bool timed =
-          job.checkpoint.every_seconds > 0 &&
-          Since(last_checkpoint) >= static_cast<double>(job.checkpoint.every_seconds);
+      if (st->checkpoint_agreed) {
+        announced = step + 1;
+        last_checkpoint = Clock::now();  // the clock restarts at the announcement
+      }
       // The last step too, when checkpoints are on: a finished job is then resumable with more
       // train.steps, and starting it again says it has finished instead of redoing steps.
       const bool last = step + 1 == total && (every_ckpt > 0 || job.checkpoint.every_seconds > 0);
@@ -257,7 +266,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         auto t2 = Clock::now();
         TANDEM_RETURN_IF_ERROR(
             o.checkpoint(step, *trainer).WithContext("checkpoint of step " + std::to_string(step)));
-        TLOG_INFO("checkpoint of step {} taken in {:.3f} s{}", step, Since(t2),
+        TLOG_INFO("checkpoint of step {}: training held {:.3f} s{}", step, Since(t2),
                   timed && !scheduled ? " (every_seconds)" : "");
         last_checkpoint = Clock::now();
       }

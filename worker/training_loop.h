@@ -61,8 +61,11 @@ struct TrainingLoopOptions {
   // completed or stopped, with step = steps_done - 1.
   std::string dense_state_path;
   // Rank 0: takes checkpoint `step` (called right after the step, before the next one starts, at
-  // every checkpoint.every_steps and at the step a stop was agreed on). At k = 0 the shards cannot
-  // apply the next step before rank 0 pushes it, so the checkpoint is exactly after `step`.
+  // every checkpoint.every_steps, at steps announced for checkpoint.every_seconds, at the step a
+  // stop was agreed on and at the last step). The shards cut their restore points in the apply
+  // path at announced steps, and cannot apply anything after the others (no push follows), so
+  // the callback may finish the checkpoint in the background: it should only snapshot the dense
+  // state before returning.
   std::function<Status(int64_t step, const Trainer& trainer)> checkpoint;
   // Called once the trainer exists, before the first step (a resume restores the dense state).
   std::function<Status(Trainer* trainer)> restore;

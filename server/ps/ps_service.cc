@@ -99,6 +99,7 @@ void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
   in.rank = req.getRank();
   in.incarnation = m.header().getIncarnation();
   in.skip = req.getSkip();
+  in.checkpoint = req.getCheckpoint();
   Status s;
   if (m.header().getSenderRole() != wire::Role::WORKER || m.header().getSenderIndex() != in.rank)
     s = Status::InvalidArgument("push rank " + std::to_string(in.rank) + " from " +

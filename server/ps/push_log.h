@@ -43,7 +43,7 @@ struct PushHeader {
   uint32_t rank = 0;
   uint32_t shard = 0;
   uint64_t incarnation = 0;
-  uint32_t flags = 0;  // bit 0: skip push (fp16 overflow, PROTOCOLS §2.7)
+  uint32_t flags = 0;  // bit 0: skip push (fp16 overflow, PROTOCOLS §2.7); bit 1: checkpoint cut
 };
 
 // A record read back by Replay (owns its data).

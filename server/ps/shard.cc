@@ -115,6 +115,10 @@ Status Shard::Recover() {
   TANDEM_ASSIGN_OR_RETURN(store_, EmbeddingStore::Open(so));
 
   uint64_t replayed = 0;
+  // Checkpoint cuts met in the log are not taken again: their restore points were taken then,
+  // or the checkpoint was lost with the crash (its part request then fails, and the next
+  // checkpoint commits).
+  replaying_ = true;
   Status s = log_->Replay(replay_from - 1, [&](const PushRecord& r) -> Status {
     // Replay trusts logged pushes, so a directory opened with another job's shape (a tool given
     // the wrong config) would rebuild a wrong model, and the restore point below would keep it.
@@ -130,6 +134,7 @@ Status Shard::Recover() {
     in.rank = r.header.rank;
     in.incarnation = r.header.incarnation;
     in.skip = r.header.flags & 1;
+    in.checkpoint = r.header.flags & 2;
     for (const auto& t : r.tables) in.tables.push_back({t.table_id, t.dim, t.ids, t.grads});
     ++replayed;
     mu_.AssertHeld();  // Replay runs the callback on this thread, under our lock
@@ -137,6 +142,7 @@ Status Shard::Recover() {
     return ack.ok() ? Status::Ok()
                     : ack.status().WithContext("replay of lsn " + std::to_string(r.header.lsn));
   });
+  replaying_ = false;
   TANDEM_RETURN_IF_ERROR(s);
   stats_.replayed_records = replayed;
   TLOG_INFO("shard {} recovered: restore point step {}, {} log records replayed, applied step {}",
@@ -217,7 +223,10 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
   if (!duplicate && k0)
     duplicate = pending_.count(push.step) && pending_[push.step].count(push.rank);
   if (!duplicate && !k0)
-    duplicate = k1_ranks_.count(push.step) && k1_ranks_[push.step].count(push.rank);
+    duplicate = (k1_ranks_.count(push.step) && k1_ranks_[push.step].count(push.rank)) ||
+                std::any_of(held_.begin(), held_.end(), [&](const HeldPush& h) {
+                  return h.input.step == push.step && h.input.rank == push.rank;
+                });
   if (duplicate) {
     auto it = logged_.find(key);
     if (k0 && it != logged_.end() && it->second != hash)
@@ -239,7 +248,7 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     h.rank = push.rank;
     h.shard = options_.shard_index;
     h.incarnation = push.incarnation;
-    h.flags = push.skip ? 1 : 0;
+    h.flags = (push.skip ? 1u : 0u) | (push.checkpoint ? 2u : 0u);
     TANDEM_RETURN_IF_ERROR(log_->Append(&h, push.tables));
     lsn = h.lsn;
     stats_.pushes_logged++;
@@ -251,6 +260,7 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     bytes_since_restore_point_ += bytes;
   }
   logged_[key] = hash;
+  if (push.checkpoint) cuts_.insert(push.step);
   if (k0) {
     auto& ranks = pending_[push.step];
     if (push.step == applied_ + 1 && ranks.size() + 1 == options_.num_workers) {
@@ -269,19 +279,69 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
       TANDEM_RETURN_IF_ERROR(ApplyReadySteps(nullptr));
     }
   } else {
-    if (!push.skip) {
-      std::vector<std::vector<const PushTableView*>> by_table(options_.tables.size());
-      for (const auto& t : push.tables) by_table[t.table_id].push_back(&t);
-      TANDEM_RETURN_IF_ERROR(ApplyTables(push.step, by_table, /*keep_pre_images=*/false));
-    }
-    k1_ranks_[push.step].insert(push.rank);
-    AdvanceAppliedK1(push.step);
+    TANDEM_RETURN_IF_ERROR(ApplyOrHoldK1(push, lsn, bytes));
+    TANDEM_RETURN_IF_ERROR(CutAndReleaseK1());
   }
   // Exactly-once needs payload hashes only for steps that can still be resent.
   logged_.erase(logged_.begin(), logged_.lower_bound({applied_ - 1, 0}));
   if (!replaying && bytes_since_restore_point_ >= options_.restore_point_every_bytes)
     TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked());
   return PushAck{false, applied_};
+}
+
+// PROTOCOLS §3: behind an announced cut c that is not taken yet, pushes of steps after c wait,
+// so that the restore point holds every step <= c and nothing of a later one.
+Status Shard::ApplyOrHoldK1(const PushInput& push, uint64_t lsn, uint64_t bytes) {
+  if (!cuts_.empty() && *cuts_.begin() < push.step && applied_ < *cuts_.begin()) {
+    HeldPush h;
+    h.lsn = lsn;
+    h.bytes = bytes;
+    h.input = push;
+    h.input.tables.clear();
+    for (const auto& t : push.tables)
+      h.tables.push_back(
+          {t.table_id, t.dim, {t.ids.begin(), t.ids.end()}, {t.grads.begin(), t.grads.end()}});
+    for (const auto& t : h.tables) h.input.tables.push_back({t.table_id, t.dim, t.ids, t.grads});
+    held_.push_back(std::move(h));
+    return Status::Ok();
+  }
+  if (!push.skip) {
+    std::vector<std::vector<const PushTableView*>> by_table(options_.tables.size());
+    for (const auto& t : push.tables) by_table[t.table_id].push_back(&t);
+    TANDEM_RETURN_IF_ERROR(ApplyTables(push.step, by_table, /*keep_pre_images=*/false));
+  }
+  k1_ranks_[push.step].insert(push.rank);
+  AdvanceAppliedK1(push.step);
+  return Status::Ok();
+}
+
+// Once every step <= the oldest announced cut is applied: the cut's restore point, then the held
+// pushes in log order (some may wait again, behind the next cut). A function of the log alone,
+// so a replay reproduces the same order of applies.
+Status Shard::CutAndReleaseK1() {
+  while (!cuts_.empty() && applied_ >= *cuts_.begin()) {
+    const int64_t cut = *cuts_.begin();
+    cuts_.erase(cuts_.begin());
+    if (applied_ == cut) TakeCutPoint(cut);
+    std::deque<HeldPush> release;
+    release.swap(held_);
+    for (HeldPush& h : release) TANDEM_RETURN_IF_ERROR(ApplyOrHoldK1(h.input, h.lsn, h.bytes));
+  }
+  return Status::Ok();
+}
+
+void Shard::TakeCutPoint(int64_t step) {
+  if (replaying_) return;
+  std::string dir;
+  Status s = TakeRestorePointLocked(&dir);
+  if (!s.ok()) {
+    // Training goes on; the checkpoint of this step fails when its part is asked for.
+    TLOG_ERROR("restore point for the checkpoint of step {}: {}", step, s.ToString());
+    return;
+  }
+  cut_points_[step] = dir;
+  // A cut whose part is never asked for (its worker died) must not pin a restore point forever.
+  while (cut_points_.size() > 3) cut_points_.erase(cut_points_.begin());
 }
 
 void Shard::AdvanceAppliedK1(int64_t step) {
@@ -319,6 +379,7 @@ Status Shard::ApplyReadySteps(const PushInput* arriving) {
     }
     applied_.store(step);
     stats_.steps_applied++;
+    if (cuts_.erase(step) > 0) TakeCutPoint(step);
   }
 }
 
@@ -567,6 +628,7 @@ uint64_t Shard::ReplayFromLsn() const {
   uint64_t from = log_->last_lsn() + 1;
   for (const auto& [step, ranks] : pending_)
     for (const auto& [rank, push] : ranks) from = std::min(from, push->lsn);
+  for (const HeldPush& h : held_) from = std::min(from, h.lsn);
   return from;
 }
 
@@ -588,13 +650,22 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
   TANDEM_RETURN_IF_ERROR(log_->Roll());
   bytes_since_restore_point_ = 0;
   stats_.restore_points++;
-  // Keep the newest two; the log is needed from the older one's replay point on.
+  // Keep the newest two and those a checkpoint part still needs (cut_points_); the log is
+  // needed from the oldest kept one's replay point on.
   auto points = ListRestorePoints(options_.dir);
-  while (points.size() > 2) {
-    fs::remove(options_.dir + "/restore/" + points.front().name + ".done", ec);
-    fs::remove_all(options_.dir + "/restore/" + points.front().name, ec);
-    points.erase(points.begin());
+  std::vector<RestoreMarker> kept;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string path = options_.dir + "/restore/" + points[i].name;
+    const bool pinned = std::any_of(cut_points_.begin(), cut_points_.end(),
+                                    [&](const auto& e) { return e.second == path; });
+    if (i + 2 >= points.size() || pinned) {
+      kept.push_back(points[i]);
+      continue;
+    }
+    fs::remove(path + ".done", ec);
+    fs::remove_all(path, ec);
   }
+  points = std::move(kept);
   if (!points.empty() && points.front().replay_from_lsn > 1)
     TANDEM_RETURN_IF_ERROR(log_->DeleteThrough(points.front().replay_from_lsn - 1));
   return Status::Ok();
@@ -602,24 +673,41 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
 
 StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string& durable_root,
                                                  const std::vector<int64_t>& retained) {
-  MutexLock lock(&mu_);
+  // The copy runs outside mu_: pushes and applies go on while a part is copied.
+  MutexLock copy_lock(&copy_mu_);
   if (last_part_ && last_part_->step == step) return *last_part_;  // a resent request
-  const int64_t applied = applied_.load();
-  if (options_.staleness > 0)
-    return Status::FailedPrecondition(
-        "checkpoints at embedding_staleness >= 1 need the checkpoint cut (PROTOCOLS §3)");
-  if (applied < step)
-    return Status::Unavailable("step " + std::to_string(step) + " is not applied yet (applied " +
-                               std::to_string(applied) + ")");
-  if (applied > step)
-    return Status::FailedPrecondition("checkpoint of step " + std::to_string(step) +
-                                      " asked after step " + std::to_string(applied) +
-                                      " was applied");
   std::string dir;
-  TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir));
+  {
+    MutexLock lock(&mu_);
+    auto cut = cut_points_.find(step);
+    if (cut != cut_points_.end()) {
+      dir = cut->second;
+    } else {
+      const int64_t applied = applied_.load();
+      if (applied < step || cuts_.count(step) > 0)
+        return Status::Unavailable("step " + std::to_string(step) +
+                                   " is not applied yet (applied " + std::to_string(applied) + ")");
+      if (applied > step)
+        return Status::FailedPrecondition("checkpoint of step " + std::to_string(step) +
+                                          " asked after step " + std::to_string(applied) +
+                                          " was applied, and no cut was announced for it");
+      // A step nobody announced (the last one, or where a stop was agreed): right only if no
+      // push of a later step is in, which holds when none will come.
+      if (!k1_ranks_.empty() || !held_.empty())
+        return Status::FailedPrecondition(
+            "checkpoint of step " + std::to_string(step) +
+            " was not announced, and pushes of later steps are already applied");
+      TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir));
+      cut_points_[step] = dir;
+    }
+  }
   TANDEM_ASSIGN_OR_RETURN(CheckpointPart part,
                           CopyToDurable(dir, durable_root, options_.shard_index, step,
                                         last_part_ ? &*last_part_ : nullptr));
+  {
+    MutexLock lock(&mu_);  // the restore point may go now
+    cut_points_.erase(cut_points_.begin(), cut_points_.upper_bound(step));
+  }
   last_part_ = part;
   parts_[step] = part;
   // Collect only when every kept checkpoint is a part this process knows: after a restart the

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -82,6 +83,9 @@ struct PushInput {
   uint32_t rank = 0;
   uint64_t incarnation = 0;
   bool skip = false;  // fp16 overflow: an explicit push that applies nothing
+  // A checkpoint is taken after `step`: cut a restore point right after applying it (k >= 1:
+  // hold back later steps' pushes until then). Every rank's push of that step carries it.
+  bool checkpoint = false;
   std::vector<PushTableView> tables;
 };
 
@@ -157,11 +161,13 @@ class Shard {
   // may already be in. Errors are the store's (kDataLoss for a malformed entry).
   Status AddToChecksum(ModelChecksum* sum, uint64_t* rows, int64_t* applied_step = nullptr);
 
-  // This shard's part of checkpoint `step` (PROTOCOLS §7, k = 0): once exactly `step` is
-  // applied, a restore point copied to the durable copy under `durable_root` (only files the
-  // previous part lacks are copied). kUnavailable while `step` is not applied yet (ask again);
-  // kFailedPrecondition once a later step was applied, or at k >= 1 (the cut of PROTOCOLS §3 is
-  // not built yet). Asked twice, returns the same part.
+  // This shard's part of checkpoint `step` (PROTOCOLS §7): the restore point cut right after
+  // applying `step` (announced by the pushes of that step), or, for a step nobody announced, one
+  // taken now if exactly `step` is applied and nothing of a later step is in; copied to the
+  // durable copy under `durable_root` (only files the previous part lacks are copied). The copy
+  // does not hold up pushes. kUnavailable while `step` is not applied yet (ask again);
+  // kFailedPrecondition when later steps were applied and no cut was announced (or the cut was
+  // lost with a restart). Asked twice, returns the same part.
   // `retained`: the committed checkpoints the chief keeps; once every one of them is a part this
   // process took, pool files no kept part needs are deleted (CollectGarbage).
   StatusOr<CheckpointPart> CheckpointPartAt(int64_t step, const std::string& durable_root,
@@ -209,6 +215,12 @@ class Shard {
   Status Admit(uint32_t table, std::span<const uint64_t> ids, std::vector<uint32_t>* admitted,
                ShardStats* stats);
   void AdvanceAppliedK1(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status ApplyOrHoldK1(const PushInput& push, uint64_t lsn, uint64_t bytes)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status CutAndReleaseK1() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The restore point of an announced checkpoint step, right after applying it (not while
+  // replaying). A failure is logged: the checkpoint then fails when its part is asked for.
+  void TakeCutPoint(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `dir` (may be null) gets the restore point's directory.
   Status TakeRestorePointLocked(std::string* dir = nullptr) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReplayFromLsn() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -239,8 +251,25 @@ class Shard {
   std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
   uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
   ShardStats stats_ GUARDED_BY(mu_);
-  std::optional<CheckpointPart> last_part_ GUARDED_BY(mu_);  // the newest checkpoint part
-  std::map<int64_t, CheckpointPart> parts_ GUARDED_BY(mu_);  // parts this process took, by step
+  bool replaying_ GUARDED_BY(mu_) = false;  // Recover is replaying the log
+  // Announced checkpoint steps (a push carried `checkpoint`) whose restore point is not cut yet.
+  std::set<int64_t> cuts_ GUARDED_BY(mu_);
+  // k >= 1: pushes of steps after the oldest cut, logged and held back until it is taken (LSN
+  // order), with copies of their rows.
+  struct HeldPush {
+    uint64_t lsn = 0;
+    uint64_t bytes = 0;
+    PushInput input;  // views into `tables`
+    std::vector<PushTable> tables;
+  };
+  std::deque<HeldPush> held_ GUARDED_BY(mu_);
+  // Restore points cut for checkpoints whose part is not copied yet, by step: never deleted by
+  // the keep-two rule until then.
+  std::map<int64_t, std::string> cut_points_ GUARDED_BY(mu_);
+
+  Mutex copy_mu_;  // one CheckpointPartAt at a time (CopyToDurable and CollectGarbage)
+  std::optional<CheckpointPart> last_part_ GUARDED_BY(copy_mu_);  // the newest checkpoint part
+  std::map<int64_t, CheckpointPart> parts_ GUARDED_BY(copy_mu_);  // parts this process took
 };
 
 }  // namespace tandem::ps

@@ -1,0 +1,164 @@
+#include "cli/background_checkpointer.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/checkpoint_layout.h"
+#include "common/log.h"
+
+namespace tandem::cli {
+
+using Clock = std::chrono::steady_clock;
+
+BackgroundCheckpointer::BackgroundCheckpointer(BackgroundCheckpointerOptions options)
+    : options_(std::move(options)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+BackgroundCheckpointer::~BackgroundCheckpointer() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  thread_.join();
+  MutexLock lock(&mu_);
+  if (uncommitted_)
+    TLOG_WARN("checkpoint of step {} abandoned: the chief never committed it", uncommitted_->step);
+}
+
+double BackgroundCheckpointer::Begin(int64_t step, worker::DenseState state) {
+  const auto t0 = Clock::now();
+  MutexLock lock(&mu_);
+  while (next_ || writing_) cv_.Wait();
+  next_.emplace(step, std::move(state));
+  last_begun_ = step;
+  cv_.SignalAll();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Status BackgroundCheckpointer::Finish(std::chrono::milliseconds budget) {
+  const auto deadline = Clock::now() + budget;
+  MutexLock lock(&mu_);
+  while ((next_ || writing_ || uncommitted_) && Clock::now() < deadline) cv_.WaitUntil(deadline);
+  if (last_begun_ < 0 || last_committed_ == last_begun_) return Status::Ok();
+  if (next_ || writing_ || uncommitted_)
+    return Status::DeadlineExceeded("the checkpoint of step " + std::to_string(last_begun_) +
+                                    " was not committed within " + std::to_string(budget.count()) +
+                                    " ms");
+  return last_error_.ok() ? Status::Internal("the checkpoint of step " +
+                                             std::to_string(last_begun_) + " was lost")
+                          : last_error_;
+}
+
+int64_t BackgroundCheckpointer::last_committed() const {
+  MutexLock lock(&mu_);
+  return last_committed_;
+}
+
+void BackgroundCheckpointer::Run() {
+  for (;;) {
+    std::optional<std::pair<int64_t, worker::DenseState>> work;
+    std::optional<Uncommitted> commit;
+    {
+      MutexLock lock(&mu_);
+      while (!stopping_ && !next_ && !uncommitted_) cv_.Wait();
+      if (next_) {
+        work = std::move(next_);
+        next_.reset();
+        writing_ = true;
+      } else if (uncommitted_ && !stopping_) {
+        commit = uncommitted_;
+      } else {
+        return;
+      }
+    }
+    if (work) {
+      auto parts = Write(work->first, work->second);
+      MutexLock lock(&mu_);
+      writing_ = false;
+      if (parts.ok()) {
+        // A newer checkpoint replaces one the chief has not taken yet.
+        if (uncommitted_)
+          TLOG_WARN("checkpoint of step {} not committed (the chief is away): superseded by {}",
+                    uncommitted_->step, work->first);
+        uncommitted_ = Uncommitted{work->first, std::move(parts).value()};
+        last_error_ = Status::Ok();
+      } else {
+        last_error_ =
+            parts.status().WithContext("checkpoint of step " + std::to_string(work->first));
+        TLOG_ERROR("{}", last_error_.ToString());
+      }
+      cv_.SignalAll();
+      continue;
+    }
+    const bool settled = TryCommit(*commit);
+    MutexLock lock(&mu_);
+    if (settled) {
+      if (uncommitted_ && uncommitted_->step == commit->step) uncommitted_.reset();
+      cv_.SignalAll();
+      continue;
+    }
+    if (!next_ && !stopping_) cv_.WaitUntil(Clock::now() + options_.retry_every);
+  }
+}
+
+StatusOr<std::vector<std::string>> BackgroundCheckpointer::Write(int64_t step,
+                                                                 const worker::DenseState& state) {
+  const config::JobConfig& job = *options_.job;
+  const auto t0 = Clock::now();
+  const std::string rel = CheckpointDirName(step) + "/" + kDenseCheckpointFile;
+  worker::DenseFileInfo info;
+  TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(job.checkpoint.dir + "/" + rel, state, &info));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts,
+                          options_.ps->CheckpointParts(step, retained_));
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", info.crc32c);
+  std::vector<std::string> parts;
+  parts.push_back(
+      nlohmann::json({{"name", "dense"},
+                      {"files", {{{"path", rel}, {"size", info.size_bytes}, {"crc32c", crc}}}}})
+          .dump());
+  for (size_t i = 0; i < shard_parts.size(); ++i) {
+    auto part = nlohmann::json::parse(shard_parts[i], nullptr, false);
+    if (part.is_discarded() || !part.contains("files") || !part["files"].is_array())
+      return Status::InvalidArgument("shard " + std::to_string(i) + " sent a malformed part");
+    const std::string root = ShardDurableDir(static_cast<uint32_t>(i)) + "/";
+    nlohmann::json files = nlohmann::json::array();
+    for (const auto& f : part["files"])
+      files.push_back({{"path", root + f.value("path", "")},
+                       {"size", f.value("size", uint64_t{0})},
+                       {"crc32c", f.value("crc32c", "")}});
+    parts.push_back(
+        nlohmann::json({{"name", "shard-" + std::to_string(i)}, {"files", files}, {"detail", part}})
+            .dump());
+  }
+  TLOG_INFO("checkpoint of step {} written in {:.3f} s", step,
+            std::chrono::duration<double>(Clock::now() - t0).count());
+  return parts;
+}
+
+bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {
+  auto committed = options_.chief->CommitCheckpoint(c.step, c.parts, options_.determinism_class,
+                                                    options_.commit_budget, &retained_);
+  MutexLock lock(&mu_);
+  if (committed.ok()) {
+    last_committed_ = c.step;
+    last_error_ = Status::Ok();
+    return true;
+  }
+  if (committed.status().IsInvalidArgument() || committed.status().IsDataLoss()) {
+    // The chief refused it for good (a malformed part, a later checkpoint already committed).
+    last_error_ = committed.status().WithContext("commit of the checkpoint of step " +
+                                                 std::to_string(c.step));
+    TLOG_ERROR("{}", last_error_.ToString());
+    return true;
+  }
+  // Checkpoints pause while the chief is away (PROTOCOLS §10): try again.
+  last_error_ = committed.status();
+  TLOG_WARN("checkpoint of step {} not committed yet, will retry: {}", c.step,
+            committed.status().ToString());
+  return false;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,82 @@
+// Rank 0's checkpoints, finished off the training thread (PROTOCOLS §7). The training loop hands
+// over a snapshot of the dense state and goes on; a thread writes the dense file, collects every
+// shard's part (each shard cut its restore point in the apply path, or cuts it on request at a
+// step after which nothing is pushed) and asks the chief to commit the manifest.
+//
+// A commit the chief cannot take — it is away (PROTOCOLS §10) — is retried until it answers;
+// only the newest such checkpoint waits for it, because the shards collect the durable files of
+// checkpoints the chief does not keep, and an older uncommitted one is no longer needed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/chief_client.h"
+#include "common/config/job_config.h"
+#include "common/ps_client.h"
+#include "common/status.h"
+#include "common/sync.h"
+#include "worker/dense_state.h"
+
+namespace tandem::cli {
+
+struct BackgroundCheckpointerOptions {
+  const config::JobConfig* job = nullptr;
+  PsClient* ps = nullptr;  // used by the checkpointer's thread only
+  ChiefClient* chief = nullptr;
+  std::string determinism_class;
+  std::chrono::milliseconds retry_every{1000};     // commit retries while the chief is away
+  std::chrono::milliseconds commit_budget{10000};  // one commit attempt
+};
+
+class BackgroundCheckpointer {
+ public:
+  explicit BackgroundCheckpointer(BackgroundCheckpointerOptions options);
+  // Stops the thread; a checkpoint not committed by then is abandoned (logged).
+  ~BackgroundCheckpointer();
+
+  // Hands checkpoint `step` over. Waits while the previous one is still being written, so that
+  // checkpoints asked for faster than they can be written hold training up instead of piling up
+  // snapshots. Returns the seconds it waited.
+  double Begin(int64_t step, worker::DenseState state);
+
+  // Waits until every checkpoint handed over is written and committed, at most `budget`.
+  // kDeadlineExceeded when the newest is not committed by then, or the error that lost it.
+  Status Finish(std::chrono::milliseconds budget);
+
+  int64_t last_committed() const;
+
+  BackgroundCheckpointer(const BackgroundCheckpointer&) = delete;
+  BackgroundCheckpointer& operator=(const BackgroundCheckpointer&) = delete;
+
+ private:
+  struct Uncommitted {
+    int64_t step = -1;
+    std::vector<std::string> parts;  // the manifest's parts, JSON each
+  };
+  void Run();
+  // The dense file and every shard's part, as the chief's parts.
+  StatusOr<std::vector<std::string>> Write(int64_t step, const worker::DenseState& state);
+  // One commit attempt; true when it is settled (committed, or refused for good).
+  bool TryCommit(const Uncommitted& c);
+
+  const BackgroundCheckpointerOptions options_;
+  mutable Mutex mu_;
+  CondVar cv_{&mu_};
+  std::optional<std::pair<int64_t, worker::DenseState>> next_ GUARDED_BY(mu_);
+  bool writing_ GUARDED_BY(mu_) = false;
+  std::optional<Uncommitted> uncommitted_ GUARDED_BY(mu_);
+  int64_t last_begun_ GUARDED_BY(mu_) = -1;
+  int64_t last_committed_ GUARDED_BY(mu_) = -1;
+  Status last_error_ GUARDED_BY(mu_);  // why the newest checkpoint was lost, if it was
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<int64_t> retained_;  // the chief's kept checkpoints (thread only)
+  std::thread thread_;
+};
+
+}  // namespace tandem::cli
