@@ -233,7 +233,8 @@ int RunLocal(const LocalArgs& args) {
   const bool tty = ::isatty(STDOUT_FILENO) == 1;
   auto last_plain = Clock::now();
   std::optional<ClusterView> last_view;
-  std::optional<Clock::time_point> stop_asked, ended_at;
+  std::optional<Clock::time_point> stop_asked, ended_at, workers_gone_at;
+  bool stop_told = false;  // the chief answered the stop request (it may be restarting)
   bool gave_up = false;
   std::string failure;
   for (;;) {
@@ -246,8 +247,12 @@ int RunLocal(const LocalArgs& args) {
       stop_asked = Clock::now();
       std::printf("\ntandem local: stopping the job (again to stop at once)\n");
       auto r = tool.StopJob("stop signal to tandem local");
+      stop_told = r.ok();
       if (!r.ok())
         std::printf("tandem local: the chief did not answer: %s\n", r.status().ToString().c_str());
+    } else if (stop_asked && !stop_told) {
+      // The chief was away (killed and being restarted): ask its successor.
+      stop_told = tool.StopJob("stop signal to tandem local").ok();
     }
     auto view = tool.View(milliseconds(1000));
     if (view.ok()) last_view = *view;
@@ -275,9 +280,19 @@ int RunLocal(const LocalArgs& args) {
         c.finished = true;
         continue;
       }
-      const bool job_over = last_view && Ended(last_view->job_state);
-      if (job_over || stop_asked || c.restarts >= args.max_restarts) {
-        if (!job_over && !stop_asked) {
+      bool job_over = last_view && Ended(last_view->job_state);
+      bool stopping = stop_asked.has_value();
+      if (c.role == "chief") {
+        // The members still need a chief after the job ended or a stop was asked: to commit the
+        // final checkpoint and to tell them the job ended. It rejoins the run (PROTOCOLS §10).
+        const bool others_run = std::any_of(children.begin(), children.end(), [](const Child& o) {
+          return o.role != "chief" && !o.finished;
+        });
+        job_over = job_over && !others_run;
+        stopping = stopping && !others_run;
+      }
+      if (job_over || stopping || c.restarts >= args.max_restarts) {
+        if (!job_over && !stopping) {
           failure = c.task() + " ended (" + e.ToString() + ") " + std::to_string(c.restarts) +
                     " times; giving up (its log: " + c.log_file + ")";
           std::printf("\ntandem local: %s\n", failure.c_str());
@@ -295,6 +310,20 @@ int RunLocal(const LocalArgs& args) {
         changed = true;
     }
     if (changed) WriteCluster(cluster_path, job_hex, children);
+    // Every worker exited 0 but the chief never heard the job end: a worker reports its result
+    // once, and a chief killed at that moment restarts without it. Ask the chief to stop the job
+    // then, or the shards would wait for its end forever.
+    const bool workers_gone = std::all_of(children.begin(), children.end(), [](const Child& c) {
+      return c.role != "worker" || (c.finished && c.last_exit && c.last_exit->exit_code == 0);
+    });
+    if (workers_gone && !workers_gone_at) workers_gone_at = Clock::now();
+    if (workers_gone_at && !stop_asked && !(last_view && Ended(last_view->job_state)) &&
+        Clock::now() - *workers_gone_at > milliseconds(2 * job->chief.heartbeat_timeout_ms)) {
+      std::printf(
+          "\ntandem local: every worker has exited but the job has not ended: stopping it\n");
+      stop_asked = Clock::now();
+      stop_told = tool.StopJob("every worker exited before the chief heard the job end").ok();
+    }
 
     if (view.ok()) {
       const std::string line = ProgressLine(*view, up, expected);

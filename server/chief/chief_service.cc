@@ -3,8 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/build_info.h"
+#include "common/durable_file.h"
 #include "common/log.h"
 #include "common/wire/diagnostics.h"
 
@@ -48,6 +53,54 @@ void SendStatus(wire::Responder& r, const Status& s) {
   }
 }
 
+// The rendezvous store survives a restart of the chief within a run: the collectives may be
+// meeting through it at that moment. JSON {key: hex(value)}, keys and values as stored.
+std::string KvPath(const config::JobConfig& job) { return job.checkpoint.dir + "/chief/kv"; }
+
+std::string EncodeKv(const std::map<std::string, std::string>& kv) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, value] : kv) {
+    std::string hex;
+    hex.reserve(2 * value.size());
+    for (unsigned char c : value) {
+      hex.push_back(kHex[c >> 4]);
+      hex.push_back(kHex[c & 15]);
+    }
+    j[key] = hex;
+  }
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// kDataLoss naming the file when it is damaged; an absent file is an empty store.
+StatusOr<std::map<std::string, std::string>> LoadKv(const std::string& path) {
+  std::map<std::string, std::string> kv;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return kv;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::DataLoss(path + ": not a JSON object");
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (const auto& [key, value] : j.items()) {
+    if (!value.is_string() || value.get<std::string>().size() % 2 != 0)
+      return Status::DataLoss(path + ": bad value of '" + key + "'");
+    const std::string hex = value.get<std::string>();
+    std::string bytes;
+    for (size_t i = 0; i < hex.size(); i += 2) {
+      const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+      if (hi < 0 || lo < 0) return Status::DataLoss(path + ": bad value of '" + key + "'");
+      bytes.push_back(static_cast<char>(hi << 4 | lo));
+    }
+    kv[key] = std::move(bytes);
+  }
+  return kv;
+}
+
 }  // namespace
 
 std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2}}; }
@@ -78,8 +131,14 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
     if (rejoin) {
       service->membership_.RejoinRun(Clock::now());
       service->rejoin_unconfirmed_ = true;
+      auto kv = LoadKv(KvPath(job));
+      if (!kv.ok()) return kv.status();
+      service->kv_ = std::move(kv).value();
     } else {
       TANDEM_RETURN_IF_ERROR(service->membership_.OpenRun(service->checkpoints_->resume_step()));
+      // An earlier run's rendezvous keys must not meet this run's members.
+      std::error_code ec;
+      std::filesystem::remove(KvPath(job), ec);
     }
     service->SyncIdentity();
   }
@@ -211,6 +270,9 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
   }
   checkpoints_.emplace(std::move(opened).value());
   membership_.StartOver();
+  kv_.clear();
+  std::error_code ec;
+  std::filesystem::remove(KvPath(job_), ec);
   fatal_ = membership_.OpenRun(checkpoints_->resume_step());
   return fatal_;
 }
@@ -478,9 +540,18 @@ void ChiefService::HandleKvSet(wire::InMessage& m, wire::Responder r) {
     return;
   }
   auto value = req.getValue();
+  Status saved;
   {
     MutexLock lock(&mu_);
     kv_[key] = std::string(reinterpret_cast<const char*>(value.begin()), value.size());
+    // Durable before the answer, under the lock so that saves cannot overtake each other: the
+    // store is written only while collectives meet, a handful of keys.
+    saved = WriteFileDurably(KvPath(job_), EncodeKv(kv_));
+  }
+  if (!saved.ok()) {
+    TLOG_ERROR("kv set '{}': {}", key, saved.ToString());
+    SendStatus(r, saved);  // INTERNAL: the member's KvSet fails rather than trust a lost key
+    return;
   }
   wire::OutMessage reply = r.NewReply();
   reply.envelope().getBody().initKvSetReply();

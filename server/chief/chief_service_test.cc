@@ -619,5 +619,29 @@ TEST_F(ChiefServiceTest, OpenRunWithoutSurvivorsIsAJobStartAfterAll) {
   EXPECT_TRUE(service_->fatal().IsInvalidArgument()) << service_->fatal();
 }
 
+// The collectives may be meeting through the store when the chief is killed: a restarted chief
+// of the same run still has their keys; a new run starts with none.
+TEST_F(ChiefServiceTest, RendezvousKeysSurviveARestartWithinTheRunOnly) {
+  StartChief();
+  JoinAll();
+  const std::string binary("\x00\xff\x10gloo", 7);
+  ASSERT_TRUE(w0_->client->KvSet("gen-1/rank0", binary).ok());
+  const std::string endpoint = endpoint_;
+  StopChief();
+  StartChief(endpoint);
+  auto got = w1_->client->KvGet("gen-1/rank0");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(**got, binary);
+  ASSERT_TRUE(service_->CloseRun().ok());
+  StopChief();
+  members_.clear();
+  StartChief(endpoint);
+  Member& w = Join(wire::Role::WORKER, 0, false);
+  got = w.client->KvGet("gen-1/rank0");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->has_value());
+}
+
 }  // namespace
 }  // namespace tandem::chief

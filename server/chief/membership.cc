@@ -491,6 +491,11 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
     j.teacher_auc = result->teacher_auc;
     j.model_checksum = result->model_checksum;
   }
+  if (job_state_ == kJobDone && j.step < 0) {
+    // A chief restarted after the end: the workers are gone, their last report is the result.
+    j.step = final_result_.step;
+    j.samples_per_sec = final_result_.samples_per_sec * static_cast<double>(workers_.size());
+  }
   j.detail = IsTerminalJobState(job_state_) ? final_result_.detail : stop_reason_;
   if (training_since_ != Clock::time_point{})
     j.elapsed_ms = MsBetween(training_since_, IsTerminalJobState(job_state_) ? ended_at_ : now);

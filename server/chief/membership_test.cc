@@ -496,6 +496,7 @@ TEST_F(MembershipTest, RejoinedRunThatHadEndedIsStillDoneWithWorkerZerosResult) 
   EXPECT_EQ(members_->job_state(), "done");
   JobSnapshot snap = members_->Snapshot(now_);
   EXPECT_EQ(snap.model_checksum, "00112233");
+  EXPECT_EQ(snap.step, 49) << "worker 0's last step, though no worker is registered";
   EXPECT_DOUBLE_EQ(snap.auc, 0.75);
   // The PS may still come back to hear it: the chief waits a heartbeat timeout for it.
   EXPECT_FALSE(members_->Finished(now_ + milliseconds(10), milliseconds(300)));
