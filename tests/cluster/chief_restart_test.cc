@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <cctype>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -22,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr int64_t kSteps = 1000;
+constexpr int64_t kSteps = 600;
 constexpr int64_t kEverySteps = 50;
 
 // SmallJob with a checkpoint every kEverySteps steps.
@@ -101,6 +102,20 @@ class BackgroundLocal {
 
 int64_t Step(const nlohmann::json& status) { return status.value("step", int64_t{-1}); }
 
+// The step of the last "checkpoint of step S committed" in `log` before offset `before`; -1.
+int64_t LastCommittedBefore(const std::string& log, size_t before) {
+  const std::string marker = "checkpoint of step ";
+  int64_t step = -1;
+  for (size_t at = log.find(marker); at != std::string::npos && at < before;
+       at = log.find(marker, at + 1)) {
+    size_t end = at + marker.size();
+    while (end < log.size() && std::isdigit(static_cast<unsigned char>(log[end]))) ++end;
+    if (end > at + marker.size() && log.compare(end, 10, " committed") == 0)
+      step = std::stoll(log.substr(at + marker.size(), end - at - marker.size()));
+  }
+  return step;
+}
+
 TEST(ChiefRestartTest, ChiefKilledMidRunIsRestartedAndTheJobEndsWithTheSameModel) {
   const std::string expected = UninterruptedChecksum();
   ASSERT_EQ(expected.size(), 32u);
@@ -132,7 +147,9 @@ TEST(ChiefRestartTest, ChiefKilledMidRunIsRestartedAndTheJobEndsWithTheSameModel
   EXPECT_EQ(e->exit_code, 0) << local.log();
   const std::string log = local.log();
   EXPECT_NE(log.find("chief:0 ended"), std::string::npos) << log;
-  EXPECT_NE(log.find("job done after step 999 of 1000"), std::string::npos) << log;
+  const std::string done =
+      "job done after step " + std::to_string(kSteps - 1) + " of " + std::to_string(kSteps);
+  EXPECT_NE(log.find(done), std::string::npos) << log;
   EXPECT_EQ(FinalChecksum(dir), expected) << "nothing lost or redone across the chief's restart";
   // A checkpoint after the kill was committed by the restarted chief.
   nlohmann::json latest = LatestManifest(dir);
@@ -178,13 +195,46 @@ TEST(ChiefRestartTest, StoppedChiefDeclaresNobodyLostAndCommitsAfterwards) {
   // The checkpoint after the last one committed before the stop is committed after it.
   const size_t stalled = chief_log.find("the chief did not run for");
   ASSERT_NE(stalled, std::string::npos);
-  int64_t before = -1;
-  const std::string marker = "checkpoint of step ";
-  for (size_t at = chief_log.find(marker); at != std::string::npos && at < stalled;
-       at = chief_log.find(marker, at + 1))
-    before = std::stoll(chief_log.substr(at + marker.size()));
-  const std::string next = marker + std::to_string(before + kEverySteps) + " committed";
+  const int64_t before = LastCommittedBefore(chief_log, stalled);
+  const std::string next =
+      "checkpoint of step " + std::to_string(before + kEverySteps) + " committed";
   EXPECT_GT(chief_log.find(next), stalled) << next << "\n" << chief_log;
+}
+
+// PROTOCOLS §10: "a checkpoint taken while [the chief] was away is committed when every part
+// reports it". The chief is stopped first, so worker 0 certainly takes the next checkpoint and
+// asks for its commit while nobody answers; then it is killed and restarted. Worker 0 must retry
+// that commit with the new chief (the worker's checkpointer), which commits it under term 2.
+TEST(ChiefRestartTest, CheckpointTakenWhileTheChiefWasAwayIsCommittedByItsSuccessor) {
+  const std::string expected = UninterruptedChecksum();
+  ASSERT_EQ(expected.size(), 32u);
+  TempDir dir;
+  WriteJob(dir);
+  BackgroundLocal local(dir);
+  nlohmann::json s;
+  ASSERT_TRUE(local.WaitStatus([](const nlohmann::json& j) { return Step(j) >= 120; },
+                               milliseconds(30000), &s))
+      << s.dump() << local.log();
+  const int chief_pid = ClusterPid(local.out(), "chief:0");
+  ASSERT_GT(chief_pid, 0);
+  ASSERT_EQ(::kill(chief_pid, SIGSTOP), 0);
+  // Long enough for worker 0 to reach the next checkpoint step (50 steps) and ask.
+  std::this_thread::sleep_for(milliseconds(2500));
+  ASSERT_EQ(::kill(chief_pid, SIGKILL), 0);
+
+  auto e = local.Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value()) << local.log();
+  EXPECT_EQ(e->exit_code, 0) << local.log();
+  EXPECT_EQ(FinalChecksum(dir), expected);
+  const std::string chief_log = ReadFile(local.out() + "/logs/chief-0.log");
+  const size_t rejoined = chief_log.find("rejoining the run");
+  ASSERT_NE(rejoined, std::string::npos) << chief_log;
+  const int64_t before = LastCommittedBefore(chief_log, rejoined);
+  const int64_t away = before + kEverySteps;  // taken while the chief was stopped
+  const std::string committed = "checkpoint of step " + std::to_string(away) + " committed";
+  EXPECT_GT(chief_log.find(committed), rejoined)
+      << committed << " by the restarted chief\n"
+      << chief_log << ReadFile(local.out() + "/logs/worker-0.log");
 }
 
 }  // namespace
