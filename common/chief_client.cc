@@ -377,6 +377,19 @@ void ChiefClient::HeartbeatLoop() {
 }
 
 Status ChiefClient::HeartbeatNow(milliseconds budget) {
+  // A final report must reach the chief even when it is being restarted (PROTOCOLS §10): the
+  // attempts go on while it is unreachable, until `budget` is spent.
+  const auto deadline = Clock::now() + budget;
+  milliseconds backoff = kMinBackoff;
+  for (;;) {
+    Status s = HeartbeatNowOnce(std::max(milliseconds(1), Remaining(deadline)));
+    if (!TransportError(s) || Remaining(deadline) <= backoff) return s;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+Status ChiefClient::HeartbeatNowOnce(milliseconds budget) {
   MutexLock lock(&mu_);
   Status s = SendHeartbeat(&control_, control_handle_, budget);
   if (!s.IsFailedPrecondition()) return s;

@@ -108,7 +108,8 @@ class ChiefClient {
   void StartHeartbeats();
   void StopHeartbeats();
   void SetProgress(const Progress& progress);
-  // Sends one heartbeat now from the calling thread and waits for its answer (a final report).
+  // Sends a heartbeat now from the calling thread and waits for its answer (a final report),
+  // trying again while the chief is unreachable (e.g. restarting) until `budget` is spent.
   Status HeartbeatNow(std::chrono::milliseconds budget);
 
   bool stop_requested() const { return stop_requested_.load(); }
@@ -143,6 +144,8 @@ class ChiefClient {
   // RETRY, until `budget` is spent. Returns an OK reply or the error.
   StatusOr<wire::InMessage> ControlRetry(const std::function<wire::OutMessage()>& build,
                                          std::chrono::milliseconds budget) LOCKS_EXCLUDED(mu_);
+  // One HeartbeatNow attempt: a RETRY answer (a restarted chief) registers again first.
+  Status HeartbeatNowOnce(std::chrono::milliseconds budget) LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop();
   Status SendHeartbeat(wire::RpcClient* client, int handle, std::chrono::milliseconds budget);
   // kFailedPrecondition when the chief answered RETRY (register again), kAborted when STALE.

@@ -643,5 +643,28 @@ TEST_F(ChiefServiceTest, RendezvousKeysSurviveARestartWithinTheRunOnly) {
   EXPECT_FALSE(got->has_value());
 }
 
+// A worker's final report while the chief is being restarted still reaches its successor.
+TEST_F(ChiefServiceTest, FinalReportReachesAChiefThatIsRestarting) {
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  const std::string endpoint = endpoint_;
+  StopChief();
+  std::thread later([&] {
+    std::this_thread::sleep_for(milliseconds(600));
+    StartChief(endpoint);
+  });
+  Progress done;
+  done.state = "done";
+  done.step = 39;
+  w0_->client->SetProgress(done);
+  Status s = w0_->client->HeartbeatNow(milliseconds(5000));
+  later.join();
+  ASSERT_TRUE(s.ok()) << s;
+  auto view = w0_->client->View(milliseconds(2000));
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(Find(*view, "worker", 0)->state, "done");
+  EXPECT_EQ(view->term, 2u);
+}
+
 }  // namespace
 }  // namespace tandem::chief
