@@ -36,10 +36,16 @@ StatusOr<CheckpointCoordinator> CheckpointCoordinator::Open(const config::JobCon
   CheckpointCoordinator c(job);
   const std::string& dir = job.checkpoint.dir;
   std::vector<std::string> warnings;
-  auto latest = LoadLatest(dir, /*durable_only=*/false, &warnings);
+  // A job start reads every file of the checkpoint it resumes from (PROTOCOLS §7).
+  auto latest = LoadLatest(dir, /*durable_only=*/false, &warnings,
+                           /*verify_files=*/job.checkpoint.resume != "never");
   for (const auto& w : warnings) TLOG_WARN("checkpoint: {}", w);
   if (!latest.ok() && !latest.status().IsNotFound()) return latest.status();
   if (latest.ok()) c.latest_step_ = latest->step;
+  if (latest.ok() && job.checkpoint.resume != "never") {
+    TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> aside, SetAsideNewer(dir, latest->step));
+    for (const auto& d : aside) TLOG_WARN("checkpoint: {} set aside: not resumable", d);
+  }
   // Only partial checkpoints older than LATEST: a newer one may be worker 0's, in progress.
   TANDEM_RETURN_IF_ERROR(CleanPartial(dir, c.latest_step_));
   if (job.checkpoint.resume == "never" || !latest.ok()) {

@@ -538,7 +538,7 @@ Status MarkDurable(const std::string& checkpoint_dir, int64_t step) {
 }
 
 StatusOr<Manifest> LoadLatest(const std::string& checkpoint_dir, bool durable_only,
-                              std::vector<std::string>* warnings) {
+                              std::vector<std::string>* warnings, bool verify_files) {
   std::vector<std::string> problems;  // one line per bad file, each once
   auto problem = [&](const Status& s) {
     if (std::find(problems.begin(), problems.end(), s.message()) == problems.end())
@@ -548,12 +548,30 @@ StatusOr<Manifest> LoadLatest(const std::string& checkpoint_dir, bool durable_on
   StatusOr<Pointer> named = ReadPointer(pointer);
   if (named.status().IsUnavailable()) return named.status();
   std::vector<int64_t> candidates;
+  std::vector<int64_t> damaged;  // manifests intact, files not
+  // `named`: the pointer's own manifest, whose files only verify_files checks (LATEST_DURABLE
+  // moves only once its copy is complete).
+  auto check_files = [&](StatusOr<Manifest>* m, bool named) {
+    if (!m->ok() || !(verify_files || (durable_only && !named))) return;
+    Status files = VerifyManifestFiles(checkpoint_dir, **m, /*full=*/verify_files, nullptr);
+    if (files.ok()) return;
+    damaged.push_back((*m)->step);
+    *m = Status::DataLoss(files.message() +
+                          (verify_files
+                               ? " (checkpoint of step " + std::to_string((*m)->step) + " skipped)"
+                               : " (durable copy incomplete)"));
+  };
   if (named.ok()) {
     StatusOr<Manifest> m = ReadManifest(checkpoint_dir, named->step, &named->crc32c, pointer);
-    if (m.ok() || m.status().IsUnavailable()) return m;
+    check_files(&m, /*named=*/true);
+    if (m.ok() || m.status().IsUnavailable()) {
+      if (m.ok() && warnings != nullptr)
+        warnings->insert(warnings->end(), problems.begin(), problems.end());
+      return m;
+    }
     problem(m.status());
     // Its manifest may still be intact (rewritten by a re-commit of that step, say): prefer it.
-    candidates.push_back(named->step);
+    if (damaged.empty()) candidates.push_back(named->step);
   } else {
     problem(named.status());
   }
@@ -564,12 +582,10 @@ StatusOr<Manifest> LoadLatest(const std::string& checkpoint_dir, bool durable_on
     if (candidates.empty() || step != candidates.front()) candidates.push_back(step);
   }
   for (int64_t step : candidates) {
+    if (std::find(damaged.begin(), damaged.end(), step) != damaged.end()) continue;
     StatusOr<Manifest> m = ReadManifest(checkpoint_dir, step, nullptr, "");
     if (m.status().IsUnavailable()) return m.status();
-    if (m.ok() && durable_only) {
-      Status files = VerifyManifestFiles(checkpoint_dir, *m, /*full=*/false, nullptr);
-      if (!files.ok()) m = Status::DataLoss(files.message() + " (durable copy incomplete)");
-    }
+    check_files(&m, /*named=*/false);
     if (m.ok()) {
       problems.push_back(pointer + ": falling back to " + checkpoint_dir + "/" +
                          ManifestRelPath(step));
@@ -615,6 +631,22 @@ Status VerifyManifestFiles(const std::string& checkpoint_dir, const Manifest& m,
     }
   }
   return first;
+}
+
+StatusOr<std::vector<std::string>> SetAsideNewer(const std::string& checkpoint_dir, int64_t step) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps(checkpoint_dir, true));
+  std::vector<std::string> moved;
+  for (int64_t s : steps) {
+    if (s <= step) continue;
+    const std::string from = checkpoint_dir + "/" + CheckpointDirName(s);
+    const std::string to = checkpoint_dir + "/damaged-" + CheckpointDirName(s);
+    std::error_code ec;
+    fs::remove_all(to, ec);
+    fs::rename(from, to, ec);
+    if (ec) return Status::Unavailable("rename " + from + " to " + to + ": " + ec.message());
+    moved.push_back(to);
+  }
+  return moved;
 }
 
 Status CleanPartial(const std::string& checkpoint_dir, int64_t below_step) {

@@ -100,14 +100,23 @@ Status MarkDurable(const std::string& checkpoint_dir, int64_t step);
 // (may be null) one line naming each bad file and a last one "<pointer>: falling back to
 // <manifest>". kNotFound when there is no checkpoint at all; kDataLoss, listing the bad files,
 // when there are some but none is intact; kUnavailable for I/O errors other than a missing file.
+// With `verify_files` (a job start, PROTOCOLS §7) every file of a candidate is read and its
+// CRC32C checked, and a candidate with a damaged or missing file is skipped for the next older
+// one, the file named in `warnings`: the durable copy is what makes a checkpoint restorable on
+// any shard, so a checkpoint whose copy is damaged is not resumed from.
 StatusOr<Manifest> LoadLatest(const std::string& checkpoint_dir, bool durable_only,
-                              std::vector<std::string>* warnings);
+                              std::vector<std::string>* warnings, bool verify_files = false);
 
 // Checks that every file of `m` exists under `checkpoint_dir` with its size and, when `full`,
 // its CRC32C (read in chunks). Appends the path of every bad file to `bad_files` (may be null).
 // kDataLoss naming the first bad file and what is wrong with it.
 Status VerifyManifestFiles(const std::string& checkpoint_dir, const Manifest& m, bool full,
                            std::vector<std::string>* bad_files);
+
+// Renames every committed ckpt-<step> with a step above `step` to damaged-ckpt-<step> (a job
+// start that fell back past them: they must neither be kept by Retain in place of the checkpoints
+// the run makes nor be resumed from later). Returns the directories moved.
+StatusOr<std::vector<std::string>> SetAsideNewer(const std::string& checkpoint_dir, int64_t step);
 
 // Removes ckpt-<step> directories without a MANIFEST whose step is below `below_step`, and stray
 // *.tmp files in `checkpoint_dir` and in the committed ckpt-* directories (the chief is the only

@@ -413,7 +413,8 @@ TEST(CheckpointCoordinatorTest, RejoinKeepsTheRunsResumeStepAndDoesNotRefuseAFin
   ASSERT_TRUE(started.ok()) << started.status();
   EXPECT_EQ(started->resume_step(), -1);
   const std::string part =
-      R"({"name": "dense", "files": [{"path": "x", "size": 1, "crc32c": "00000001"}]})";
+      R"({"name": "dense", "files": [{"path": "x", "size": 1, "crc32c": "a93c5f93"}]})";
+  MakeFile(dir.path(), "x", "x");  // a job start reads it back
   ASSERT_TRUE(started->Commit(20, {part}, "cpu", CommitContext{"ab", 0, 1, 1}).ok());
   MakeFile(dir.path(), "ckpt-000000000030/dense.ckpt", "worker 0's, while the chief was away");
   ASSERT_TRUE(started->Commit(39, {part}, "cpu", CommitContext{"ab", 0, 2, 1}).ok());
@@ -441,6 +442,52 @@ TEST(CheckpointCoordinatorTest, RejoinKeepsAPartialCheckpointAfterLatest) {
   EXPECT_EQ(rejoined->resume_step(), 10);
   EXPECT_FALSE(fs::exists(dir.File("ckpt-000000000005")));
   EXPECT_TRUE(fs::exists(dir.File("ckpt-000000000020/dense.ckpt")));
+}
+
+}  // namespace
+}  // namespace tandem::chief
+
+namespace tandem::chief {
+namespace {
+
+// A job start reads every file: a checkpoint whose durable copy has a damaged file (same size,
+// a flipped byte) is skipped for the previous one, the file named; newer checkpoints it fell
+// back past are set aside so the run's own checkpoints replace them.
+TEST(CheckpointManifestTest, DamagedFileSkipsTheCheckpointWhenFilesAreVerified) {
+  TempDir dir;
+  CommitWithFile(dir.path(), 10);
+  CommitWithFile(dir.path(), 20);
+  const std::string victim = dir.path() + "/" + CheckpointDirName(20) + "/dense.ckpt";
+  std::string bytes = ReadFile(victim);
+  bytes[0] ^= 0x01;
+  WriteFile(victim, bytes);
+  // Without reading the files the damage is invisible (sizes match).
+  auto unverified = LoadLatest(dir.path(), false, nullptr);
+  ASSERT_TRUE(unverified.ok()) << unverified.status();
+  EXPECT_EQ(unverified->step, 20);
+  std::vector<std::string> warnings;
+  auto latest = LoadLatest(dir.path(), false, &warnings, /*verify_files=*/true);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->step, 10);
+  EXPECT_TRUE(HasLineWith(warnings, victim)) << Joined(warnings);
+  EXPECT_TRUE(HasLineWith(warnings, "checkpoint of step 20 skipped")) << Joined(warnings);
+
+  auto aside = SetAsideNewer(dir.path(), latest->step);
+  ASSERT_TRUE(aside.ok()) << aside.status();
+  ASSERT_EQ(aside->size(), 1u);
+  EXPECT_TRUE(fs::exists(dir.path() + "/damaged-" + CheckpointDirName(20)));
+  EXPECT_FALSE(fs::exists(dir.path() + "/" + CheckpointDirName(20)));
+  warnings.clear();
+  latest = LoadLatest(dir.path(), false, &warnings, true);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->step, 10);
+
+  // Every checkpoint damaged: an error naming the files, never a silent start from scratch.
+  const std::string older = dir.path() + "/" + CheckpointDirName(10) + "/dense.ckpt";
+  WriteFile(older, "dense@1X");
+  auto none = LoadLatest(dir.path(), false, nullptr, true);
+  EXPECT_TRUE(none.status().IsDataLoss()) << none.status();
+  EXPECT_NE(none.status().message().find(older), std::string::npos) << none.status();
 }
 
 }  // namespace

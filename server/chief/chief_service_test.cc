@@ -581,7 +581,7 @@ TEST_F(ChiefServiceTest, RestartedChiefCommitsWithItsTermAndOnlyAJobStartRefuses
       milliseconds(5000));
   ASSERT_EQ(view.job_state, "training") << "every member re-registered";
   const std::string part =
-      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "00000001"}]})";
+      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "f421572c"}]})";
   auto committed = w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000));
   ASSERT_TRUE(committed.ok()) << committed.status();
   auto latest = LoadLatest(job_.checkpoint.dir, false, nullptr);
@@ -595,6 +595,7 @@ TEST_F(ChiefServiceTest, RestartedChiefCommitsWithItsTermAndOnlyAJobStartRefuses
   StopChief();
   members_.clear();
   wire::RpcServer server(&context_, wire::ServerOptions{}, wire::Identity{});
+  testing::WriteFile(job_.checkpoint.dir + "/d", "d");  // a job start reads the files back
   auto refused = ChiefService::Create(job_, &server);
   EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status();
 }
@@ -605,8 +606,9 @@ TEST_F(ChiefServiceTest, OpenRunWithoutSurvivorsIsAJobStartAfterAll) {
   StartChief();
   JoinAll(/*heartbeats=*/false);
   const std::string part =
-      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "00000001"}]})";
+      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "f421572c"}]})";
   ASSERT_TRUE(w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000)).ok());
+  testing::WriteFile(job_.checkpoint.dir + "/d", "d");  // a job start reads the files back
   const std::string endpoint = endpoint_;
   StopChief();
   members_.clear();

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "common/subprocess.h"
 #include "common/testing/test_util.h"
@@ -21,6 +23,7 @@ namespace fs = std::filesystem;
 constexpr int64_t kSteps = 40;      // the first run; checkpoints every 20 steps and its last
 constexpr int64_t kMoreSteps = 60;  // the continued runs
 constexpr int64_t kCheckpointStep = kSteps - 1;
+constexpr int64_t kPreviousStep = kCheckpointStep - 20;  // the checkpoint before it
 
 void WriteJob(const TempDir& dir) {
   std::string yaml = SmallJob(dir.path(), kSteps);
@@ -54,18 +57,18 @@ void FlipByte(const std::string& path, uint64_t offset) {
   f.write(&c, 1);
 }
 
-// An SST of shard `shard`'s part of the checkpoint LATEST names: (db_name, path in the pool).
-std::pair<std::string, std::string> LatestSst(const TempDir& dir, int shard) {
+// The `nth` SST of shard `shard`'s part of the checkpoint LATEST names: (db_name, path in the
+// pool); empty when there are fewer.
+std::pair<std::string, std::string> LatestSst(const TempDir& dir, int shard, int nth = 0) {
   const auto latest = nlohmann::json::parse(ReadFile(dir.path() + "/ckpt/LATEST"));
   const auto manifest = nlohmann::json::parse(
       ReadFile(dir.path() + "/ckpt/" + latest["manifest"].get<std::string>()));
   for (const auto& part : manifest["parts"]) {
     if (part["name"] != "shard-" + std::to_string(shard)) continue;
     for (const auto& f : part["detail"]["files"])
-      if (f["sst"].get<bool>())
+      if (f["sst"].get<bool>() && nth-- == 0)
         return {f["db_name"].get<std::string>(), f["path"].get<std::string>()};
   }
-  ADD_FAILURE() << "no SST in shard " << shard << "'s part";
   return {};
 }
 
@@ -160,21 +163,38 @@ TEST_F(RestoreTest, DamagedLocalSstIsRepairedAndNamed) {
   EXPECT_NE(log.find(pool_path), std::string::npos) << log;
 }
 
-// What was built: no fallback to an older checkpoint; the shard refuses to start (exit 2, data
-// loss) naming the durable file, and the job does not start.
-TEST_F(RestoreTest, DamagedLocalAndDurableSstIsAnErrorNamingTheFile) {
+// A damaged file in the durable copy of LATEST (and the same SST damaged locally): the chief,
+// which reads every file of the checkpoint a job starts from, skips it for the previous one,
+// naming the file; the job resumes from there and, at k = 0, still ends with the same model.
+TEST_F(RestoreTest, DamagedDurableSstSkipsToThePreviousCheckpoint) {
   TempDir dir;
   CopyJob(*first_, dir);
-  const auto [db_name, pool_path] = LatestSst(dir, 1);
+  // An SST only the newest checkpoint has (the pool shares the others with the previous one).
+  const auto previous = nlohmann::json::parse(ReadFile(
+      dir.path() + "/ckpt/ckpt-" + std::string(12 - std::to_string(kPreviousStep).size(), '0') +
+      std::to_string(kPreviousStep) + "/MANIFEST"));
+  std::set<std::string> older;
+  for (const auto& part : previous["parts"])
+    for (const auto& f : part["files"]) older.insert(f["path"].get<std::string>());
+  std::string db_name, pool_path;
+  for (int i = 0; i < 8 && db_name.empty(); ++i) {
+    auto sst = LatestSst(dir, 1, i);
+    if (sst.first.empty()) break;
+    if (!older.count("shards/shard-1/" + sst.second)) std::tie(db_name, pool_path) = sst;
+  }
+  ASSERT_FALSE(db_name.empty()) << "every SST of the newest part is shared with the previous";
   const std::string local = LocalRestorePoint(dir, 1) + "/" + db_name;
   FlipByte(local, fs::file_size(local) / 2);
   FlipByte(dir.path() + "/ckpt/shards/shard-1/" + pool_path, 10);
-  auto r = Local(dir, 2, 2, {"train.steps=" + std::to_string(kMoreSteps)},
-                 std::chrono::milliseconds(60000));
-  EXPECT_NE(r.exit.exit_code, 0) << r.output;
-  const std::string log = PsLog(dir, 1);
-  EXPECT_NE(log.find("cannot restore the shard"), std::string::npos) << log;
-  EXPECT_NE(log.find(pool_path), std::string::npos) << log;
+  ContinueAndExpectTheReferenceModel(dir, 2);
+  const std::string chief = ReadFile(dir.path() + "/out/logs/chief-0.log");
+  EXPECT_NE(chief.find(pool_path), std::string::npos) << chief;
+  EXPECT_NE(chief.find("checkpoint of step " + std::to_string(kCheckpointStep) + " skipped"),
+            std::string::npos)
+      << chief;
+  EXPECT_NE(chief.find("resuming from the checkpoint of step " + std::to_string(kPreviousStep)),
+            std::string::npos)
+      << chief;
 }
 
 }  // namespace
