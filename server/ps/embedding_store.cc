@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "common/embedding/initializer.h"
 #include "common/sync.h"
@@ -299,7 +300,9 @@ struct EmbeddingStore::Impl {
   Status UnlockWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
                      const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  Status FlushStripe(Stripe& s) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Writes the dirty rows and counters of stripes [begin, end) to RocksDB, in key order.
+  // REQUIRES: those stripes are locked.
+  Status FlushStripes(size_t begin, size_t end);
   Status EraseInStripe(Stripe& s, uint32_t table, std::span<const uint64_t> ids)
       EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   Status Scan(
@@ -568,28 +571,50 @@ Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id,
   return Status::Ok();
 }
 
-Status EmbeddingStore::Impl::FlushStripe(Stripe& s) {
+// The dirty rows go to RocksDB in key order: the memtable is a skiplist, and RocksDB inserts a
+// batch's keys with a hint from the previous insert, so keys in order cost a short step from
+// there instead of a search from the top (the slot order of the cache is random key order).
+Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end) NO_THREAD_SAFETY_ANALYSIS {
+  struct Dirty {
+    uint32_t table;
+    uint32_t bytes;
+    uint64_t id;
+    const uint8_t* row;  // valid while the stripe is locked and nothing is inserted or erased
+  };
+  std::vector<Dirty> dirty;
+  rocksdb::WriteBatch counters;
+  for (size_t k = begin; k < end; ++k) {
+    Stripe& s = *stripes[k];
+    s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
+      dirty.push_back(Dirty{table, n, id, row});
+    });
+    s.counters.ForEach([&](const CounterCache::Entry& e) {
+      if (e.state != CounterCache::kDirty) return;
+      const CounterKey key(e.table, e.id);
+      if (e.count == 0) {
+        counters.Delete(key.slice()).PermitUncheckedError();
+      } else {
+        counters.Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
+      }
+    });
+    // Stored below, before any of these stripes is unlocked; dropping them bounds the map to
+    // the counters touched between two flushes.
+    s.counters.Clear();
+  }
+  // The byte order of big-endian (table, id) keys is the numeric order of (table, id).
+  std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
+    return a.table != b.table ? a.table < b.table : a.id < b.id;
+  });
   rocksdb::WriteBatch batch;
-  Status status;
-  s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-    batch.Put(RowKey(table, id).slice(), rocksdb::Slice(reinterpret_cast<const char*>(row), n))
+  for (const Dirty& d : dirty) {
+    batch
+        .Put(RowKey(d.table, d.id).slice(),
+             rocksdb::Slice(reinterpret_cast<const char*>(d.row), d.bytes))
         .PermitUncheckedError();
-    if (batch.GetDataSize() >= kFlushBatchBytes && status.ok()) status = Write(&batch);
-  });
-  TANDEM_RETURN_IF_ERROR(status);
-  s.counters.ForEach([&](const CounterCache::Entry& e) {
-    if (e.state != CounterCache::kDirty) return;
-    const CounterKey key(e.table, e.id);
-    if (e.count == 0) {
-      batch.Delete(key.slice()).PermitUncheckedError();
-    } else {
-      batch.Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
-    }
-  });
+    if (batch.GetDataSize() >= kFlushBatchBytes) TANDEM_RETURN_IF_ERROR(Write(&batch));
+  }
   TANDEM_RETURN_IF_ERROR(Write(&batch));
-  // Stored now; dropping them bounds the map to the counters touched between two flushes.
-  s.counters.Clear();
-  return Status::Ok();
+  return Write(&counters);
 }
 
 Status EmbeddingStore::Impl::EraseInStripe(Stripe& s, uint32_t table,
@@ -765,12 +790,17 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
   return impl_->Write(&batch);
 }
 
-Status EmbeddingStore::FlushDirty() {
-  for (const std::unique_ptr<Stripe>& s : impl_->stripes) {
-    MutexLock lock(&s->mu);
-    TANDEM_RETURN_IF_ERROR(impl_->FlushStripe(*s));
-  }
-  return Status::Ok();
+// All stripes are locked at once (in stripe order, as LockWindow locks, so the two cannot
+// deadlock) so that every dirty row goes to RocksDB in one key-ordered sequence: per stripe,
+// each stripe's run would interleave with the others' in the memtable, and the flush took 2-3x
+// the CPU (measured at 10^4 and 10^6 dirty rows). Reads wait for the flush meanwhile; it runs
+// at restore points, where the apply path waits for it anyway.
+Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
+  const size_t n = impl_->stripes.size();
+  for (size_t k = 0; k < n; ++k) impl_->stripes[k]->mu.Lock();
+  Status s = impl_->FlushStripes(0, n);
+  for (size_t k = n; k-- > 0;) impl_->stripes[k]->mu.Unlock();
+  return s;
 }
 
 // REQUIRES: no concurrent Update/Erase/SetAdmissionCount (restore points are taken after a fully

@@ -85,7 +85,8 @@ class EmbeddingStore {
   // REQUIRES: no concurrent call touches these ids.
   Status WriteRows(uint32_t table, std::span<const uint64_t> ids, const uint8_t* rows);
 
-  // Writes every dirty cached row (and counter) to RocksDB; rows stay cached, clean.
+  // Writes every dirty cached row (and counter) to RocksDB, in key order; rows stay cached,
+  // clean. Holds every stripe for its duration: other calls wait for it.
   Status FlushDirty();
   // FlushDirty, then a RocksDB checkpoint (hard links; the memtable is flushed first) in
   // `dir`, which must not exist.

@@ -657,6 +657,31 @@ TEST(RowCacheTest, EraseReleasesChunksAndKeepsTheRest) {
   EXPECT_EQ(dirty, 5000u);  // all clean now
 }
 
+// TakeDirty skips flag words without a dirty row; it still finds every dirty row exactly once,
+// with its content, whether a chunk holds one slot (large rows) or many, and leaves them clean.
+TEST(RowCacheTest, TakeDirtyFindsSparseDirtyRowsInSmallAndLargeChunks) {
+  RowCacheHarness h({24, 9000}, /*budget=*/0);
+  for (uint64_t id = 0; id < 3000; ++id) h.Touch(0, id);
+  for (uint64_t id = 0; id < 40; ++id) h.Touch(1, id);
+  h.cache().TakeDirty([](uint32_t, uint64_t, const uint8_t*, uint32_t) {});
+  std::map<std::pair<uint32_t, uint64_t>, uint8_t> want;
+  for (uint64_t id : {0ull, 7ull, 8ull, 1023ull, 2999ull}) want[{0, id}] = 0;
+  for (uint64_t id : {0ull, 9ull, 39ull}) want[{1, id}] = 0;
+  for (auto& [key, version] : want) {
+    h.Touch(key.first, key.second);
+    version = h.versions().at(key);
+  }
+  std::map<std::pair<uint32_t, uint64_t>, uint8_t> got;
+  h.cache().TakeDirty([&](uint32_t t, uint64_t id, const uint8_t* row, uint32_t n) {
+    EXPECT_EQ(n, t == 0 ? 24u : 9000u);
+    EXPECT_TRUE(got.emplace(std::make_pair(t, id), row[n - 1]).second) << t << "/" << id;
+  });
+  EXPECT_EQ(got, want);
+  size_t again = 0;
+  h.cache().TakeDirty([&](uint32_t, uint64_t, const uint8_t*, uint32_t) { ++again; });
+  EXPECT_EQ(again, 0u);
+}
+
 // UpdateDistinct from several threads at once, each on its own table, with reads of other
 // tables in between and a cache that evicts across tables: every row ends as with Update called
 // in series, and fn sees each id once.

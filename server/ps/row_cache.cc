@@ -86,14 +86,28 @@ bool RowCache::Erase(uint32_t table, uint64_t id, uint64_t hash) {
   return true;
 }
 
+// A checkpoint after a few changed rows must not cost a visit of every cached row: the flags of
+// a chunk are contiguous, so they are tested eight at a time and a word without a dirty bit is
+// skipped whole.
 void RowCache::TakeDirty(const RowFn& fn) {
+  constexpr uint64_t kDirtyBits = 0x0101010101010101ull * kDirty;
   for (SlabClass& c : classes_) {
-    for (uint32_t s = 0; s < c.capacity(); ++s) {
-      uint8_t& f = *c.flags(s);
-      if ((f & (kLive | kDirty)) != (kLive | kDirty)) continue;
-      fn(*c.table(s), *c.id(s), c.row(s), c.row_bytes);
-      NoteChanged(KeyHash(*c.table(s), *c.id(s)));
-      f &= ~kDirty;
+    for (size_t k = 0; k < c.chunks.size(); ++k) {
+      const uint32_t first = static_cast<uint32_t>(k) << c.chunk_shift;
+      const uint8_t* flags = c.flags(first);
+      for (uint32_t w = 0; w < c.rows_per_chunk; w += 8) {
+        const uint32_t len = std::min<uint32_t>(8, c.rows_per_chunk - w);
+        uint64_t word = 0;
+        std::memcpy(&word, flags + w, len);
+        if ((word & kDirtyBits) == 0) continue;
+        for (uint32_t s = first + w; s < first + w + len; ++s) {
+          uint8_t& f = *c.flags(s);
+          if ((f & (kLive | kDirty)) != (kLive | kDirty)) continue;
+          fn(*c.table(s), *c.id(s), c.row(s), c.row_bytes);
+          NoteChanged(KeyHash(*c.table(s), *c.id(s)));
+          f &= ~kDirty;
+        }
+      }
     }
   }
 }

@@ -102,7 +102,8 @@ class RowCache {
   // calls NoteChanged). Returns whether it was cached.
   bool Erase(uint32_t table, uint64_t id, uint64_t hash);
 
-  // Calls fn for every dirty row (for the caller to write to RocksDB), then marks it clean.
+  // Calls fn for every dirty row (for the caller to write to RocksDB), then marks it clean. The
+  // row pointers fn gets stay valid until the next Insert or Erase.
   void TakeDirty(const RowFn& fn);
 
   // Change tracking, so that a row read from RocksDB without the stripe lock can be checked for
