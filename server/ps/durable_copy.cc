@@ -141,10 +141,11 @@ StatusOr<FileSum> Stream(const std::string& from, int out_fd, const std::string&
 
 StatusOr<FileSum> ReadSum(const std::string& path) { return Stream(path, -1, ""); }
 
-// Copies `from` to `to` through `to`.tmp + fsync + rename (the caller fsyncs the directory).
-// With `expected`, a copy whose CRC differs is refused with kDataLoss and never renamed.
-StatusOr<FileSum> CopyDurably(const std::string& from, const std::string& to,
-                              std::optional<uint32_t> expected) {
+// Writes `from` to `to`.tmp, neither fsynced nor renamed yet (CopyJob::Commit does both, for
+// every file of a part at once). With `expected`, a copy whose CRC differs is refused with
+// kDataLoss and removed.
+StatusOr<FileSum> Stage(const std::string& from, const std::string& to,
+                        std::optional<uint32_t> expected) {
   const std::string tmp = to + std::string(kTmpSuffix);
   Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (out.get() < 0) return ErrnoStatus(errno, "create " + tmp);
@@ -155,9 +156,7 @@ StatusOr<FileSum> CopyDurably(const std::string& from, const std::string& to,
     std::snprintf(msg, sizeof msg, ": CRC32C %08x, RocksDB recorded %08x", sum->crc32c, *expected);
     s = Status::DataLoss("restore point file " + from + msg);
   }
-  if (s.ok() && ::fsync(out.get()) != 0) s = ErrnoStatus(errno, "fsync " + tmp);
   if (out.Close() != 0 && s.ok()) s = ErrnoStatus(errno, "close " + tmp);
-  if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoStatus(errno, "rename " + tmp);
   if (!s.ok()) {
     ::unlink(tmp.c_str());
     return s;
@@ -234,14 +233,39 @@ std::string PoolPath(const std::string& db_name, uint32_t crc) {
          ".sst";
 }
 
-// The state one CopyToDurable works with.
+// The state one CopyToDurable works with. Files are copied in three phases, so that a part
+// costs one journal commit's worth of waiting rather than one per file: every new file is
+// written as <name>.tmp (Stage), then each is fsynced, then each renamed, then each directory
+// fsynced once. A crash before the renames leaves only .tmp files (never named by a part;
+// CollectGarbage removes them); a renamed file was fsynced first, so a visible pool file is
+// always complete; and nothing is named by a committed checkpoint before CopyToDurable returns.
 struct CopyJob {
   std::string source_dir;
   fs::path root;
   std::string step_dir;  // relative to root
   std::map<uint64_t, uint32_t> recorded;
-  std::map<std::string, const CheckpointFile*> previous;  // by path
+  std::map<std::string, const CheckpointFile*> previous;          // by path
+  std::map<std::string, const CheckpointFile*> previous_by_name;  // non-SSTs, by db_name
+  std::vector<std::string> staged;  // final paths whose .tmp is written, not yet synced
   CheckpointPart part;
+
+  ~CopyJob() {
+    for (const std::string& to : staged) ::unlink((to + std::string(kTmpSuffix)).c_str());
+  }
+
+  Status Commit() {
+    for (const std::string& to : staged) {
+      TANDEM_RETURN_IF_ERROR(FsyncPath(to + std::string(kTmpSuffix), O_RDONLY));
+    }
+    for (const std::string& to : staged) {
+      const std::string tmp = to + std::string(kTmpSuffix);
+      if (::rename(tmp.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "rename " + tmp);
+    }
+    staged.clear();
+    TANDEM_RETURN_IF_ERROR(FsyncDir((root / kPoolDir).string()));
+    TANDEM_RETURN_IF_ERROR(FsyncDir((root / step_dir).string()));
+    return FsyncDir(root.string());  // the step directory's own entry
+  }
 };
 
 // Whether the pool already holds `file` (path, size and CRC as wanted), reading it only when
@@ -269,8 +293,9 @@ Status CopySst(CopyJob* job, const std::string& name, uint64_t size_bytes) {
   CheckpointFile file{PoolPath(name, crc), name, size_bytes, crc, /*is_sst=*/true};
   TANDEM_ASSIGN_OR_RETURN(bool held, PoolHolds(*job, file));
   if (!held) {
-    TANDEM_ASSIGN_OR_RETURN(FileSum sum,
-                            CopyDurably(source, (job->root / file.path).string(), crc));
+    const std::string to = (job->root / file.path).string();
+    TANDEM_ASSIGN_OR_RETURN(FileSum sum, Stage(source, to, crc));
+    job->staged.push_back(to);
     file.size_bytes = sum.size_bytes;
     job->part.bytes_copied += sum.size_bytes;
     ++job->part.files_copied;
@@ -279,10 +304,44 @@ Status CopySst(CopyJob* job, const std::string& name, uint64_t size_bytes) {
   return Status::Ok();
 }
 
+// Makes `to` a hard link to `from` (a durable file of the previous part, so its data needs no
+// fsync; the entry is made durable by Commit's directory fsync). False when the file system
+// cannot link (then the caller copies).
+bool LinkDurable(const std::string& from, const std::string& to) {
+  if (from == to) return FileSize(to).has_value();  // the same step again
+  const std::string tmp = to + std::string(kTmpSuffix);
+  ::unlink(tmp.c_str());
+  if (::link(from.c_str(), tmp.c_str()) != 0) return false;
+  if (::rename(tmp.c_str(), to.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+// The small files (CURRENT, OPTIONS-*, MANIFEST-*) go in each step's directory. One that is
+// identical (size and CRC32C) to the previous part's file of that name, which is present with
+// that size, is hard-linked to it instead of written and fsynced again: OPTIONS and CURRENT
+// rarely change between steps (the MANIFEST, appended to, usually does).
 Status CopyOther(CopyJob* job, const std::string& name) {
+  const std::string source = job->source_dir + "/" + name;
   CheckpointFile file{job->step_dir + "/" + name, name, 0, 0, /*is_sst=*/false};
-  TANDEM_ASSIGN_OR_RETURN(FileSum sum, CopyDurably(job->source_dir + "/" + name,
-                                                   (job->root / file.path).string(), std::nullopt));
+  const std::string to = (job->root / file.path).string();
+  auto prev = job->previous_by_name.find(name);
+  if (prev != job->previous_by_name.end()) {
+    TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(source));
+    const CheckpointFile& old = *prev->second;
+    const std::string from = (job->root / old.path).string();
+    if (sum.size_bytes == old.size_bytes && sum.crc32c == old.crc32c &&
+        FileSize(from) == old.size_bytes && LinkDurable(from, to)) {
+      file.size_bytes = sum.size_bytes;
+      file.crc32c = sum.crc32c;
+      job->part.files.push_back(std::move(file));
+      return Status::Ok();
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(FileSum sum, Stage(source, to, std::nullopt));
+  job->staged.push_back(to);
   file.size_bytes = sum.size_bytes;
   file.crc32c = sum.crc32c;
   job->part.bytes_copied += sum.size_bytes;
@@ -340,18 +399,26 @@ StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
   job.step_dir = StepDirName(step);
   job.part.shard = shard;
   job.part.step = step;
-  if (previous != nullptr)
-    for (const CheckpointFile& f : previous->files) job.previous[f.path] = &f;
+  if (previous != nullptr) {
+    for (const CheckpointFile& f : previous->files) {
+      job.previous[f.path] = &f;
+      if (!f.is_sst && SafeRelativePath(f.path) && SafeName(f.db_name))
+        job.previous_by_name[f.db_name] = &f;
+    }
+  }
   TANDEM_ASSIGN_OR_RETURN(job.recorded, RecordedSstChecksums(restore_point_dir));
   TANDEM_ASSIGN_OR_RETURN(auto listing, ListFiles(restore_point_dir));
   TANDEM_RETURN_IF_ERROR(CreateDirsDurably(job.root / kPoolDir));
-  TANDEM_RETURN_IF_ERROR(CreateDirsDurably(job.root / job.step_dir));
+  // Its entry in the root is made durable by Commit.
+  if (!fs::create_directory(job.root / job.step_dir, ec) && ec)
+    return ErrorCodeStatus(ec, "mkdir " + (job.root / job.step_dir).string());
   for (const auto& [name, size] : listing) {
     Status s = SstNumber(name) ? CopySst(&job, name, size) : CopyOther(&job, name);
     if (!s.ok()) return s.WithContext("durable copy of shard " + std::to_string(shard));
   }
-  TANDEM_RETURN_IF_ERROR(FsyncDir((job.root / kPoolDir).string()));
-  TANDEM_RETURN_IF_ERROR(FsyncDir((job.root / job.step_dir).string()));
+  Status committed = job.Commit();
+  if (!committed.ok())
+    return committed.WithContext("durable copy of shard " + std::to_string(shard));
   std::sort(job.part.files.begin(), job.part.files.end(),
             [](const CheckpointFile& a, const CheckpointFile& b) { return a.path < b.path; });
   return std::move(job.part);

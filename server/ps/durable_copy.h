@@ -10,9 +10,12 @@
 //                                   files again from a restored MANIFEST, so an abandoned
 //                                   timeline may have used the same number).
 //   step-<12-digit step>/           the rest of the restore point (CURRENT, MANIFEST-*, OPTIONS-*,
-//                                   WAL files), copied whole each step; they are small.
+//                                   WAL files), copied whole each step (they are small), or
+//                                   hard-linked to the previous part's file when identical.
 //
-// Every file is written tmp + fsync + rename, and its directory fsynced. Checksums are CRC32C of
+// Every new file is written tmp + fsync + rename, and its directory fsynced, in phases over all
+// of a part's files (all written, then all fsynced, then all renamed, then each directory
+// fsynced once), so a visible file is always complete. Checksums are CRC32C of
 // the whole file: RocksDB's own file checksum for SSTs (file_checksum_gen_factory), computed by
 // us while copying for the other files, and taken from the previous part for files shared with
 // it, so a checkpoint reads only what it copies.
