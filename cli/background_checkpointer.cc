@@ -156,8 +156,13 @@ bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {
   }
   // Checkpoints pause while the chief is away (PROTOCOLS §10): try again.
   last_error_ = committed.status();
-  TLOG_WARN("checkpoint of step {} not committed yet, will retry: {}", c.step,
-            committed.status().ToString());
+  if (c.step != retry_step_) {
+    retry_step_ = c.step;
+    retries_ = 0;
+  }
+  if (retries_++ % 30 == 0)
+    TLOG_WARN("checkpoint of step {} not committed yet ({} tries), will retry: {}", c.step,
+              retries_, committed.status().ToString());
   return false;
 }
 

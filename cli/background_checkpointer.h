@@ -75,7 +75,9 @@ class BackgroundCheckpointer {
   int64_t last_committed_ GUARDED_BY(mu_) = -1;
   Status last_error_ GUARDED_BY(mu_);  // why the newest checkpoint was lost, if it was
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::vector<int64_t> retained_;  // the chief's kept checkpoints (thread only)
+  std::vector<int64_t> retained_;            // the chief's kept checkpoints (thread only)
+  int64_t retry_step_ GUARDED_BY(mu_) = -1;  // the commit being retried, for quieter logs
+  int retries_ GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 
