@@ -1,0 +1,84 @@
+#include "cli/drill_faults.h"
+
+#include "gtest/gtest.h"
+
+namespace tandem::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string ErrorOf(std::string_view spec) {
+  auto r = ParseFaults(spec);
+  EXPECT_FALSE(r.ok()) << spec;
+  if (r.ok()) return "";
+  EXPECT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+  return r.status().message();
+}
+
+TEST(DrillFaultsTest, ParsesEveryKindInStepOrder) {
+  auto r = ParseFaults(
+      "kill worker:1 @step 300; kill ps:0 @step 650 ;stop worker:0 @step 900 for 8s;"
+      "  kill chief @step 120; corrupt-latest @step 1500; lose ps:1 @step 1700;"
+      "stop ps:1 @step 1000 for 500ms;");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 7u);
+  const auto& f = *r;
+  EXPECT_EQ(f[0].ToString(), "kill chief:0 @step 120");
+  EXPECT_EQ(f[0].role, "chief");
+  EXPECT_EQ(f[1].ToString(), "kill worker:1 @step 300");
+  EXPECT_EQ(f[1].kind, FaultKind::kKill);
+  EXPECT_EQ(f[1].index, 1);
+  EXPECT_EQ(f[2].task(), "ps:0");
+  EXPECT_EQ(f[3].kind, FaultKind::kStop);
+  EXPECT_EQ(f[3].duration, milliseconds(8000));
+  EXPECT_EQ(f[4].duration, milliseconds(500));
+  EXPECT_EQ(f[4].step, 1000);
+  EXPECT_EQ(f[5].kind, FaultKind::kCorruptLatest);
+  EXPECT_EQ(f[5].task(), "");
+  EXPECT_EQ(f[6].kind, FaultKind::kLose);
+  EXPECT_EQ(f[6].ToString(), "lose ps:1 @step 1700");
+}
+
+TEST(DrillFaultsTest, FaultsAtTheSameStepKeepTheirOrder) {
+  auto r = ParseFaults("kill ps:1 @step 5; kill ps:0 @step 5; stop chief:0 @step 2 for 1.5s");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].duration, milliseconds(1500));
+  EXPECT_EQ((*r)[1].task(), "ps:1");
+  EXPECT_EQ((*r)[2].task(), "ps:0");
+}
+
+TEST(DrillFaultsTest, EmptySpecIsAnError) {
+  EXPECT_NE(ErrorOf("").find("no fault given"), std::string::npos);
+  EXPECT_NE(ErrorOf(" ; ;").find("no fault given"), std::string::npos);
+}
+
+TEST(DrillFaultsTest, ErrorsNameTheFaultThePositionAndTheProblem) {
+  EXPECT_EQ(ErrorOf("kill ps:0 @step 10; explode ps:1 @step 20"),
+            "--faults: fault 2 (at character 21): unknown action 'explode' (expected kill, "
+            "stop, lose or corrupt-latest)");
+  EXPECT_EQ(ErrorOf("stop ps:1 @step 200"),
+            "--faults: fault 1 (at character 20): 'stop' needs 'for DURATION' after the step, "
+            "e.g. 'for 5s'");
+  EXPECT_NE(ErrorOf("kill ps:0 @step ten").find("bad step 'ten'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0 @step 0").find("bad step '0'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0 @step").find("missing step number"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0").find("missing '@step S'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0 @step100").find("with a space"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0 at 100").find("expected '@step S', found 'at'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill @step 5").find("unknown role '@step'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill").find("missing target"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill gpu:0 @step 5").find("unknown role 'gpu'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps @step 5").find("needs an index"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:x @step 5").find("bad index in 'ps:x'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:-1 @step 5").find("bad index"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill chief:1 @step 5").find("only chief:0"), std::string::npos);
+  EXPECT_NE(ErrorOf("lose worker:0 @step 5").find("'lose' takes a PS"), std::string::npos);
+  EXPECT_NE(ErrorOf("stop ps:0 @step 5 for 5").find("bad duration '5'"), std::string::npos);
+  EXPECT_NE(ErrorOf("stop ps:0 @step 5 for 0s").find("bad duration"), std::string::npos);
+  EXPECT_NE(ErrorOf("stop ps:0 @step 5 for").find("bad duration ''"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0 @step 5 for 2s").find("unexpected 'for'"), std::string::npos);
+  EXPECT_NE(ErrorOf("corrupt-latest ps:0 @step 5").find("found 'ps:0'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::cli
