@@ -1,0 +1,512 @@
+#include "cli/drill_command.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "cli/cluster_file.h"
+#include "cli/drill_faults.h"
+#include "cli/stop_signals.h"
+#include "common/chief_client.h"
+#include "common/config/job_config.h"
+#include "common/exit_codes.h"
+#include "common/job_id.h"
+#include "common/subprocess.h"
+
+namespace tandem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What one fault did, as far as the drill could see it.
+struct FaultRecord {
+  Fault fault;
+  bool fired = false;
+  std::string error;  // why it could not be fired
+  Clock::time_point fired_at;
+  int64_t fired_at_step = -1;
+  int64_t step_before = -1;  // the highest step completed before the fault
+  int pid = 0;
+  uint64_t incarnation_before = 0, term_before = 0, timeline_before = 0;
+  uint64_t incarnation_after = 0, term_after = 0, timeline_after = 0;
+  uintmax_t log_offset = 0;                  // size of the target's log when the fault fired
+  std::string corrupted_latest;              // corrupt-latest: the bytes written
+  std::optional<Clock::time_point> cont_at;  // stop: when SIGCONT is due
+  std::optional<int64_t> detect_ms, recovery_ms;
+  std::string detected_by;
+  bool recovery_bound_only = false;  // seen only as the job's successful end
+  std::string path;
+};
+
+// The chief's view of a `tandem local` job, read through its cluster.json.
+class JobWatcher {
+ public:
+  explicit JobWatcher(std::string out_dir) : out_dir_(std::move(out_dir)) {}
+
+  std::optional<ClusterFile> Cluster() const {
+    auto f = ReadClusterFile(out_dir_ + "/cluster.json");
+    if (!f.ok()) return std::nullopt;
+    return *f;
+  }
+
+  std::optional<ClusterView> View() {
+    if (!client_) {
+      auto f = Cluster();
+      if (!f) return std::nullopt;
+      ChiefClientOptions o;
+      for (const auto& m : f->members)
+        if (m.task == "chief:0") o.chief_endpoint = m.endpoint;
+      auto id = ParseJobId(f->job_id);
+      if (o.chief_endpoint.empty() || !id.ok()) return std::nullopt;
+      o.identity.job_id = *id;
+      o.identity.role = wire::Role::TOOL;
+      o.call_budget = milliseconds(500);
+      client_ = std::make_unique<ChiefClient>(&context_, o);
+    }
+    auto v = client_->View(milliseconds(500));
+    if (!v.ok()) return std::nullopt;
+    return *v;
+  }
+
+  int Pid(const std::string& task) const {
+    auto f = Cluster();
+    if (f)
+      for (const auto& m : f->members)
+        if (m.task == task) return m.pid;
+    return 0;
+  }
+
+ private:
+  std::string out_dir_;
+  zmq::context_t context_{1};
+  std::unique_ptr<ChiefClient> client_;
+};
+
+const MemberView* FindMember(const ClusterView& v, const std::string& role, int index) {
+  for (const auto& m : v.members)
+    if (m.role == role && static_cast<int>(m.index) == index) return &m;
+  return nullptr;
+}
+
+std::string LogOf(const std::string& out_dir, const Fault& f) {
+  return out_dir + "/logs/" + f.role + "-" + std::to_string(f.index) + ".log";
+}
+
+uintmax_t FileSize(const std::string& path) {
+  std::error_code ec;
+  auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+// Flips the first byte of checkpoint.dir/LATEST; returns the corrupted content or an error.
+StatusOr<std::string> CorruptLatest(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/LATEST";
+  std::string content = ReadAll(path);
+  if (content.empty()) return Status::NotFound(path + " does not exist yet");
+  content[0] = static_cast<char>(content[0] ^ 0xff);
+  std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+  out.seekp(0);
+  out.write(content.data(), 1);
+  if (!out) return Status::Unavailable("cannot write " + path);
+  return content;
+}
+
+struct Context {
+  const config::JobConfig* job;
+  std::string out_dir;
+};
+
+// Fires `r.fault` against the running job.
+void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterView>& view,
+          int64_t step, FaultRecord& r) {
+  const Fault& f = r.fault;
+  r.fired_at_step = step;
+  r.step_before = step;
+  if (view) {
+    r.term_before = view->term;
+    r.timeline_before = view->timeline;
+    if (const MemberView* m = FindMember(*view, f.role, f.index))
+      r.incarnation_before = m->incarnation;
+  }
+  if (f.kind == FaultKind::kCorruptLatest) {
+    auto c = CorruptLatest(ctx.job->checkpoint.dir);
+    if (!c.ok()) {
+      r.error = c.status().message();
+      return;
+    }
+    r.corrupted_latest = *c;
+  } else {
+    r.pid = watcher.Pid(f.task());
+    r.log_offset = FileSize(LogOf(ctx.out_dir, f));
+    if (r.pid <= 0) {
+      r.error = "no pid for " + f.task() + " in cluster.json";
+      return;
+    }
+    if (f.kind == FaultKind::kKill) {
+      ::kill(r.pid, SIGKILL);
+    } else if (f.kind == FaultKind::kStop) {
+      ::kill(r.pid, SIGSTOP);
+      r.cont_at = Clock::now() + f.duration;
+    } else {  // lose: stopped while its data goes, so that no restart can race the delete
+      ::kill(r.pid, SIGSTOP);
+      std::error_code ec;
+      fs::remove_all(ctx.job->ps.data_dir + "/shard-" + std::to_string(f.index), ec);
+      ::kill(r.pid, SIGKILL);
+    }
+  }
+  r.fired = true;
+  r.fired_at = Clock::now();
+  std::printf("tandem drill: step %lld: %s (pid %d)\n", static_cast<long long>(step),
+              f.ToString().c_str(), r.pid);
+  std::fflush(stdout);
+}
+
+// Updates detection and recovery of a fired fault from what is observable now.
+void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_t step,
+             const Context& ctx, FaultRecord& r) {
+  if (!r.fired) return;
+  const Fault& f = r.fault;
+  if (!r.detect_ms) {
+    std::string by;
+    if (f.kind == FaultKind::kCorruptLatest) {
+      const std::string now = ReadAll(ctx.job->checkpoint.dir + "/LATEST");
+      if (!now.empty() && now != r.corrupted_latest)
+        by = "LATEST rewritten by the next checkpoint commit";
+    } else if (f.role == "chief") {
+      if (view && view->term > r.term_before)
+        by = "restarted chief answers with term " + std::to_string(view->term);
+    } else {
+      const MemberView* m = view ? FindMember(*view, f.role, f.index) : nullptr;
+      if (m && m->state == "lost")
+        by = "chief declared " + f.task() + " lost" +
+             (m->lost_reason.empty() ? "" : " (" + m->lost_reason + ")");
+      else if (m && m->incarnation != 0 && m->incarnation != r.incarnation_before)
+        by = f.task() + " re-registered as incarnation " + std::to_string(m->incarnation);
+    }
+    if (by.empty() && !f.role.empty() && f.kind != FaultKind::kStop) {
+      const int pid = watcher.Pid(f.task());
+      if (pid > 0 && pid != r.pid)
+        by = "supervisor restarted it (pid " + std::to_string(r.pid) + " -> " +
+             std::to_string(pid) + ")";
+    }
+    if (!by.empty()) {
+      r.detect_ms = MsSince(r.fired_at);
+      r.detected_by = by;
+    }
+  }
+  if (view) {
+    r.term_after = view->term;
+    r.timeline_after = view->timeline;
+    if (const MemberView* m = FindMember(*view, f.role, f.index))
+      r.incarnation_after = m->incarnation;
+  }
+  if (!r.recovery_ms && step > r.step_before && !r.cont_at) r.recovery_ms = MsSince(r.fired_at);
+}
+
+// The observable recovery path of `r`, read after the run.
+std::string PathOf(const Context& ctx, const FaultRecord& r) {
+  const Fault& f = r.fault;
+  std::string path;
+  if (f.kind == FaultKind::kCorruptLatest) {
+    path = r.detect_ms ? "LATEST rewritten by the next commit" : "LATEST left corrupt";
+  } else if (f.role == "chief") {
+    path = "chief restart (term " + std::to_string(r.term_before) + " -> " +
+           std::to_string(r.term_after) + ")";
+  } else {
+    const bool restarted = r.incarnation_after != r.incarnation_before ||
+                           r.detected_by.find("restarted") != std::string::npos;
+    if (f.kind == FaultKind::kStop && !restarted) {
+      path = "resumed after SIGCONT, no restart";
+    } else {
+      path = f.role + " restart";
+      if (f.role == "ps") {
+        // The shard's own account (server/ps/shard.cc) in its log, after the fault.
+        const std::string log = ReadAll(LogOf(ctx.out_dir, f));
+        const size_t at = log.find("recovered: restore point", r.log_offset);
+        if (at != std::string::npos) {
+          const size_t start = log.rfind("shard", at);
+          const size_t end = log.find('\n', at);
+          path += " + log replay (" +
+                  log.substr(start == std::string::npos ? at : start,
+                             end == std::string::npos ? std::string::npos : end - start) +
+                  ")";
+        }
+      }
+    }
+  }
+  if (r.timeline_after > r.timeline_before)
+    path += "; global rollback (timeline " + std::to_string(r.timeline_before) + " -> " +
+            std::to_string(r.timeline_after) + ")";
+  return path;
+}
+
+std::vector<std::string> LocalArgv(const LocalArgs& a, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {SelfExecutable(), "local",
+                                   "--config",       a.config_path,
+                                   "--ps",           std::to_string(a.num_ps),
+                                   "--workers",      std::to_string(a.num_workers),
+                                   "--max-restarts", std::to_string(a.max_restarts),
+                                   "--log-level",    a.log_level};
+  for (const auto& s : a.sets) argv.insert(argv.end(), {"--set", s});
+  for (const auto& s : extra) argv.insert(argv.end(), {"--set", s});
+  return argv;
+}
+
+StatusOr<Subprocess> StartLocal(const LocalArgs& a, const std::vector<std::string>& extra,
+                                const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  SpawnOptions o;
+  o.argv = LocalArgv(a, extra);
+  o.output_path = out_dir + "/drill-local.log";
+  return Subprocess::Spawn(o);
+}
+
+// Waits for `p`; a stop signal is passed on to it (it stops its job cleanly).
+ExitInfo AwaitLocal(Subprocess& p, const sigset_t& signals) {
+  for (;;) {
+    if (auto e = p.Wait(milliseconds(0))) return *e;
+    int sig = 0;
+    if (WaitStopSignal(signals, milliseconds(200), &sig)) p.Signal(SIGTERM);
+  }
+}
+
+struct RunResult {
+  std::string out_dir;
+  ExitInfo exit;
+  nlohmann::json final_line;  // the last `"final": true` line of metrics.jsonl; null if none
+};
+
+nlohmann::json FinalLine(const std::string& out_dir) {
+  std::istringstream in(ReadAll(out_dir + "/metrics.jsonl"));
+  nlohmann::json last;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.value("final", false)) last = j;
+  }
+  return last;
+}
+
+// Runs the job under `faults`, firing each when the job's step reaches it.
+RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<FaultRecord>& records,
+                    const sigset_t& signals) {
+  RunResult result;
+  result.out_dir = ctx.out_dir;
+  auto p = StartLocal(args.local, {}, ctx.out_dir);
+  if (!p.ok()) {
+    std::fprintf(stderr, "tandem drill: %s\n", p.status().ToString().c_str());
+    result.exit.exit_code = kExitRuntimeFailure;
+    return result;
+  }
+  JobWatcher watcher(ctx.out_dir);
+  int64_t step = -1;
+  size_t next = 0;
+  for (;;) {
+    const bool running = p->running();
+    std::optional<ClusterView> view = running ? watcher.View() : std::nullopt;
+    if (view && view->step > step) step = view->step;
+    for (auto& r : records) {
+      if (r.cont_at && Clock::now() >= *r.cont_at) {
+        ::kill(r.pid, SIGCONT);
+        r.cont_at.reset();
+      }
+      Observe(view, watcher, step, ctx, r);
+    }
+    while (running && view && view->job_state == "training" && next < records.size() &&
+           step >= records[next].fault.step)
+      Fire(ctx, watcher, view, step, records[next++]);
+    if (!running) break;
+    int sig = 0;
+    if (WaitStopSignal(signals, milliseconds(args.poll_ms), &sig)) {
+      p->Signal(SIGTERM);
+      break;
+    }
+  }
+  for (auto& r : records)
+    if (r.cont_at) ::kill(r.pid, SIGCONT);
+  result.exit = AwaitLocal(*p, signals);
+  result.final_line = FinalLine(ctx.out_dir);
+  const int64_t final_step = result.final_line.value("step", int64_t{-1});
+  for (auto& r : records) {
+    if (!r.fired && r.error.empty())
+      r.error = "never fired: the job ended at step " + std::to_string(step);
+    // Progress past the fault that the polling missed: the job's successful end bounds it.
+    if (r.fired && !r.recovery_ms && result.exit.exited() && result.exit.exit_code == 0 &&
+        final_step > r.step_before) {
+      r.recovery_ms = MsSince(r.fired_at);
+      r.recovery_bound_only = true;
+    }
+    if (r.fired) r.path = PathOf(ctx, r);
+  }
+  return result;
+}
+
+std::string Ms(const std::optional<int64_t>& ms) {
+  if (!ms) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(*ms) / 1000);
+  return buf;
+}
+
+nlohmann::json RecordJson(const FaultRecord& r) {
+  nlohmann::json j = {{"fault", r.fault.ToString()},
+                      {"step", r.fault.step},
+                      {"fired", r.fired},
+                      {"fired_at_step", r.fired_at_step},
+                      {"step_before", r.step_before},
+                      {"pid", r.pid},
+                      {"detected", r.detect_ms.has_value()},
+                      {"detect_ms", r.detect_ms ? nlohmann::json(*r.detect_ms) : nullptr},
+                      {"detected_by", r.detected_by},
+                      {"recovered", r.recovery_ms.has_value()},
+                      {"recovery_ms", r.recovery_ms ? nlohmann::json(*r.recovery_ms) : nullptr},
+                      {"recovery_ms_is_upper_bound", r.recovery_bound_only},
+                      {"path", r.path}};
+  if (!r.error.empty()) j["error"] = r.error;
+  return j;
+}
+
+nlohmann::json RunJson(const RunResult& r) {
+  const auto& f = r.final_line;
+  return {{"output_dir", r.out_dir},
+          {"exit", r.exit.ToString()},
+          {"exit_code", r.exit.exit_code},
+          {"final_step", f.is_object() ? f.value("step", nlohmann::json()) : nullptr},
+          {"auc", f.is_object() ? f.value("auc", nlohmann::json()) : nullptr},
+          {"model_checksum", f.is_object() ? f.value("model_checksum", "") : ""}};
+}
+
+void PrintTable(const std::vector<FaultRecord>& records) {
+  std::printf("\n%-34s %7s %8s %9s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY", "PATH");
+  for (const auto& r : records) {
+    std::printf(
+        "%-34s %7lld %8s %9s  %s\n", r.fault.ToString().c_str(),
+        static_cast<long long>(r.fired_at_step), Ms(r.detect_ms).c_str(),
+        r.recovery_ms ? (Ms(r.recovery_ms) + (r.recovery_bound_only ? "<" : "")).c_str() : "FAILED",
+        r.fired ? r.path.c_str() : r.error.c_str());
+    if (!r.detected_by.empty()) std::printf("%-34s detected: %s\n", "", r.detected_by.c_str());
+  }
+}
+
+}  // namespace
+
+int RunDrill(const DrillArgs& args) {
+  const sigset_t signals = BlockStopSignals();
+  auto faults = ParseFaults(args.faults);
+  if (!faults.ok()) {
+    std::fprintf(stderr, "tandem drill: %s\n", faults.status().message().c_str());
+    return kExitUsage;
+  }
+  std::vector<config::Override> overrides;
+  for (const auto& s : args.local.sets) overrides.push_back({s});
+  auto job = config::LoadJobConfig(args.local.config_path, overrides);
+  if (!job.ok()) {
+    std::fprintf(stderr, "tandem drill: %s\n", job.status().message().c_str());
+    return kExitInvalid;
+  }
+  const Context ctx{&*job, job->output.dir};
+  std::vector<FaultRecord> records;
+  for (const auto& f : *faults) {
+    FaultRecord r;
+    r.fault = f;
+    records.push_back(r);
+  }
+
+  std::printf("tandem drill: the job under %zu fault(s); its output in %s/drill-local.log\n",
+              records.size(), ctx.out_dir.c_str());
+  std::fflush(stdout);
+  RunResult faulty = RunFaulty(args, ctx, records, signals);
+
+  RunResult reference;
+  if (!args.reference.empty()) {
+    reference.out_dir = args.reference;
+    reference.exit.exit_code = 0;
+    reference.final_line = FinalLine(args.reference);
+  } else {
+    const std::string suffix = "-reference";
+    const std::string out = job->output.dir + suffix;
+    std::error_code ec;
+    for (const auto& d : {out, job->checkpoint.dir + suffix, job->ps.data_dir + suffix})
+      fs::remove_all(d, ec);
+    std::printf("tandem drill: the same job without faults; its output in %s/drill-local.log\n",
+                out.c_str());
+    std::fflush(stdout);
+    auto p = StartLocal(args.local,
+                        {"output.dir=" + out, "checkpoint.dir=" + job->checkpoint.dir + suffix,
+                         "ps.data_dir=" + job->ps.data_dir + suffix},
+                        out);
+    reference.out_dir = out;
+    if (p.ok()) {
+      reference.exit = AwaitLocal(*p, signals);
+    } else {
+      std::fprintf(stderr, "tandem drill: %s\n", p.status().ToString().c_str());
+      reference.exit.exit_code = kExitRuntimeFailure;
+    }
+    reference.final_line = FinalLine(out);
+  }
+
+  PrintTable(records);
+  bool all_recovered = true;
+  for (const auto& r : records) all_recovered = all_recovered && r.recovery_ms.has_value();
+  const int64_t k = job->train.embedding_staleness;
+  nlohmann::json report = {{"faults", nlohmann::json::array()},
+                           {"run", RunJson(faulty)},
+                           {"reference", RunJson(reference)},
+                           {"embedding_staleness", k},
+                           {"detection",
+                            "the chief's view (lost member, new incarnation, new "
+                            "term) or a new pid in cluster.json, polled every " +
+                                std::to_string(args.poll_ms) + " ms"}};
+  for (const auto& r : records) report["faults"].push_back(RecordJson(r));
+  const std::string sum = report["run"]["model_checksum"];
+  const std::string ref_sum = report["reference"]["model_checksum"];
+  const bool job_ok = faulty.exit.exited() && faulty.exit.exit_code == 0;
+  const bool ref_ok =
+      !ref_sum.empty() && (reference.exit.exited() && reference.exit.exit_code == 0);
+  const bool sums_equal = !sum.empty() && sum == ref_sum;
+  const auto& auc = report["run"]["auc"];
+  const auto& ref_auc = report["reference"]["auc"];
+  report["checksums_equal"] = sums_equal;
+  report["auc_difference"] = auc.is_number() && ref_auc.is_number()
+                                 ? nlohmann::json(auc.get<double>() - ref_auc.get<double>())
+                                 : nlohmann::json();
+  const bool ok = all_recovered && job_ok && ref_ok && (k > 0 || sums_equal);
+  report["all_recovered"] = all_recovered;
+  report["ok"] = ok;
+
+  std::printf("%-34s %s\n", "job under faults", faulty.exit.ToString().c_str());
+  std::printf("%-34s %s\n", "fault-free run", reference.out_dir.c_str());
+  std::printf("%-34s %s vs %s (fault-free)\n", "final AUC", auc.dump().c_str(),
+              ref_auc.dump().c_str());
+  std::printf("%-34s %s vs %s: %s%s\n", "model_checksum", sum.empty() ? "-" : sum.c_str(),
+              ref_sum.empty() ? "-" : ref_sum.c_str(), sums_equal ? "equal" : "DIFFERENT",
+              k > 0 ? " (k > 0: not required)" : "");
+  std::printf("%-34s %s\n", "drill", ok ? "PASSED" : "FAILED");
+  const std::string json_path = ctx.out_dir + "/drill.json";
+  std::ofstream(json_path) << report.dump(2) << "\n";
+  std::printf("report: %s\n", json_path.c_str());
+  return ok ? kExitOk : kExitRuntimeFailure;
+}
+
+}  // namespace tandem::cli
