@@ -220,7 +220,12 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
     if (const MemberView* m = FindMember(*view, f.role, f.index))
       r.incarnation_after = m->incarnation;
   }
-  if (!r.recovery_ms && step > r.step_before && !r.cont_at) r.recovery_ms = MsSince(r.fired_at);
+  // The chief's view lags the workers by up to a heartbeat, so steps already under way when a
+  // process was killed can still appear: after a kill, progress counts only once the fault has
+  // been seen (restart, new incarnation or term).
+  const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
+  if (!r.recovery_ms && step > r.step_before && !r.cont_at && (r.detect_ms || !needs_detection))
+    r.recovery_ms = MsSince(r.fired_at);
 }
 
 // The observable recovery path of `r`, read after the run.
@@ -237,6 +242,8 @@ std::string PathOf(const Context& ctx, const FaultRecord& r) {
                            r.detected_by.find("restarted") != std::string::npos;
     if (f.kind == FaultKind::kStop && !restarted) {
       path = "resumed after SIGCONT, no restart";
+    } else if (!r.detect_ms) {
+      path = "no restart seen";
     } else {
       path = f.role + " restart";
       if (f.role == "ps") {
@@ -347,7 +354,8 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     if (r.cont_at) ::kill(r.pid, SIGCONT);
   result.exit = AwaitLocal(*p, signals);
   result.final_line = FinalLine(ctx.out_dir);
-  const int64_t final_step = result.final_line.value("step", int64_t{-1});
+  const int64_t final_step =
+      result.final_line.is_object() ? result.final_line.value("step", int64_t{-1}) : -1;
   for (auto& r : records) {
     if (!r.fired && r.error.empty())
       r.error = "never fired: the job ended at step " + std::to_string(step);
@@ -358,6 +366,16 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
       r.recovery_bound_only = true;
     }
     if (r.fired) r.path = PathOf(ctx, r);
+  }
+  // A job that failed did not recover from the last fault before it failed, whatever progress
+  // the lagging view showed after it.
+  const bool job_ok = result.exit.exited() && result.exit.exit_code == 0;
+  for (auto it = records.rbegin(); !job_ok && it != records.rend(); ++it) {
+    if (!it->fired) continue;
+    it->recovery_ms.reset();
+    it->recovery_bound_only = false;
+    it->error = "the job failed after it (tandem local: " + result.exit.ToString() + ")";
+    break;
   }
   return result;
 }
@@ -406,6 +424,7 @@ void PrintTable(const std::vector<FaultRecord>& records) {
         r.recovery_ms ? (Ms(r.recovery_ms) + (r.recovery_bound_only ? "<" : "")).c_str() : "FAILED",
         r.fired ? r.path.c_str() : r.error.c_str());
     if (!r.detected_by.empty()) std::printf("%-34s detected: %s\n", "", r.detected_by.c_str());
+    if (r.fired && !r.error.empty()) std::printf("%-34s %s\n", "", r.error.c_str());
   }
 }
 
