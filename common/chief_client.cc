@@ -382,7 +382,10 @@ Status ChiefClient::HeartbeatNow(milliseconds budget) {
   const auto deadline = Clock::now() + budget;
   milliseconds backoff = kMinBackoff;
   for (;;) {
-    Status s = HeartbeatNowOnce(std::max(milliseconds(1), Remaining(deadline)));
+    // Attempts of at most a second: a request sent to a chief that died is never answered, and
+    // one attempt must not spend the whole budget waiting for it (heartbeats are idempotent).
+    Status s =
+        HeartbeatNowOnce(std::clamp(Remaining(deadline), milliseconds(1), milliseconds(1000)));
     if (!TransportError(s) || Remaining(deadline) <= backoff) return s;
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
