@@ -55,6 +55,9 @@ struct FaultRecord {
   std::optional<int64_t> detect_ms, recovery_ms;
   std::string detected_by;
   bool recovery_bound_only = false;  // seen only as the job's successful end
+  // `tandem local`'s whole-job rollbacks (lines in drill-local.log) when the fault fired, and
+  // before the next fault fired (or the end).
+  size_t rollbacks_at_fire = 0, rollbacks_until = 0;
   std::string path;
 };
 
@@ -137,9 +140,20 @@ struct Context {
 };
 
 // Fires `r.fault` against the running job.
+// Whole-job rollbacks `tandem local` has announced in its output so far.
+size_t CountRollbacks(const std::string& out_dir) {
+  const std::string log = ReadAll(out_dir + "/drill-local.log");
+  size_t n = 0;
+  for (size_t at = log.find("rolling back"); at != std::string::npos;
+       at = log.find("rolling back", at + 1))
+    ++n;
+  return n;
+}
+
 void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterView>& view,
           int64_t step, FaultRecord& r) {
   const Fault& f = r.fault;
+  r.rollbacks_at_fire = CountRollbacks(ctx.out_dir);
   r.fired_at_step = step;
   r.step_before = step;
   if (view) {
@@ -261,6 +275,8 @@ std::string PathOf(const Context& ctx, const FaultRecord& r) {
       }
     }
   }
+  if (r.rollbacks_until > r.rollbacks_at_fire)
+    path += "; global rollback: the whole job restarted from the last committed checkpoint";
   if (r.timeline_after > r.timeline_before)
     path += "; global rollback (timeline " + std::to_string(r.timeline_before) + " -> " +
             std::to_string(r.timeline_after) + ")";
@@ -356,6 +372,15 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
   result.final_line = FinalLine(ctx.out_dir);
   const int64_t final_step =
       result.final_line.is_object() ? result.final_line.value("step", int64_t{-1}) : -1;
+  const size_t rollbacks = CountRollbacks(ctx.out_dir);
+  for (size_t i = 0; i < records.size(); ++i) {
+    records[i].rollbacks_until = rollbacks;
+    for (size_t j = i + 1; j < records.size(); ++j)
+      if (records[j].fired) {
+        records[i].rollbacks_until = records[j].rollbacks_at_fire;
+        break;
+      }
+  }
   for (auto& r : records) {
     if (!r.fired && r.error.empty())
       r.error = "never fired: the job ended at step " + std::to_string(step);

@@ -158,6 +158,10 @@ bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == 
 
 }  // namespace
 
+static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
+                   const JobId& job_id_value, const sigset_t& stop_signals,
+                   std::string* chief_port_io, bool* process_failed);
+
 int RunLocal(const LocalArgs& args) {
   const sigset_t stop_signals = BlockStopSignals();
   // Progress lines must appear as they happen, also when stdout is a file or a pipe.
@@ -178,6 +182,28 @@ int RunLocal(const LocalArgs& args) {
     std::fprintf(stderr, "tandem local: %s\n", job_id.status().ToString().c_str());
     return kExitRuntimeFailure;
   }
+  // A job that failed because a process failed is rolled back: every process is stopped and the
+  // whole job started again, resuming from the last committed checkpoint (at k = 0 it then ends
+  // with the model of a run without the failure).
+  std::string chief_port = "0";  // a rollback restarts the chief on the same port
+  for (int rollback = 0;; ++rollback) {
+    bool process_failed = false;
+    const int status = RunOnce(args, *job, *job_id, stop_signals, &chief_port, &process_failed);
+    if (status == kExitOk || !process_failed || rollback >= args.max_rollbacks) return status;
+    std::printf(
+        "tandem local: the job failed after a process failed: rolling back, the whole job "
+        "starts again from the last committed checkpoint (rollback %d of %d)\n",
+        rollback + 1, args.max_rollbacks);
+  }
+}
+
+// One start of the whole job, supervised until it ends. `process_failed`: a child crashed or was
+// declared lost and the job did not end well, without a stop asked from outside.
+static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
+                   const JobId& job_id_value, const sigset_t& stop_signals,
+                   std::string* chief_port_io, bool* process_failed) {
+  const config::JobConfig* job = &job_config;
+  const JobId* job_id = &job_id_value;
   const std::string job_hex = job_id->ToHex();
   const std::string out = job->output.dir;
   std::vector<Child> children;
@@ -209,9 +235,12 @@ int RunLocal(const LocalArgs& args) {
                ? kExitInvalid
                : kExitRuntimeFailure;
   };
-  if (Status s = StartChild(args, job_hex, "0", &chief); !s.ok()) return fail_start(s, chief);
+  chief.port = *chief_port_io;  // bind where the previous attempt's chief was, if any
+  if (Status s = StartChild(args, job_hex, *chief_port_io, &chief); !s.ok())
+    return fail_start(s, chief);
   if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return fail_start(s, chief);
   const std::string chief_port = chief.port;
+  *chief_port_io = chief_port;
   for (size_t i = 1; i < children.size(); ++i)
     if (Status s = StartChild(args, job_hex, chief_port, &children[i]); !s.ok())
       return fail_start(s, children[i]);
@@ -234,7 +263,9 @@ int RunLocal(const LocalArgs& args) {
   auto last_plain = Clock::now();
   std::optional<ClusterView> last_view;
   std::optional<Clock::time_point> stop_asked, ended_at, workers_gone_at;
-  bool stop_told = false;  // the chief answered the stop request (it may be restarting)
+  bool stop_told = false;     // the chief answered the stop request (it may be restarting)
+  bool user_stop = false;     // a stop signal reached tandem local
+  bool child_failed = false;  // a child crashed or was declared lost
   bool gave_up = false;
   std::string failure;
   for (;;) {
@@ -245,6 +276,7 @@ int RunLocal(const LocalArgs& args) {
         break;
       }
       stop_asked = Clock::now();
+      user_stop = true;
       std::printf("\ntandem local: stopping the job (again to stop at once)\n");
       auto r = tool.StopJob("stop signal to tandem local");
       stop_told = r.ok();
@@ -271,6 +303,7 @@ int RunLocal(const LocalArgs& args) {
               std::printf("\ntandem local: the chief declared %s lost (%s); killing pid %d\n",
                           c.task().c_str(), m.lost_reason.c_str(), c.process->pid());
               c.process->Signal(SIGKILL);
+              child_failed = true;
             }
         continue;
       }
@@ -282,6 +315,7 @@ int RunLocal(const LocalArgs& args) {
       }
       bool job_over = last_view && Ended(last_view->job_state);
       bool stopping = stop_asked.has_value();
+      if (!user_stop) child_failed = true;
       if (c.role == "chief") {
         // The members still need a chief after the job ended or a stop was asked: to commit the
         // final checkpoint and to tell them the job ended. It rejoins the run (PROTOCOLS §10).
@@ -384,8 +418,10 @@ int RunLocal(const LocalArgs& args) {
   }
   std::printf("  outputs: %s/metrics.jsonl, %s/tensorboard, logs in %s/logs\n", out.c_str(),
               out.c_str(), out.c_str());
-  if (!failure.empty() || v.job_state == "failed" || !Ended(v.job_state))
+  if (!failure.empty() || v.job_state == "failed" || !Ended(v.job_state)) {
+    *process_failed = child_failed && !user_stop;
     return kExitRuntimeFailure;
+  }
   return bad_exits == 0 ? kExitOk : kExitRuntimeFailure;
 }
 

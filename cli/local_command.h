@@ -18,6 +18,9 @@ struct LocalArgs {
   int num_workers = 1;
   int start_timeout_s = 30;
   int max_restarts = 3;  // per child, like systemd's StartLimitBurst
+  // Whole-job restarts from the last committed checkpoint after a process failure failed the
+  // job (a global rollback).
+  int max_rollbacks = 2;
   std::string log_level = "info";
   // Seconds between progress lines when stdout is not a terminal.
   int plain_progress_every_s = 10;

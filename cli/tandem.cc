@@ -69,6 +69,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   local_cmd->add_option("--max-restarts", local.max_restarts,
                         "restarts of one crashed child before the job is stopped");
+  local_cmd->add_option("--max-rollbacks", local.max_rollbacks,
+                        "whole-job restarts from the last checkpoint after a process failure "
+                        "failed the job (0: none)");
   local_cmd->add_option("--log-level", local.log_level, "children's log level");
 
   StatusArgs status;
