@@ -315,7 +315,8 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
       }
       bool job_over = last_view && Ended(last_view->job_state);
       bool stopping = stop_asked.has_value();
-      if (!user_stop) child_failed = true;
+      // A child that refuses its input (exit 3) would fail the same way after a rollback.
+      if (!user_stop && !(e.exited() && e.exit_code == kExitInvalid)) child_failed = true;
       if (c.role == "chief") {
         // The members still need a chief after the job ended or a stop was asked: to commit the
         // final checkpoint and to tell them the job ended. It rejoins the run (PROTOCOLS §10).
