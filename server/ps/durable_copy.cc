@@ -25,27 +25,18 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "server/ps/file_io.h"
 
 namespace tandem::ps {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kCopyBufferBytes = 1 << 20;
 constexpr std::string_view kPoolDir = "sst";
 constexpr std::string_view kStepPrefix = "step-";
 constexpr std::string_view kTmpSuffix = ".tmp";
 // FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
 constexpr std::string_view kRocksCrc32cName = "FileChecksumCrc32c";
-
-// EIO is the medium failing under a file: that file's data is lost, not merely unreachable.
-Status ErrnoStatus(int err, const std::string& what) {
-  const std::string msg = what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
-  if (err == EIO) return Status::DataLoss(msg);
-  if (err == ENOENT) return Status::NotFound(msg);
-  return Status::Unavailable(msg);
-}
 
 Status ErrorCodeStatus(const std::error_code& ec, const std::string& what) {
   return ErrnoStatus(ec.value(), what);
@@ -60,27 +51,6 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsNoSpace()) return Status::ResourceExhausted(msg);
   return Status::Unavailable(msg);
 }
-
-// A file descriptor closed on destruction.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, so that a failing close (deferred write errors on some file systems) is seen.
-  int Close() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
 
 Status FsyncPath(const std::string& path, int flags) {
   Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
@@ -103,43 +73,7 @@ Status CreateDirsDurably(const fs::path& dir) {
   return FsyncDir(dir.has_parent_path() ? dir.parent_path().string() : ".");
 }
 
-Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoStatus(errno, "write " + path);
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-struct FileSum {
-  uint64_t size_bytes = 0;
-  uint32_t crc32c = 0;
-};
-
-// Reads `from` to its end, extending the CRC and, when `out_fd` >= 0, writing to it.
-StatusOr<FileSum> Stream(const std::string& from, int out_fd, const std::string& out_path) {
-  Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-  if (in.get() < 0) return ErrnoStatus(errno, "open " + from);
-  ::posix_fadvise(in.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<char> buf(kCopyBufferBytes);
-  FileSum sum;
-  for (;;) {
-    ssize_t r = ::read(in.get(), buf.data(), buf.size());
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus(errno, "read " + from);
-    if (r == 0) break;
-    sum.crc32c = Crc32cExtend(sum.crc32c, buf.data(), static_cast<size_t>(r));
-    sum.size_bytes += static_cast<uint64_t>(r);
-    if (out_fd >= 0)
-      TANDEM_RETURN_IF_ERROR(WriteAll(out_fd, buf.data(), static_cast<size_t>(r), out_path));
-  }
-  return sum;
-}
-
-StatusOr<FileSum> ReadSum(const std::string& path) { return Stream(path, -1, ""); }
+StatusOr<FileSum> ReadSum(const std::string& path) { return StreamFile(path); }
 
 // Writes `from` to `to`.tmp, neither fsynced nor renamed yet (CopyJob::Commit does both, for
 // every file of a part at once). With `expected`, a copy whose CRC differs is refused with
@@ -149,7 +83,7 @@ StatusOr<FileSum> Stage(const std::string& from, const std::string& to,
   const std::string tmp = to + std::string(kTmpSuffix);
   Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (out.get() < 0) return ErrnoStatus(errno, "create " + tmp);
-  StatusOr<FileSum> sum = Stream(from, out.get(), tmp);
+  StatusOr<FileSum> sum = StreamFile(from, out.get(), tmp);
   Status s = sum.status();
   if (s.ok() && expected && sum->crc32c != *expected) {
     char msg[96];

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/slot_map.h"
 #include "server/ps/embedding_store.h"
+#include "server/ps/file_io.h"
 #include "server/ps/restore_marker.h"
 
 namespace tandem::ps {
@@ -26,7 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kBufferBytes = 1 << 20;
 // Re-partitioning writes rows in batches of this many per table, and flushes admission
 // counters every this many, bounding its memory whatever the table size.
 constexpr size_t kRowBatch = 4096;
@@ -34,53 +34,16 @@ constexpr size_t kCounterBatch = 1 << 16;
 // The read-only stores of old parts only scan RocksDB; they need next to no cache.
 constexpr uint64_t kScanCacheBytes = 1 << 20;
 
-Status ErrnoStatus(int err, const std::string& what) {
-  const std::string msg = what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
-  // EIO is the medium failing under a file; a file the checkpoint lists that is gone is lost.
-  if (err == EIO || err == ENOENT) return Status::DataLoss(msg);
-  return Status::Unavailable(msg);
+// A file the checkpoint lists that is gone is lost, as is one the medium fails under.
+Status RestoreErrno(int err, const std::string& what) {
+  Status s = ErrnoStatus(err, what);
+  return s.IsNotFound() ? Status::DataLoss(s.message()) : s;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-struct FileSum {
-  uint64_t size_bytes = 0;
-  uint32_t crc32c = 0;
-};
-
-// Reads `path` to its end, extending the CRC and, when `out_fd` >= 0, writing to it.
 StatusOr<FileSum> Stream(const std::string& path, int out_fd) {
-  Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (in.get() < 0) return ErrnoStatus(errno, "open " + path);
-  std::vector<char> buf(kBufferBytes);
-  FileSum sum;
-  for (;;) {
-    ssize_t r = ::read(in.get(), buf.data(), buf.size());
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ErrnoStatus(errno, "read " + path);
-    if (r == 0) return sum;
-    sum.crc32c = Crc32cExtend(sum.crc32c, buf.data(), static_cast<size_t>(r));
-    sum.size_bytes += static_cast<uint64_t>(r);
-    for (ssize_t done = 0; out_fd >= 0 && done < r;) {
-      ssize_t w = ::write(out_fd, buf.data() + done, static_cast<size_t>(r - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return ErrnoStatus(errno, "write a copy of " + path);
-      done += w;
-    }
-  }
+  StatusOr<FileSum> sum = StreamFile(path, out_fd, "a copy of " + path);
+  if (sum.status().IsNotFound()) return Status::DataLoss(sum.status().message());
+  return sum;
 }
 
 bool Matches(const FileSum& sum, const CheckpointFile& file) {
@@ -95,16 +58,16 @@ Status FetchAgain(const std::string& from, const std::string& to, const Checkpoi
   Status s;
   {
     Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (out.get() < 0) return ErrnoStatus(errno, "create " + tmp);
+    if (out.get() < 0) return RestoreErrno(errno, "create " + tmp);
     StatusOr<FileSum> sum = Stream(from, out.get());
     s = sum.status();
     if (s.ok() && !Matches(*sum, file))
       s = Status::DataLoss("durable copy " + from + " fails its checksum too (" +
                            std::to_string(sum->size_bytes) + " bytes, recorded " +
                            std::to_string(file.size_bytes) + ")");
-    if (s.ok() && ::fsync(out.get()) != 0) s = ErrnoStatus(errno, "fsync " + tmp);
+    if (s.ok() && ::fsync(out.get()) != 0) s = RestoreErrno(errno, "fsync " + tmp);
   }
-  if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoStatus(errno, "rename " + tmp);
+  if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = RestoreErrno(errno, "rename " + tmp);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
 }
@@ -117,11 +80,11 @@ Status SyncDir(const std::string& dir) {
     if (!e.is_regular_file()) continue;
     Fd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0 || ::fsync(fd.get()) != 0)
-      return ErrnoStatus(errno, "fsync " + e.path().string());
+      return RestoreErrno(errno, "fsync " + e.path().string());
   }
   if (ec) return Status::Unavailable("list " + dir + ": " + ec.message());
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0 || ::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + dir);
+  if (fd.get() < 0 || ::fsync(fd.get()) != 0) return RestoreErrno(errno, "fsync " + dir);
   return Status::Ok();
 }
 
@@ -134,7 +97,7 @@ class DirLock {
     if (ec) return Status::Unavailable("cannot create " + dir + ": " + ec.message());
     const std::string path = dir + "/LOCK";
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoStatus(errno, "open " + path);
+    if (fd < 0) return RestoreErrno(errno, "open " + path);
     auto lock = std::unique_ptr<DirLock>(new DirLock(fd));
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
       return Status::FailedPrecondition(dir + " is in use by another process");
