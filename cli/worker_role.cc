@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/all_reduce_group.h"
 #include "cli/background_checkpointer.h"
 #include "cli/member.h"
 #include "cli/roles.h"
@@ -17,7 +18,6 @@
 #include "common/metrics/tensorboard_writer.h"
 #include "common/ps_client.h"
 #include "worker/collective/chief_store.h"
-#include "worker/collective/gloo_collective.h"
 #include "worker/dense_state.h"
 #include "worker/device/backend_factory.h"
 #include "worker/device/cpu/cpu_backend.h"
@@ -60,7 +60,8 @@ int RunWorkerRole(const RoleContext& ctx) {
   int exit_status = kExitOk;
   Registration reg;
   const std::string determinism_class =
-      DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName());
+      DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName(),
+                       GpuDeterminismClass(job));
   auto chief = JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
   if (!chief) return exit_status;
   const int64_t start_step = reg.resume_step + 1;
@@ -113,25 +114,12 @@ int RunWorkerRole(const RoleContext& ctx) {
     prefetch_ps = std::make_unique<PsClient>(ctx.context, self, po);
 
   collective::ChiefStore store(chief.get());
-  std::unique_ptr<collective::GlooCollective> gloo;
-  if (world > 1) {
-    collective::GlooOptions go;
-    go.rank = rank;
-    go.size = world;
-    go.store = &store;
-    go.prefix = "gen-" + std::to_string(self.generation);
-    go.iface =
-        ctx.host.rfind("127.", 0) == 0 || ctx.host == "localhost" ? "" : job.collective.iface;
-    go.hostname = ctx.host;
-    go.timeout_ms = job.collective.timeout_ms;
-    go.abort_grace_ms = job.collective.abort_grace_ms;
-    auto g = collective::GlooCollective::Create(go);
-    if (!g.ok()) return report_failure(g.status().WithContext("joining the other workers"), 1);
-    gloo = std::move(g).value();
-    TLOG_INFO("all-reduce group of {} workers joined ({})", world, go.prefix);
-  }
   auto backend = device::CreateBackend(job.train);
   if (!backend.ok()) return report_failure(backend.status(), kExitInvalid);
+  auto group = JoinAllReduceGroup(job, rank, world, ctx.host, self.generation, &store);
+  if (!group.ok())
+    return report_failure(group.status().WithContext("joining the other workers"), 1);
+  std::unique_ptr<collective::Collective> all_reduce = std::move(group).value();
 
   std::unique_ptr<metrics::MetricsWriter> metrics;
   std::unique_ptr<metrics::TensorBoardWriter> tensorboard;
@@ -163,7 +151,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.timeline = self.timeline;
   o.embeddings = &ps;
   o.prefetch_embeddings = prefetch_ps.get();
-  o.collective = gloo.get();
+  o.collective = all_reduce.get();
   o.backend = backend->get();
   o.start_step = start_step;
   if (reg.resume_step >= 0) {

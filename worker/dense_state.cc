@@ -210,6 +210,11 @@ DenseState SnapshotDenseState(const Trainer& trainer, int64_t step) {
   }
   const auto scalars = state.subspan(arrays * n);
   s.optimizer_scalars.assign(scalars.begin(), scalars.end());
+  if (const model::LossScaler* scaler = trainer.loss_scaler()) {
+    const auto v = scaler->State();
+    s.tensors.push_back(
+        {kLossScaleTensor, {static_cast<int64_t>(v.size())}, {v.begin(), v.end()}, {}});
+  }
   return s;
 }
 
@@ -319,9 +324,22 @@ Status RestoreDenseState(const DenseState& state, Trainer* trainer) {
     return Status::InvalidArgument("dense state of step " + std::to_string(state.step) +
                                    " was trained with " + state.optimizer + ", the job uses " +
                                    want_opt);
-  if (state.tensors.size() != infos.size())
+  // fp16 training adds the loss scaler's state as one more tensor after the model's.
+  model::LossScaler* scaler = trainer->mutable_loss_scaler();
+  const size_t want_tensors = infos.size() + (scaler != nullptr ? 1 : 0);
+  if (state.tensors.size() != want_tensors)
     return Status::InvalidArgument("dense state has " + std::to_string(state.tensors.size()) +
-                                   " tensors, the model " + std::to_string(infos.size()));
+                                   " tensors, the model " + std::to_string(want_tensors) +
+                                   (scaler != nullptr ? " (fp16: with loss_scale)" : ""));
+  model::LossScaler loaded;
+  if (scaler != nullptr) {
+    const DenseTensor& t = state.tensors.back();
+    if (t.name != kLossScaleTensor || t.values.size() != 2)
+      return Status::InvalidArgument(
+          "dense state has no loss_scale [2] tensor after the model's (" + t.name +
+          ShapeString(t.shape) + ")");
+    TANDEM_RETURN_IF_ERROR(loaded.Load(t.values[0], t.values[1]));
+  }
   const size_t n = static_cast<size_t>(model.num_params());
   const size_t state_size = trainer->optimizer().state().size();
   const size_t arrays = n == 0 ? 0 : state_size / n;
@@ -350,6 +368,7 @@ Status RestoreDenseState(const DenseState& state, Trainer* trainer) {
   std::copy(state.optimizer_scalars.begin(), state.optimizer_scalars.end(),
             opt.begin() + arrays * n);
   TANDEM_RETURN_IF_ERROR(trainer->mutable_optimizer().LoadState(opt));
+  if (scaler != nullptr) *scaler = loaded;
   auto params = model.params();
   for (size_t i = 0; i < infos.size(); ++i)
     std::copy(state.tensors[i].values.begin(), state.tensors[i].values.end(),

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <utility>
 
 #include "worker/collective/collective.h"
+#include "worker/device/precision.h"
 
 namespace tandem::worker {
 
@@ -13,6 +15,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+bool AllFiniteHost(std::span<const float> x) {
+  bool finite = true;
+  for (float v : x) finite &= std::isfinite(v);
+  return finite;
 }
 }  // namespace
 
@@ -26,14 +33,23 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   TANDEM_ASSIGN_OR_RETURN(
       t->model_, model::Dlrm::Create(job.model, job.data.num_dense, job.data.num_categorical,
                                      job.train.seed, options.backend));
+  TANDEM_ASSIGN_OR_RETURN(const device::Precision precision,
+                          device::ParsePrecision(job.train.precision));
+  t->model_->SetPrecision(precision);
+  t->fp16_ = precision == device::Precision::kFp16;
   TANDEM_ASSIGN_OR_RETURN(auto opt_options, model::DenseOptimizerOptionsFromConfig(job.train));
   TANDEM_ASSIGN_OR_RETURN(t->optimizer_,
                           model::DenseOptimizer::Create(opt_options, t->model_->num_params()));
   t->dim_ = job.model.embedding_dim;
   const size_t tables = static_cast<size_t>(job.data.num_categorical);
-  t->pooled_.resize(tables);
-  t->d_pooled_.resize(tables);
+  t->inverse64_.resize(tables);
   t->row_grads_.resize(tables);
+  t->row_grad_ptrs_.resize(tables);
+  auto& hb = t->host_batch_;
+  hb.rows.resize(tables);
+  hb.num_unique.resize(tables);
+  hb.offsets.resize(tables);
+  hb.inverse.resize(tables);
   return t;
 }
 
@@ -45,18 +61,37 @@ Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& b
   return client->Pull(step, want, rows);
 }
 
-Status Trainer::Pool(const data::Batch& batch, const BatchRows& rows) {
-  const size_t tables = pooled_.size();
-  if (batch.unique_ids.size() != tables || rows.size() != tables)
+Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
+  const size_t tables = inverse64_.size();
+  if (batch.unique_ids.size() != tables || rows.size() != tables || batch.inverse.size() != tables)
     return Status::InvalidArgument("batch has the wrong number of tables");
   const size_t d = static_cast<size_t>(dim_);
+  const auto b = static_cast<size_t>(batch.size);
+  // One id per field and sample (Criteo): the bag of a sample is its row.
+  if (offsets_.size() != b + 1) {
+    offsets_.resize(b + 1);
+    for (size_t i = 0; i <= b; ++i) offsets_[i] = static_cast<int64_t>(i);
+  }
+  auto& hb = host_batch_;
+  hb.batch = batch.size;
+  hb.dense = batch.dense.data();
+  hb.labels = batch.label.data();
+  hb.weights = batch.weight.empty() ? nullptr : batch.weight.data();
   for (size_t t = 0; t < tables; ++t) {
-    if (rows[t].size() != batch.unique_ids[t].size() * d)
+    const size_t unique = batch.unique_ids[t].size();
+    if (rows[t].size() != unique * d || batch.inverse[t].size() != b)
       return Status::InvalidArgument("pulled rows do not match the batch's ids");
-    pooled_[t].resize(static_cast<size_t>(batch.size) * d);
-    // One id per field and sample (Criteo): the bag of a sample is its row.
-    for (int i = 0; i < batch.size; ++i)
-      std::copy_n(&rows[t][size_t{batch.inverse[t][i]} * d], d, &pooled_[t][size_t(i) * d]);
+    auto& inv = inverse64_[t];
+    inv.resize(b);
+    for (size_t i = 0; i < b; ++i) {
+      if (batch.inverse[t][i] >= unique)
+        return Status::InvalidArgument("batch inverse index out of range");
+      inv[i] = batch.inverse[t][i];
+    }
+    hb.rows[t] = rows[t].data();
+    hb.num_unique[t] = static_cast<int64_t>(unique);
+    hb.offsets[t] = offsets_.data();
+    hb.inverse[t] = inv.data();
   }
   return Status::Ok();
 }
@@ -70,68 +105,111 @@ StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
   return st;
 }
 
+std::vector<TableGrads> Trainer::MakePush(const data::Batch& batch, bool skip) const {
+  std::vector<TableGrads> push(row_grads_.size());
+  for (size_t t = 0; t < push.size(); ++t) {
+    push[t].table = static_cast<uint32_t>(t);
+    if (skip) continue;  // a skip push: no rows, nothing applied (PROTOCOLS §2.7)
+    push[t].ids = batch.unique_ids[t];
+    push[t].grads = row_grads_[t];
+  }
+  return push;
+}
+
 StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchRows& rows,
                                           bool stop_vote, bool checkpoint_vote) {
   StepStats st;
-  const size_t tables = pooled_.size();
+  const size_t tables = row_grads_.size();
   const size_t d = static_cast<size_t>(dim_);
   const int64_t step = batch.step;
+  device::Backend* be = options_.backend;
+  collective::Collective* coll = options_.collective;
+  const bool device_reduce = coll != nullptr && coll->device_memory();
   auto t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(Pool(batch, rows));
-  std::vector<const float*> pooled(tables);
-  std::vector<float*> d_pooled(tables);
+  TANDEM_RETURN_IF_ERROR(Describe(batch, rows));
   for (size_t t = 0; t < tables; ++t) {
-    pooled[t] = pooled_[t].data();
-    d_pooled_[t].resize(static_cast<size_t>(batch.size) * d);
-    d_pooled[t] = d_pooled_[t].data();
+    row_grads_[t].resize(batch.unique_ids[t].size() * d);
+    row_grad_ptrs_[t] = row_grads_[t].data();
   }
   // Losses and gradients are divided by the nominal global batch M*b (DESIGN §2).
   const float normaliser = static_cast<float>(options_.world) * static_cast<float>(batch.size);
-  const float loss =
-      model_->ForwardBackward(batch.size, batch.dense.data(), pooled.data(), batch.label.data(),
-                              batch.weight.data(), normaliser, d_pooled.data());
-  // Per-row gradients: the bag gradients summed in sample order (PROTOCOLS §5.1).
-  std::vector<TableGrads> push(tables);
-  for (size_t t = 0; t < tables; ++t) {
-    auto& g = row_grads_[t];
-    g.assign(batch.unique_ids[t].size() * d, 0.0f);
-    for (int i = 0; i < batch.size; ++i) {
-      float* dst = &g[size_t{batch.inverse[t][i]} * d];
-      const float* src = &d_pooled_[t][size_t(i) * d];
-      for (size_t j = 0; j < d; ++j) dst[j] += src[j];
+  st.loss_scale = fp16_ ? scaler_.scale() : 1.0f;
+  // Per-row gradients come back summed in sample order (PROTOCOLS §5.1).
+  const float loss = model_->TrainStep(host_batch_, normaliser, st.loss_scale,
+                                       row_grad_ptrs_.data(), /*grads_to_host=*/!device_reduce);
+  TANDEM_RETURN_IF_ERROR(be->status().WithContext("device, step " + std::to_string(step)));
+  float overflow = 0.0f;
+  if (fp16_) {
+    // Sparse gradients are unscaled and checked here, before they are pushed (PROTOCOLS §2.7);
+    // 1/scale is a power of two, so unscaling is exact.
+    const float unscale = 1.0f / st.loss_scale;
+    for (auto& g : row_grads_) {
+      for (float& v : g) {
+        v *= unscale;
+        if (!std::isfinite(v)) overflow = 1.0f;
+      }
     }
-    push[t] = {static_cast<uint32_t>(t), batch.unique_ids[t], g};
   }
   st.compute_s = Since(t0);
 
-  // The push goes out before the all-reduce starts and runs beside it (PROTOCOLS §2.5): a
-  // worker never waits on another between its forward pass and its push.
+  // At fp32/bf16 the push goes out before the all-reduce starts and runs beside it (PROTOCOLS
+  // §2.5): a worker never waits on another between its forward pass and its push. In fp16 it
+  // waits for the all-reduce, which says whether some rank overflowed (§2.7).
   t0 = Clock::now();
-  auto grads = model_->grads();
+  auto grads = std::as_const(*model_).grads();
+  const size_t n = grads.size();
   double global_loss = loss;
   Status reduced = Status::Ok();
   Status pushed = Status::Ok();
-  if (options_.collective != nullptr) {
-    std::future<Status> push_done =
-        std::async(std::launch::async, [&] { return options_.embeddings->Push(step, push); });
-    // One bucket, a pure function of the model config: the flat gradients, the loss, the stop
-    // and checkpoint votes.
-    bucket_.assign(grads.begin(), grads.end());
-    bucket_.push_back(loss);
-    bucket_.push_back(stop_vote ? 1.0f : 0.0f);
-    bucket_.push_back(checkpoint_vote ? 1.0f : 0.0f);
-    reduced = options_.collective->AllReduceSum(bucket_.data(), bucket_.size());
-    st.allreduce_s = Since(t0);
-    auto t1 = Clock::now();
-    pushed = push_done.get();
-    st.push_s = Since(t1);
-    if (reduced.ok()) {
-      std::copy_n(bucket_.data(), grads.size(), grads.data());
-      global_loss = bucket_[grads.size()];
-      st.stop_agreed = bucket_[grads.size() + 1] > 0.5f;
-      st.checkpoint_agreed = bucket_[grads.size() + 2] > 0.5f;
+  bool skip = overflow > 0.0f;
+  if (coll != nullptr) {
+    std::future<Status> push_done;
+    std::vector<TableGrads> push;
+    if (!fp16_) {
+      push = MakePush(batch, false);
+      push_done =
+          std::async(std::launch::async, [&] { return options_.embeddings->Push(step, push); });
     }
+    // One bucket, a pure function of the model config: the flat gradients, the loss, the stop
+    // and checkpoint votes, the overflow flag.
+    const float tail[] = {loss, stop_vote ? 1.0f : 0.0f, checkpoint_vote ? 1.0f : 0.0f, overflow};
+    constexpr size_t kTail = sizeof(tail) / sizeof(tail[0]);
+    static_assert(kTail <= model::kGradBucketTail);
+    bucket_.resize(n + kTail);
+    if (device_reduce) {
+      model_->SetGradBucketTail(tail);
+      be->Synchronize();  // the collective runs on its own stream
+      reduced = be->status();
+      if (reduced.ok()) reduced = coll->AllReduceSum(model_->device_grad_bucket(), n + kTail);
+      if (reduced.ok()) {
+        model_->DownloadGradBucket(static_cast<int64_t>(n + kTail), bucket_.data());
+        reduced = be->status();
+      }
+    } else {
+      std::copy_n(grads.data(), n, bucket_.data());
+      std::copy_n(tail, kTail, bucket_.data() + n);
+      reduced = coll->AllReduceSum(bucket_.data(), bucket_.size());
+    }
+    st.allreduce_s = Since(t0);
+    if (reduced.ok()) {
+      if (!device_reduce) std::copy_n(bucket_.data(), n, model_->grads().data());
+      global_loss = bucket_[n];
+      st.stop_agreed = bucket_[n + 1] > 0.5f;
+      st.checkpoint_agreed = bucket_[n + 2] > 0.5f;
+      skip = bucket_[n + 3] > 0.5f;
+    }
+    auto t1 = Clock::now();
+    if (fp16_ && reduced.ok()) {
+      skip = skip || !AllFiniteHost(std::as_const(*model_).grads());
+      push = MakePush(batch, skip);
+      pushed = options_.embeddings->Push(step, push);
+    } else if (push_done.valid()) {
+      pushed = push_done.get();
+    }
+    st.push_s = Since(t1);
   } else {
+    if (fp16_) skip = skip || !AllFiniteHost(std::as_const(*model_).grads());
+    const std::vector<TableGrads> push = MakePush(batch, skip);
     pushed = options_.embeddings->Push(step, push);
     st.push_s = Since(t0);
     st.stop_agreed = stop_vote;
@@ -141,7 +219,15 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   TANDEM_RETURN_IF_ERROR(reduced.WithContext("all-reduce of step " + std::to_string(step)));
 
   t0 = Clock::now();
-  optimizer_->Step(step, model_->params(), model_->grads());
+  st.skipped = fp16_ && skip;
+  if (fp16_) {
+    scaler_.Update(skip);
+    if (!skip) {
+      const float unscale = 1.0f / st.loss_scale;
+      for (float& g : model_->grads()) g *= unscale;
+    }
+  }
+  if (!st.skipped) optimizer_->Step(step, model_->params(), model_->grads());
   st.update_s = Since(t0);
   st.loss = global_loss;
   return st;
@@ -163,17 +249,20 @@ ModelChecksum Trainer::DenseChecksum() const {
   }
   const std::vector<int64_t> scalar_shape = {static_cast<int64_t>(state.size() - arrays * n)};
   sum.AddDenseTensor("optimizer.scalars", scalar_shape, state.subspan(arrays * n), {});
+  if (fp16_) {
+    const auto scaler = scaler_.State();
+    const std::vector<int64_t> shape = {static_cast<int64_t>(scaler.size())};
+    sum.AddDenseTensor(kLossScaleTensor, shape, scaler, {});
+  }
   return sum;
 }
 
 Status Trainer::Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs) {
   TANDEM_RETURN_IF_ERROR(PullBatchRows(options_.embeddings, step, batch, &rows_));
-  TANDEM_RETURN_IF_ERROR(Pool(batch, rows_));
-  std::vector<const float*> pooled(pooled_.size());
-  for (size_t t = 0; t < pooled_.size(); ++t) pooled[t] = pooled_[t].data();
+  TANDEM_RETURN_IF_ERROR(Describe(batch, rows_));
   probs->resize(static_cast<size_t>(batch.size));
-  model_->Predict(batch.size, batch.dense.data(), pooled.data(), probs->data());
-  return Status::Ok();
+  model_->PredictStep(host_batch_, probs->data());
+  return options_.backend->status().WithContext("device, predict");
 }
 
 }  // namespace tandem::worker

@@ -18,6 +18,7 @@
 #include "worker/device/backend.h"
 #include "worker/model/dense_optimizer.h"
 #include "worker/model/dlrm.h"
+#include "worker/model/loss_scaler.h"
 
 namespace tandem::collective {
 class Collective;
@@ -41,6 +42,8 @@ struct StepStats {
   double pull_s = 0, compute_s = 0, push_s = 0, allreduce_s = 0, update_s = 0;
   bool stop_agreed = false;        // some rank voted to stop after this step (see StepWithRows)
   bool checkpoint_agreed = false;  // some rank voted for a checkpoint at the next step
+  bool skipped = false;            // fp16: the gradients overflowed on some rank; nothing applied
+  float loss_scale = 1.0f;         // fp16: the scale this step trained with
 };
 
 // The embedding rows of one batch, as pulled: per table, unique_ids[t].size() x dim floats.
@@ -49,6 +52,9 @@ using BatchRows = std::vector<std::vector<float>>;
 // Pulls the unique rows of `batch` at the version a pull for `step` sees.
 Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& batch,
                      BatchRows* rows);
+
+// The dense-state tensor holding the fp16 loss scaler's state ([scale, good_steps]).
+inline constexpr char kLossScaleTensor[] = "loss_scale";
 
 // Requires external synchronization (one training thread).
 class Trainer {
@@ -69,8 +75,13 @@ class Trainer {
   Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);
 
   // The dense part of model_checksum (DESIGN §12): every tensor with its optimizer slots, and
-  // the optimizer's scalar state as one more record.
+  // the optimizer's scalar state as one more record (fp16: and the loss scaler's state as the
+  // tensor "loss_scale").
   ModelChecksum DenseChecksum() const;
+
+  // fp16 loss scaling state (train.precision: fp16), else null.
+  const model::LossScaler* loss_scaler() const { return fp16_ ? &scaler_ : nullptr; }
+  model::LossScaler* mutable_loss_scaler() { return fp16_ ? &scaler_ : nullptr; }
 
   model::Dlrm& model() { return *model_; }
   const model::Dlrm& model() const { return *model_; }
@@ -80,18 +91,26 @@ class Trainer {
 
  private:
   explicit Trainer(const TrainerOptions& options) : options_(options) {}
-  Status Pool(const data::Batch& batch, const BatchRows& rows);
+  // Points host_batch_ at `batch` and `rows` (host memory).
+  Status Describe(const data::Batch& batch, const BatchRows& rows);
+  // The per-row gradients of the last TrainStep as one push per table (fp16: unscaled; an
+  // overflowed step pushes no rows: a skip push).
+  std::vector<TableGrads> MakePush(const data::Batch& batch, bool skip) const;
 
   TrainerOptions options_;
   std::unique_ptr<model::Dlrm> model_;
   std::unique_ptr<model::DenseOptimizer> optimizer_;
   int64_t dim_ = 0;
+  bool fp16_ = false;
+  model::LossScaler scaler_;
   // Scratch reused across steps.
-  BatchRows rows_;                          // per table: unique rows (Step, Predict)
-  std::vector<std::vector<float>> pooled_;  // per table: batch x dim
-  std::vector<std::vector<float>> d_pooled_;
+  BatchRows rows_;  // per table: unique rows (Step, Predict)
+  model::HostBatch host_batch_;
+  std::vector<int64_t> offsets_;                 // 0..b: one lookup per field and sample
+  std::vector<std::vector<int64_t>> inverse64_;  // per table: batch.inverse widened
   std::vector<std::vector<float>> row_grads_;
-  std::vector<float> bucket_;  // dense gradients + the loss, all-reduced together
+  std::vector<float*> row_grad_ptrs_;
+  std::vector<float> bucket_;  // dense gradients + loss, votes, overflow: all-reduced together
 };
 
 }  // namespace tandem::worker

@@ -171,6 +171,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     auto window_t0 = Clock::now();
     const auto run_t0 = Clock::now();
     int64_t window_steps = 0;
+    int64_t window_skipped = 0;  // fp16 steps skipped on overflow in the window
     auto last_checkpoint = Clock::now();
     // checkpoint.every_seconds: the step rank 0's clock chose, agreed through the all-reduce of
     // the step before, so every rank announces it to the shards with its push (PROTOCOLS §7,
@@ -220,6 +221,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       window.compute_s += st->compute_s + st->update_s;
       window.allreduce_s += st->allreduce_s;
       window.push_s += st->push_s;
+      if (st->skipped) ++window_skipped;
       window.wait_s += std::max(0.0, step_s - data_s - pull_s - st->compute_s - st->update_s -
                                          st->allreduce_s - st->push_s);
       ++window_steps;
@@ -239,6 +241,10 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
           m.timeline = o.timeline;
           m.loss = st->loss;
           m.samples_per_sec = progress.samples_per_sec;
+          if (trainer->loss_scaler() != nullptr) {
+            m.loss_scale = trainer->loss_scaler()->scale();
+            m.skipped_steps = window_skipped;
+          }
           const double n = static_cast<double>(window_steps);
           m.times = {window.data_s / n,      window.pull_s / n, window.compute_s / n,
                      window.allreduce_s / n, window.push_s / n, window.wait_s / n};
@@ -251,6 +257,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         }
         window = {};
         window_steps = 0;
+        window_skipped = 0;
         window_t0 = Clock::now();
       }
       report();

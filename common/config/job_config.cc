@@ -626,10 +626,6 @@ Status Builder::CheckCrossField() const {
     return Fail(WhereAny({"data.train", "data.format"}), "data.train",
                 "required when data.format is " + c.data.format);
   }
-  if (c.train.device == "cpu" && c.train.precision != "fp32") {
-    return Fail(WhereAny({"train.precision", "train.device"}), "train.precision",
-                "must be fp32 when train.device is cpu, got " + c.train.precision);
-  }
   return Status::Ok();
 }
 

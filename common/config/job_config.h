@@ -67,8 +67,11 @@ struct TrainConfig {
   int64_t batch_size = 256;         // per worker, >= 1
   int64_t embedding_staleness = 0;  // k >= 0
   uint64_t seed = 1;
-  std::string device = "cpu";            // cpu | cuda
-  std::string precision = "fp32";        // fp32 | bf16 | fp16 (cpu: fp32 only)
+  std::string device = "cpu";  // cpu | cuda
+  // fp32 | bf16 | fp16: GEMM inputs rounded to it, fp32 master weights; fp16 adds dynamic loss
+  // scaling. On cpu the rounding is emulated in software (slower than fp32; it lets the
+  // mixed-precision paths be tested without a GPU).
+  std::string precision = "fp32";
   std::string deterministic = "strict";  // strict | relaxed
   std::string dense_optimizer = "adam";  // `train.dense_optimizer`: sgd | adam | adamw | adagrad
   double dense_lr = 0.001;               // `train.dense_lr` > 0

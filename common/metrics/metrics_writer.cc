@@ -92,6 +92,10 @@ Status MetricsWriter::WriteStep(const StepMetrics& m) {
                {"wait_s", m.times.wait_s},
                {"wall_time", WallTimeSeconds()}};
   if (m.replay) json["replay"] = true;
+  if (m.loss_scale > 0) {
+    json["loss_scale"] = m.loss_scale;
+    json["skipped_steps"] = m.skipped_steps;
+  }
   MutexLock lock(&mu_);
   return WriteLine(Dump(json));
 }

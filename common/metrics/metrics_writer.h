@@ -32,6 +32,10 @@ struct StepMetrics {
   double samples_per_sec = 0;  // global batch over the step's wall time
   StepTimes times;
   bool replay = false;  // written as "replay": true, and only then
+  // fp16 (written when loss_scale > 0): the loss scale of the step, and how many steps since
+  // the last logged one were skipped on overflow (PROTOCOLS §2.7).
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
 };
 
 struct EvalMetrics {

@@ -43,6 +43,8 @@ class Collective {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether `data` must be device memory (NCCL: GPU buffers) rather than host memory (Gloo).
+  virtual bool device_memory() const { return false; }
 };
 
 // A key/value store for rendezvous: ranks publish their addresses and wait for each other's.

@@ -1,30 +1,84 @@
-// The device interface the dense model computes through (DESIGN §8): the CPU backend now, the
-// CUDA backend later, without touching the model code. Every op works on raw float pointers with
+// The device interface the dense model computes through (DESIGN §8): the CPU backend and the
+// CUDA backend, without touching the model code. Every op works on raw float pointers with
 // explicit sizes; all matrices are row-major and contiguous unless a leading dimension is given.
 //
-// Determinism contract (PROTOCOLS §5): every op other than Gemm has a fixed reduction order,
-// spelled out below, and no floating-point atomics. Gemm must use one algorithm per shape for a
-// given backend configuration (OpenBLAS with a fixed thread count; one cuBLASLt algorithm).
+// Determinism contract (PROTOCOLS §5): every op other than Gemm reduces in an order fixed per
+// backend, spelled out below, and without floating-point atomics. Where the CUDA backend's order
+// differs from the CPU's, results agree across backends only within rounding; each backend is
+// bit-identical from run to run (the CUDA one on the same GPU model). Gemm must use one algorithm
+// per shape for a given backend configuration (OpenBLAS with a fixed thread count; one cuBLASLt
+// algorithm).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "common/status.h"
 
 namespace tandem::device {
 
-// Abstract device backend. Pointers are device pointers of that backend (host memory for CPU).
+// The number format GEMM inputs are rounded to (train.precision). Products are always
+// accumulated in fp32 and results, activations, gradients and master weights stay fp32
+// (DESIGN §8: mixed precision with fp32 master weights).
+enum class Precision { kFp32, kBf16, kFp16 };
+
+// Abstract device backend. Pointers are device pointers of that backend (host memory for CPU),
+// allocated with Allocate. Ops are queued in order on the backend's one stream; only the calls
+// that hand a value to the host (BceWithLogits, CopyToHost, AllFinite, Synchronize) wait (the
+// CUDA backend also waits in Deallocate, in EmbeddingBagBackward and when an op first needs more
+// scratch memory than before).
+//
+// Errors: a failed op (out of memory, a device fault, a bad launch) makes status() non-OK for
+// good (sticky, like the CUDA context it reflects); ops after it do nothing. Callers check
+// status() once per step, not per op.
 // Thread-safety: an instance requires external synchronization.
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Whether device pointers are host pointers (CPU): then the Copy* calls are memcpy and a
+  // caller may read results directly.
+  virtual bool host_memory() const = 0;
+  // Zero-filled device memory of `bytes` (> 0); null after an error (see status()).
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Deallocate(void* p) = 0;
+  // Host -> device, ordered after the ops queued before it; `src` may be reused on return.
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Device -> host; the bytes are in `dst` on return.
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for every queued op.
+  virtual void Synchronize() = 0;
+  // OK, or the first error an op met (sticky).
+  virtual Status status() const = 0;
+
+  // Gemm with A and B rounded to `precision` first (round-to-nearest-even), products summed in
+  // fp32, C fp32. kFp32 is Gemm. The CPU backend emulates the rounding so that mixed-precision
+  // code paths can be tested without a GPU.
+  virtual void GemmMixed(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float* a, const float* b, float beta,
+                         float* c) = 0;
+  // x *= alpha element-wise.
+  virtual void Scale(int64_t n, float alpha, float* x) = 0;
+  // Whether every x[i] is finite (fp16 overflow check); waits for the result.
+  virtual bool AllFinite(int64_t n, const float* x) = 0;
 
   // C[m x n] = alpha * op(A) * op(B) + beta * C, where op(A) is m x k and op(B) is k x n.
   // A is stored m x k (k x m when trans_a), B is k x n (n x k when trans_b). beta = 0 ignores C.
   virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float* a, const float* b, float beta, float* c) = 0;
 
+  // A linear layer's forward: y = x W^T + b (then max(y, 0) when relu), x of batch x in, W of
+  // out x in, GEMM inputs at `precision`. The CPU backend runs Gemm, AddBias and ReluForward;
+  // the CUDA backend fuses bias and ReLU into the GEMM's epilogue (cuBLASLt).
+  virtual void LinearForward(Precision precision, int64_t batch, int64_t in, int64_t out,
+                             const float* x, const float* w, const float* b, bool relu,
+                             float* y) = 0;
+
   // y[r][c] += bias[c] for y of rows x cols.
   virtual void AddBias(int64_t rows, int64_t cols, const float* bias, float* y) = 0;
-  // db[c] = sum over r of dy[r][c], summed in increasing r (sample order), starting from 0.
+  // db[c] = sum over r of dy[r][c], starting from 0, in a fixed order per backend (CPU:
+  // increasing r, i.e. sample order; CUDA: chunks of 256 consecutive rows each summed in
+  // increasing r, then the chunk sums added in chunk order; one chunk is the CPU's order).
   virtual void BiasGrad(int64_t rows, int64_t cols, const float* dy, float* db) = 0;
 
   // y = max(x, 0) element-wise (y may alias x).
@@ -37,7 +91,9 @@ class Backend {
   virtual void SigmoidBackward(int64_t n, const float* y, const float* dy, float* dx) = 0;
 
   // Binary cross-entropy on logits z with labels in [0, 1] and per-sample weights w (nullptr:
-  // all 1). Returns sum_i w_i * bce(z_i, y_i) / normaliser, summed in sample order; writes
+  // all 1). Returns sum_i w_i * bce(z_i, y_i) / normaliser, summed in double in a fixed order
+  // per backend (CPU: sample order; CUDA: blocks of 1024 samples, each a fixed binary tree over
+  // 256 sequential per-thread sums, then the block sums by the same scheme); writes
   // d_logits[i] = w_i * (sigmoid(z_i) - y_i) / normaliser when d_logits is not null.
   virtual float BceWithLogits(int64_t n, const float* logits, const float* labels,
                               const float* weights, float normaliser, float* d_logits) = 0;
@@ -67,7 +123,9 @@ class Backend {
                                    const int64_t* offsets, const int64_t* inverse, bool mean,
                                    float* pooled) = 0;
   // d_rows (num_unique x d) is overwritten with, for each unique row, the sum of the bag
-  // gradients of every lookup of it (mean: scaled by 1/count), added in lookup (= sample) order.
+  // gradients of every lookup of it (mean: scaled by 1/count), added in lookup (= sample) order
+  // on both backends. The CUDA backend waits for its stream here: it reads offsets[batch] to
+  // size the sort that groups the lookups by row.
   virtual void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique,
                                     const float* d_pooled, const int64_t* offsets,
                                     const int64_t* inverse, bool mean, float* d_rows) = 0;

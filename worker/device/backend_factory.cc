@@ -1,6 +1,9 @@
 #include "worker/device/backend_factory.h"
 
 #include "worker/device/cpu/cpu_backend.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "worker/device/cuda/cuda_backend.h"
+#endif
 
 namespace tandem::device {
 
@@ -9,8 +12,16 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const config::TrainConfig& trai
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create(train.threads));
     return std::unique_ptr<Backend>(std::move(cpu));
   }
-  return Status::Unimplemented("train.device: " + train.device +
-                               " is not available yet (the CUDA backend is its own issue)");
+  if (train.device == "cuda") {
+#ifdef TANDEM_HAVE_CUDA
+    return CreateCudaBackend(/*device=*/0);
+#else
+    return Status::Unavailable(
+        "train.device: cuda, but this build has no CUDA part (nvcc was not found when it was "
+        "configured)");
+#endif
+  }
+  return Status::InvalidArgument("train.device: unknown device " + train.device);
 }
 
 }  // namespace tandem::device

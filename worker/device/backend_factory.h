@@ -9,7 +9,8 @@
 
 namespace tandem::device {
 
-// cpu: OpenBLAS with train.threads threads. cuda: kUnimplemented until the CUDA backend lands.
+// cpu: OpenBLAS with train.threads threads. cuda: device 0 of the process (a supervisor gives
+// each worker its GPU through CUDA_VISIBLE_DEVICES); kUnavailable without a CUDA build or device.
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const config::TrainConfig& train);
 
 }  // namespace tandem::device

@@ -1,5 +1,6 @@
 #include "worker/model/dlrm.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tandem::model {
@@ -67,8 +68,16 @@ void Dlrm::BuildLayout() {
   const int64_t total = bottom_.num_params() + top_.num_params();
   params_.assign(static_cast<size_t>(total), 0.0f);
   grads_.assign(static_cast<size_t>(total), 0.0f);
-  bottom_.Bind(params_.data(), grads_.data());
-  top_.Bind(params_.data() + bottom_.num_params(), grads_.data() + bottom_.num_params());
+  float* params = params_.data();
+  float* grads = grads_.data();
+  if (!backend_->host_memory()) {
+    dev_params_.Reset(backend_, total);
+    dev_grads_.Reset(backend_, total + kGradBucketTail);
+    params = dev_params_.data();
+    grads = dev_grads_.data();
+  }
+  bottom_.Bind(params, grads);
+  top_.Bind(params + bottom_.num_params(), grads + bottom_.num_params());
   int64_t offset = 0;
   AppendLayerInfo("bottom_mlp", bottom_, &offset, &param_info_);
   AppendLayerInfo("top_mlp", top_, &offset, &param_info_);
@@ -82,15 +91,27 @@ void Dlrm::Initialize(uint64_t seed) {
 
 void Dlrm::Reserve(int64_t batch) {
   if (batch <= capacity_) return;
-  const auto width = static_cast<size_t>(batch * interaction_->output_width());
-  inter_out_.resize(width);
-  d_inter_.resize(width);
-  d_bottom_.resize(static_cast<size_t>(batch * bottom_.out()));
-  d_logits_.resize(static_cast<size_t>(batch));
+  const int64_t width = batch * interaction_->output_width();
+  inter_out_.Reset(backend_, width);
+  d_inter_.Reset(backend_, width);
+  d_bottom_.Reset(backend_, batch * bottom_.out());
+  d_logits_.Reset(backend_, batch);
   capacity_ = batch;
 }
 
+void Dlrm::SyncParams() {
+  if (backend_->host_memory() || !params_dirty_) return;
+  backend_->CopyToDevice(dev_params_.data(), params_.data(), params_.size() * sizeof(float));
+  params_dirty_ = false;
+}
+
+void Dlrm::SetPrecision(device::Precision precision) {
+  bottom_.SetPrecision(precision, /*keep_last_fp32=*/false);
+  top_.SetPrecision(precision, /*keep_last_fp32=*/true);
+}
+
 const float* Dlrm::ForwardLogits(int64_t batch, const float* dense, const float* const* pooled) {
+  SyncParams();
   Reserve(batch);
   const float* bottom_out = bottom_.Forward(backend_, batch, dense);
   interaction_->Forward(backend_, batch, bottom_out, pooled, inter_out_.data());
@@ -103,6 +124,7 @@ float Dlrm::ForwardBackward(int64_t batch, const float* dense, const float* cons
   const float* logits = ForwardLogits(batch, dense, pooled);
   const float loss =
       BceWithLogitsLoss(backend_, batch, logits, labels, weights, normaliser, d_logits_.data());
+  if (loss_scale_ != 1.0f) backend_->Scale(batch, loss_scale_, d_logits_.data());
   top_.Backward(backend_, batch, inter_out_.data(), d_logits_.data(), d_inter_.data());
   interaction_->Backward(backend_, batch, d_inter_.data(), d_bottom_.data(), d_pooled);
   bottom_.Backward(backend_, batch, dense, d_bottom_.data(), /*dx=*/nullptr);
@@ -112,6 +134,94 @@ float Dlrm::ForwardBackward(int64_t batch, const float* dense, const float* cons
 void Dlrm::Predict(int64_t batch, const float* dense, const float* const* pooled, float* probs) {
   const float* logits = ForwardLogits(batch, dense, pooled);
   Sigmoid::Forward(backend_, batch, logits, probs);
+}
+
+template <typename T>
+const T* Dlrm::Stage(const T* host, int64_t n, device::Buffer<T>* buf) {
+  if (backend_->host_memory() || host == nullptr) return host;
+  buf->Reserve(backend_, std::max<int64_t>(n, 1));
+  if (n > 0) backend_->CopyToDevice(buf->data(), host, static_cast<size_t>(n) * sizeof(T));
+  return buf->data();
+}
+
+void Dlrm::StageAndPool(const HostBatch& in) {
+  const auto tables = static_cast<size_t>(num_tables_);
+  rows_in_.resize(tables);
+  pooled_.resize(tables);
+  d_pooled_.resize(tables);
+  d_rows_.resize(tables);
+  offsets_in_.resize(tables);
+  inverse_in_.resize(tables);
+  pooled_ptrs_.resize(tables);
+  d_pooled_ptrs_.resize(tables);
+  staged_offsets_.resize(tables);
+  staged_inverse_.resize(tables);
+  for (size_t t = 0; t < tables; ++t) {
+    const int64_t lookups = in.offsets[t][in.batch];
+    const float* rows = Stage(in.rows[t], in.num_unique[t] * dim_, &rows_in_[t]);
+    const int64_t* offsets = Stage(in.offsets[t], in.batch + 1, &offsets_in_[t]);
+    const int64_t* inverse = Stage(in.inverse[t], lookups, &inverse_in_[t]);
+    pooled_[t].Reserve(backend_, in.batch * dim_);
+    d_pooled_[t].Reserve(backend_, in.batch * dim_);
+    backend_->EmbeddingBagForward(in.batch, dim_, rows, offsets, inverse, /*mean=*/false,
+                                  pooled_[t].data());
+    pooled_ptrs_[t] = pooled_[t].data();
+    staged_offsets_[t] = offsets;
+    staged_inverse_[t] = inverse;
+    d_pooled_ptrs_[t] = d_pooled_[t].data();
+  }
+}
+
+float Dlrm::TrainStep(const HostBatch& in, float normaliser, float loss_scale, float* const* d_rows,
+                      bool grads_to_host) {
+  const float* dense = Stage(in.dense, in.batch * num_dense_, &dense_in_);
+  const float* labels = Stage(in.labels, in.batch, &labels_in_);
+  const float* weights = Stage(in.weights, in.batch, &weights_in_);
+  StageAndPool(in);
+  loss_scale_ = loss_scale;
+  const float loss = ForwardBackward(in.batch, dense, pooled_ptrs_.data(), labels, weights,
+                                     normaliser, d_pooled_ptrs_.data());
+  loss_scale_ = 1.0f;
+  for (size_t t = 0; t < static_cast<size_t>(num_tables_); ++t) {
+    const int64_t n = in.num_unique[t] * dim_;
+    float* out = d_rows[t];
+    if (!backend_->host_memory()) {
+      d_rows_[t].Reserve(backend_, std::max<int64_t>(n, 1));
+      out = d_rows_[t].data();
+    }
+    backend_->EmbeddingBagBackward(in.batch, dim_, in.num_unique[t], d_pooled_ptrs_[t],
+                                   staged_offsets_[t], staged_inverse_[t], /*mean=*/false, out);
+    if (!backend_->host_memory() && n > 0) {
+      backend_->CopyToHost(d_rows[t], out, static_cast<size_t>(n) * sizeof(float));
+    }
+  }
+  if (grads_to_host && !backend_->host_memory()) {
+    backend_->CopyToHost(grads_.data(), dev_grads_.data(), grads_.size() * sizeof(float));
+  }
+  return loss;
+}
+
+void Dlrm::PredictStep(const HostBatch& in, float* probs) {
+  const float* dense = Stage(in.dense, in.batch * num_dense_, &dense_in_);
+  StageAndPool(in);
+  if (backend_->host_memory()) return Predict(in.batch, dense, pooled_ptrs_.data(), probs);
+  probs_.Reserve(backend_, in.batch);
+  Predict(in.batch, dense, pooled_ptrs_.data(), probs_.data());
+  backend_->CopyToHost(probs, probs_.data(), static_cast<size_t>(in.batch) * sizeof(float));
+}
+
+float* Dlrm::device_grad_bucket() { return dev_grads_.data(); }
+
+void Dlrm::SetGradBucketTail(std::span<const float> values) {
+  if (backend_->host_memory() || values.empty()) return;
+  const size_t n = std::min(values.size(), static_cast<size_t>(kGradBucketTail));
+  backend_->CopyToDevice(dev_grads_.data() + grads_.size(), values.data(), n * sizeof(float));
+}
+
+void Dlrm::DownloadGradBucket(int64_t count, float* out) {
+  if (backend_->host_memory()) return;
+  backend_->CopyToHost(out, dev_grads_.data(), static_cast<size_t>(count) * sizeof(float));
+  std::copy_n(out, grads_.size(), grads_.data());
 }
 
 }  // namespace tandem::model

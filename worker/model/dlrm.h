@@ -11,6 +11,13 @@
 // in = interaction width (dot: d + (T+1)T/2, concat: bottom_mlp.back() + T*d).
 // Initialisation: weight of global layer index l (bottom layers first, then top) is Glorot
 // uniform from Philox keyed by (seed, l, element) (layers.h); biases are 0.
+//
+// Memory: params() and grads() are host memory, the fp32 master copy that the optimizer,
+// checkpoints and checksums use. On a backend whose memory is the host's (CPU) the layers
+// compute in them directly. On a device (CUDA) the layers compute in device copies: a mutable
+// params() marks the device copy stale and the next forward uploads it; the device gradients
+// come back to grads() at the end of TrainStep, or are all-reduced on the device first
+// (device_grad_bucket). Workspaces live in the backend's memory.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,24 @@ struct ParamInfo {
   int64_t size = 0;            // floats
 };
 
+// One batch in host memory for TrainStep / PredictStep: the embedding rows arrive as the
+// unique rows of each table (as pulled) and are pooled on the backend (embedding_bag.h).
+struct HostBatch {
+  int64_t batch = 0;
+  const float* dense = nullptr;    // batch x num_dense
+  const float* labels = nullptr;   // batch (TrainStep only)
+  const float* weights = nullptr;  // batch, or null for all 1
+  // Per table:
+  std::vector<const float*> rows;       // num_unique[t] x d
+  std::vector<int64_t> num_unique;      //
+  std::vector<const int64_t*> offsets;  // batch + 1: sample s looks up [offsets[s], offsets[s+1])
+  std::vector<const int64_t*> inverse;  // offsets[batch] indexes into the table's unique rows
+};
+
+// Floats after the gradients in device_grad_bucket(): room for the values the trainer reduces
+// together with them (loss, votes, overflow flag).
+inline constexpr int64_t kGradBucketTail = 8;
+
 // Thread-safety: requires external synchronization. Non-copyable (owns workspaces).
 class Dlrm {
  public:
@@ -62,7 +87,34 @@ class Dlrm {
   // Click probabilities (batch entries) for a batch; does not touch grads().
   void Predict(int64_t batch, const float* dense, const float* const* pooled, float* probs);
 
-  std::span<float> params() { return params_; }
+  // ForwardBackward and Predict above take backend memory (host memory on the CPU backend).
+  // The step functions below take host memory on every backend.
+
+  // A training forward+backward on host inputs: pools the rows, and writes each table's per-row
+  // gradients (num_unique[t] x d, host) to d_rows[t], summed in lookup (= sample) order. The
+  // loss gradient is multiplied by loss_scale (fp16 loss scaling; 1 otherwise), so every
+  // gradient is scaled by it; the returned loss is not. Dense gradients go to grads() when
+  // grads_to_host, else they stay in device_grad_bucket() (a device all-reduce; then
+  // DownloadGradBucket). Check backend status() after it.
+  float TrainStep(const HostBatch& in, float normaliser, float loss_scale, float* const* d_rows,
+                  bool grads_to_host);
+  // Click probabilities (host, batch entries) on host inputs.
+  void PredictStep(const HostBatch& in, float* probs);
+  // The device gradients, followed by kGradBucketTail spare floats (device memory; on a
+  // host-memory backend, null: grads() is the gradient buffer).
+  float* device_grad_bucket();
+  // Writes `values` (at most kGradBucketTail) after the gradients in device_grad_bucket().
+  void SetGradBucketTail(std::span<const float> values);
+  // Copies the first `count` floats of device_grad_bucket() to `out` (host), and the gradients
+  // into grads().
+  void DownloadGradBucket(int64_t count, float* out);
+  // GEMM inputs of every layer at `precision` except the output layer's (kept fp32, DESIGN §8).
+  void SetPrecision(device::Precision precision);
+
+  std::span<float> params() {
+    params_dirty_ = true;  // the caller may write: the device copy is stale
+    return params_;
+  }
   std::span<const float> params() const { return params_; }
   std::span<float> grads() { return grads_; }
   std::span<const float> grads() const { return grads_; }
@@ -82,6 +134,13 @@ class Dlrm {
   // Forward to the logits (batch entries, valid until the next call).
   const float* ForwardLogits(int64_t batch, const float* dense, const float* const* pooled);
   void Reserve(int64_t batch);
+  // Uploads params() to the device copy when a mutable params() call may have changed them.
+  void SyncParams();
+  // Uploads a HostBatch (or points at it on a host-memory backend) and pools it into pooled_.
+  void StageAndPool(const HostBatch& in);
+  // Host data for the backend: the pointer itself on a host-memory backend, else a copy in buf.
+  template <typename T>
+  const T* Stage(const T* host, int64_t n, device::Buffer<T>* buf);
 
   Backend* backend_;
   int64_t num_dense_;
@@ -94,10 +153,23 @@ class Dlrm {
   std::vector<float> grads_;
   std::vector<ParamInfo> param_info_;
   int64_t capacity_ = 0;
-  std::vector<float> inter_out_;  // batch x interaction width
-  std::vector<float> d_inter_;    // batch x interaction width
-  std::vector<float> d_bottom_;   // batch x bottom_mlp.back()
-  std::vector<float> d_logits_;   // batch
+  device::Buffer<float> inter_out_;  // batch x interaction width
+  device::Buffer<float> d_inter_;    // batch x interaction width
+  device::Buffer<float> d_bottom_;   // batch x bottom_mlp.back()
+  device::Buffer<float> d_logits_;   // batch
+  device::Buffer<float> probs_;      // batch (PredictStep on a device)
+  // Device copies of params_ and grads_ (+ the bucket tail); empty on a host-memory backend.
+  device::Buffer<float> dev_params_;
+  device::Buffer<float> dev_grads_;
+  bool params_dirty_ = true;
+  float loss_scale_ = 1.0f;  // multiplies the loss gradient inside TrainStep
+  // TrainStep/PredictStep staging, per table where indexed by t.
+  device::Buffer<float> dense_in_, labels_in_, weights_in_;
+  std::vector<device::Buffer<float>> rows_in_, pooled_, d_pooled_, d_rows_;
+  std::vector<device::Buffer<int64_t>> offsets_in_, inverse_in_;
+  std::vector<const float*> pooled_ptrs_;
+  std::vector<float*> d_pooled_ptrs_;
+  std::vector<const int64_t*> staged_offsets_, staged_inverse_;  // backend memory
 };
 
 }  // namespace tandem::model

@@ -10,7 +10,7 @@ void DotInteraction::Forward(Backend* be, int64_t batch, const float* bottom,
                              const float* const* pooled, float* out) {
   const int64_t n = num_vectors();
   const int64_t width = output_width();
-  stacked_.resize(static_cast<size_t>(batch * n * dim_));
+  stacked_.Reserve(be, batch * n * dim_);
   float* x = stacked_.data();
   be->CopyStrided(batch, dim_, bottom, dim_, x, n * dim_, false);
   for (int64_t t = 0; t < num_tables_; ++t) {
@@ -24,7 +24,7 @@ void DotInteraction::Backward(Backend* be, int64_t batch, const float* d_out, fl
                               float* const* d_pooled) {
   const int64_t n = num_vectors();
   const int64_t width = output_width();
-  d_stacked_.resize(static_cast<size_t>(batch * n * dim_));
+  d_stacked_.Reserve(be, batch * n * dim_);
   float* dx = d_stacked_.data();
   be->PairwiseDotsBackward(batch, n, dim_, stacked_.data(), d_out + dim_, width, dx);
   // The bottom output reaches the top MLP twice: directly and through the dots.

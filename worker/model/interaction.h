@@ -9,13 +9,15 @@
 
 #include "common/status.h"
 #include "worker/device/backend.h"
+#include "worker/device/buffer.h"
 
 namespace tandem::model {
 
 using device::Backend;
 
 // Maps (bottom: batch x bottom_dim, pooled: T pointers to batch x d) to batch x output_width().
-// Parameter-free. Thread-safety: requires external synchronization (holds a workspace).
+// Parameter-free. Thread-safety: requires external synchronization (holds a workspace, in the
+// memory of the backend passed to Forward, which must outlive the object).
 class Interaction {
  public:
   virtual ~Interaction() = default;
@@ -44,8 +46,8 @@ class DotInteraction final : public Interaction {
 
   int64_t num_tables_;
   int64_t dim_;
-  std::vector<float> stacked_;    // batch x (T+1) x d: the vectors of the last Forward
-  std::vector<float> d_stacked_;  // the same shape, for Backward
+  device::Buffer<float> stacked_;    // batch x (T+1) x d: the vectors of the last Forward
+  device::Buffer<float> d_stacked_;  // the same shape, for Backward
 };
 
 // Wide&Deep-style concatenation: [bottom, pooled_0, ..., pooled_{T-1}], width bottom_dim + T*d.

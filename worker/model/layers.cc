@@ -37,16 +37,16 @@ void Linear::Bind(float* params, float* grads) {
   db_ = grads + out_ * in_;
 }
 
-void Linear::Forward(Backend* be, int64_t batch, const float* x, float* y) const {
-  be->Gemm(false, true, batch, out_, in_, 1.0f, x, w_, 0.0f, y);
-  be->AddBias(batch, out_, b_, y);
+void Linear::Forward(Backend* be, int64_t batch, const float* x, float* y, bool relu) const {
+  be->LinearForward(precision_, batch, in_, out_, x, w_, b_, relu, y);
 }
 
 void Linear::Backward(Backend* be, int64_t batch, const float* x, const float* dy,
                       float* dx) const {
-  be->Gemm(true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dw_);  // dW = dy^T x
+  be->GemmMixed(precision_, true, false, out_, in_, batch, 1.0f, dy, x, 0.0f, dw_);  // dy^T x
   be->BiasGrad(batch, out_, dy, db_);
-  if (dx != nullptr) be->Gemm(false, false, batch, in_, out_, 1.0f, dy, w_, 0.0f, dx);
+  if (dx != nullptr)
+    be->GemmMixed(precision_, false, false, batch, in_, out_, 1.0f, dy, w_, 0.0f, dx);
 }
 
 Mlp::Mlp(int64_t in, const std::vector<int64_t>& sizes, bool relu_last)
@@ -85,24 +85,30 @@ void Mlp::Init(uint64_t seed, uint32_t first_layer_index, float* params) const {
   }
 }
 
-void Mlp::Reserve(int64_t batch) {
+void Mlp::SetPrecision(Precision precision, bool keep_last_fp32) {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const bool last = l + 1 == layers_.size();
+    layers_[l].set_precision(last && keep_last_fp32 ? Precision::kFp32 : precision);
+  }
+}
+
+void Mlp::Reserve(Backend* be, int64_t batch) {
   if (batch <= capacity_) return;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const size_t size = static_cast<size_t>(batch * layers_[l].out());
-    acts_[l].resize(size);
-    d_pre_[l].resize(size);
-    d_in_[l].resize(static_cast<size_t>(batch * layers_[l].in()));
+    const int64_t size = batch * layers_[l].out();
+    acts_[l].Reset(be, size);
+    d_pre_[l].Reset(be, size);
+    d_in_[l].Reset(be, batch * layers_[l].in());
   }
   capacity_ = batch;
 }
 
 const float* Mlp::Forward(Backend* be, int64_t batch, const float* x) {
-  Reserve(batch);
+  Reserve(be, batch);
   const float* input = x;
   for (size_t l = 0; l < layers_.size(); ++l) {
     float* y = acts_[l].data();
-    layers_[l].Forward(be, batch, input, y);
-    if (HasRelu(l)) Relu::Forward(be, batch * layers_[l].out(), y, y);
+    layers_[l].Forward(be, batch, input, y, HasRelu(l));
     input = y;
   }
   return input;

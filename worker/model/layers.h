@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "worker/device/backend.h"
+#include "worker/device/buffer.h"
 
 namespace tandem::model {
 
 using device::Backend;
+using device::Precision;
 
 // Fills w[out * in] with uniform(-a, a), a = sqrt(6 / (in + out)) (Glorot), from Philox keyed by
 // (seed, layer_index, element): element e takes word e % 4 of counter block e / 4 of the stream
@@ -31,6 +33,9 @@ class Linear {
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
+  // The format the layer's GEMM inputs are rounded to (fp32 master weights either way).
+  Precision precision() const { return precision_; }
+  void set_precision(Precision p) { precision_ = p; }
   // Parameter floats: W then b.
   int64_t num_params() const { return out_ * in_ + out_; }
 
@@ -38,13 +43,15 @@ class Linear {
   // the layer's use.
   void Bind(float* params, float* grads);
 
-  void Forward(Backend* be, int64_t batch, const float* x, float* y) const;
+  // y = x W^T + b, then ReLU when `relu` (fused on backends that can).
+  void Forward(Backend* be, int64_t batch, const float* x, float* y, bool relu = false) const;
   // Overwrites dW and db; writes dx (batch x in) unless dx is null.
   void Backward(Backend* be, int64_t batch, const float* x, const float* dy, float* dx) const;
 
  private:
   int64_t in_;
   int64_t out_;
+  Precision precision_ = Precision::kFp32;
   float* w_ = nullptr;
   float* b_ = nullptr;
   float* dw_ = nullptr;
@@ -76,7 +83,8 @@ inline float BceWithLogitsLoss(Backend* be, int64_t n, const float* logits, cons
 }
 
 // A stack of Linear layers with ReLU after each, except after the last when relu_last is false.
-// Owns its activation workspaces (grown to the largest batch seen, never shrunk).
+// Owns its activation workspaces in the backend's memory (grown to the largest batch seen,
+// never shrunk): the backend passed to Forward must outlive the Mlp.
 // Thread-safety: requires external synchronization.
 class Mlp {
  public:
@@ -90,7 +98,11 @@ class Mlp {
   // params/grads point at this MLP's region: W0, b0, W1, b1, ...
   void Bind(float* params, float* grads);
   // Glorot weights (layer l uses Philox layer index first_layer_index + l), zero biases.
+  // `params` is host memory.
   void Init(uint64_t seed, uint32_t first_layer_index, float* params) const;
+  // GEMM inputs of every layer at `precision`, except the last layer's when keep_last_fp32
+  // (the output layer stays fp32, DESIGN §8).
+  void SetPrecision(Precision precision, bool keep_last_fp32);
 
   // Returns the output (batch x out()), valid until the next Forward.
   const float* Forward(Backend* be, int64_t batch, const float* x);
@@ -100,15 +112,15 @@ class Mlp {
 
  private:
   bool HasRelu(size_t layer) const { return relu_last_ || layer + 1 < layers_.size(); }
-  void Reserve(int64_t batch);
+  void Reserve(Backend* be, int64_t batch);
 
   int64_t in_;
   bool relu_last_;
   std::vector<Linear> layers_;
   int64_t capacity_ = 0;
-  std::vector<std::vector<float>> acts_;   // layer outputs, after the activation
-  std::vector<std::vector<float>> d_pre_;  // gradients before the activation
-  std::vector<std::vector<float>> d_in_;   // gradients w.r.t. inputs of layers 1..L-1
+  std::vector<device::Buffer<float>> acts_;   // layer outputs, after the activation
+  std::vector<device::Buffer<float>> d_pre_;  // gradients before the activation
+  std::vector<device::Buffer<float>> d_in_;   // gradients w.r.t. inputs of layers 1..L-1
 };
 
 }  // namespace tandem::model

@@ -148,9 +148,9 @@ TEST(MlpTest, InitIsGlorotBoundedDeterministicAndKeyedBySeedAndLayer) {
 }
 
 // Runs an interaction forward, projects the output on r and checks both input gradients.
-void CheckInteractionGradients(Interaction* inter, int64_t bottom_dim, int64_t tables,
+// `be` must outlive `inter`: its workspaces are the backend's memory.
+void CheckInteractionGradients(Backend* be, Interaction* inter, int64_t bottom_dim, int64_t tables,
                                int64_t dim) {
-  auto be = MakeCpuBackend();
   constexpr int64_t kBatch = 3;
   std::vector<float> bottom = RandomVector(kBatch * bottom_dim, 21);
   std::vector<std::vector<float>> pooled, d_pooled;
@@ -167,11 +167,11 @@ void CheckInteractionGradients(Interaction* inter, int64_t bottom_dim, int64_t t
   const std::vector<float> r = RandomVector(kBatch * inter->output_width(), 40);
   std::vector<float> out(r.size()), d_bottom(bottom.size());
   auto f = [&] {
-    inter->Forward(be.get(), kBatch, bottom.data(), pooled_ptrs.data(), out.data());
+    inter->Forward(be, kBatch, bottom.data(), pooled_ptrs.data(), out.data());
     return Project(r, out.data());
   };
   f();
-  inter->Backward(be.get(), kBatch, r.data(), d_bottom.data(), d_pooled_ptrs.data());
+  inter->Backward(be, kBatch, r.data(), d_bottom.data(), d_pooled_ptrs.data());
   EXPECT_EQ(CheckGradient(f, bottom.data(), bottom.size(), d_bottom), 0);
   for (int64_t t = 0; t < tables; ++t) {
     EXPECT_EQ(CheckGradient(f, pooled[t].data(), pooled[t].size(), d_pooled[t]), 0) << t;
@@ -179,9 +179,10 @@ void CheckInteractionGradients(Interaction* inter, int64_t bottom_dim, int64_t t
 }
 
 TEST(DotInteractionTest, GradientsMatchFiniteDifferences) {
+  auto be = MakeCpuBackend();
   DotInteraction inter(3, 4);
   EXPECT_EQ(inter.output_width(), 4 + 6);
-  CheckInteractionGradients(&inter, 4, 3, 4);
+  CheckInteractionGradients(be.get(), &inter, 4, 3, 4);
 }
 
 TEST(DotInteractionTest, OutputIsBottomThenUpperTriangleDots) {
@@ -198,9 +199,10 @@ TEST(DotInteractionTest, OutputIsBottomThenUpperTriangleDots) {
 }
 
 TEST(ConcatInteractionTest, GradientsMatchFiniteDifferences) {
+  auto be = MakeCpuBackend();
   ConcatInteraction inter(5, 2, 3);
   EXPECT_EQ(inter.output_width(), 5 + 6);
-  CheckInteractionGradients(&inter, 5, 2, 3);
+  CheckInteractionGradients(be.get(), &inter, 5, 2, 3);
 }
 
 TEST(InteractionTest, MakeRejectsBadShapesAndKinds) {

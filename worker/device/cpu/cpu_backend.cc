@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include "worker/device/precision.h"
 
 namespace tandem::device {
 namespace {
@@ -55,6 +59,63 @@ StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(int64_t threads) {
 }
 
 std::string CpuBackend::BlasCoreName() { return openblas_get_corename(); }
+
+void* CpuBackend::Allocate(size_t bytes) {
+  if (!status_.ok()) return nullptr;
+  constexpr size_t kAlign = 64;  // a cache line: the same alignment for every buffer
+  void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (p == nullptr) {
+    status_ = Status::ResourceExhausted("cpu backend: cannot allocate " + std::to_string(bytes) +
+                                        " bytes");
+    return nullptr;
+  }
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void CpuBackend::Deallocate(void* p) { std::free(p); }
+
+void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::GemmMixed(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, float alpha, const float* a, const float* b, float beta,
+                           float* c) {
+  if (precision == Precision::kFp32) return Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  // Rounded inputs, then the fp32 GEMM: bf16/fp16 products are exact in fp32, so this is the
+  // GPU's tensor-core result up to the order of the fp32 sums.
+  auto rounded = [&](const float* x, int64_t count, std::vector<float>* out) {
+    out->resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) (*out)[static_cast<size_t>(i)] = RoundTo(precision, x[i]);
+    return out->data();
+  };
+  const float* ra = rounded(a, m * k, &round_a_);
+  const float* rb = rounded(b, k * n, &round_b_);
+  Gemm(trans_a, trans_b, m, n, k, alpha, ra, rb, beta, c);
+}
+
+void CpuBackend::LinearForward(Precision precision, int64_t batch, int64_t in, int64_t out,
+                               const float* x, const float* w, const float* b, bool relu,
+                               float* y) {
+  GemmMixed(precision, false, true, batch, out, in, 1.0f, x, w, 0.0f, y);
+  AddBias(batch, out, b, y);
+  if (relu) ReluForward(batch * out, y, y);
+}
+
+void CpuBackend::Scale(int64_t n, float alpha, float* x) {
+  Elementwise(n, x, [=](int64_t i) { return x[i] * alpha; });
+}
+
+bool CpuBackend::AllFinite(int64_t n, const float* x) {
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
+  return finite;
+}
 
 void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float* a, const float* b, float beta, float* c) {

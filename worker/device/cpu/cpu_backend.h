@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "worker/device/backend.h"
@@ -27,8 +28,22 @@ class CpuBackend final : public Backend {
   // several times slower, so deployments should pin it.
   static std::string BlasCoreName();
 
+  bool host_memory() const override { return true; }
+  void* Allocate(size_t bytes) override;
+  void Deallocate(void* p) override;
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void Synchronize() override {}
+  Status status() const override { return status_; }
+
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
+  void GemmMixed(Precision precision, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, const float* b, float beta, float* c) override;
+  void LinearForward(Precision precision, int64_t batch, int64_t in, int64_t out, const float* x,
+                     const float* w, const float* b, bool relu, float* y) override;
+  void Scale(int64_t n, float alpha, float* x) override;
+  bool AllFinite(int64_t n, const float* x) override;
   void AddBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
   void BiasGrad(int64_t rows, int64_t cols, const float* dy, float* db) override;
   void ReluForward(int64_t n, const float* x, float* y) override;
@@ -56,6 +71,9 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int64_t threads) : threads_(threads) {}
 
   int64_t threads_;
+  Status status_;
+  // GemmMixed's rounded copies of A and B.
+  std::vector<float> round_a_, round_b_;
 };
 
 }  // namespace tandem::device

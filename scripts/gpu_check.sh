@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Everything of the GPU issue that needs a GPU, in one run (about 5 minutes on an H200): the
+# device report, the `gpu` tests (each CUDA op against the CPU backend, NCCL all-reduce, deadline
+# and abort with one rank, the trainer's device path), short training runs with train.device cuda
+# at k = 0 (fp32 and bf16) and k = 2 (1 PS, 1 worker) beside the same job on the CPU, and the GPU
+# dense benchmark. Prints every figure; exits non-zero if anything failed.
+# Usage: scripts/gpu_check.sh                  builds Release with CUDA (BUILD_DIR, default build-gpu)
+#        scripts/gpu_check.sh --prebuilt DIR   runs what scripts/gpu_stage.sh staged in DIR
+# Results also go to GPU_CHECK_OUT (default out/gpu_check): gpu_check.log, bench.jsonl, runs/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR=${GPU_CHECK_OUT:-out/gpu_check}
+mkdir -p "$OUTDIR"
+LOG="$OUTDIR/gpu_check.log"
+: >"$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+failures=()
+
+if [[ ${1:-} == --prebuilt ]]; then
+  STAGE=$(cd "${2:?--prebuilt needs a directory}" && pwd)
+  BIN="$STAGE/bin"
+  # The staged Debian libraries, then wherever this host keeps its CUDA 13 libraries.
+  cuda_dirs=$(find / -xdev \( -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' -o \
+    -name 'libcudnn.so.9' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u |
+    paste -sd:)
+  export LD_LIBRARY_PATH="$STAGE/lib:$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  BUILD=${BUILD_DIR:-build-gpu}
+  scripts/setup.sh
+  scripts/build.sh "$BUILD" >/dev/null || { echo "gpu_check.sh: build failed" >&2; exit 1; }
+  BIN="$OUTDIR/bin"
+  mkdir -p "$BIN"
+  for b in tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests \
+    gpu_dense_bench dense_bench; do
+    f=$(find "$BUILD" -name "$b" -type f -perm -u+x | head -1)
+    [[ -n $f ]] && ln -sf "$(pwd)/$f" "$BIN/$b"
+  done
+fi
+for b in tandem cuda_backend_tests nccl_collective_tests gpu_dense_bench; do
+  [[ -x $BIN/$b ]] || { echo "gpu_check.sh: $BIN/$b missing (was the CUDA part built?)" >&2; exit 1; }
+done
+
+say "== device"
+nvidia-smi -L 2>&1 | tee -a "$LOG" || true
+"$BIN/tandem" --version 2>&1 | tee -a "$LOG"
+
+say "== gpu tests"
+for t in device_tests cuda_backend_tests nccl_collective_tests; do
+  if timeout 300 "$BIN/$t" --gtest_brief=1 >"$OUTDIR/$t.log" 2>&1; then
+    say "$t: $(grep -E '^\[  PASSED  \]' "$OUTDIR/$t.log") $(grep -cE '^\[  SKIPPED \]' "$OUTDIR/$t.log") skipped"
+  else
+    failures+=("$t")
+    say "$t: FAILED"; grep -E 'Failure|FAILED|error' "$OUTDIR/$t.log" | head -40 | tee -a "$LOG"
+  fi
+done
+# The trainer on the CPU backend's mixed-precision emulation and the device-path plumbing.
+if timeout 300 "$BIN/trainer_tests" --gtest_brief=1 >"$OUTDIR/trainer_tests.log" 2>&1; then
+  say "trainer_tests: $(grep -E '^\[  PASSED  \]' "$OUTDIR/trainer_tests.log")"
+else
+  failures+=(trainer_tests); say "trainer_tests: FAILED"; tail -30 "$OUTDIR/trainer_tests.log" | tee -a "$LOG"
+fi
+
+say "== training (1 PS, 1 worker, Criteo-Kaggle dense shape, batch 4096, 600 steps)"
+run_job() {  # name, then --set flags
+  local name=$1; shift
+  local dir="$OUTDIR/runs/$name"
+  rm -rf "$dir"; mkdir -p "$dir"
+  local t0=$SECONDS
+  if timeout 240 "$BIN/tandem" local --config configs/local.yaml --ps 1 --workers 1 \
+    --set output.dir="$dir" --set ps.data_dir="$dir/ps" --set checkpoint.dir="$dir/ckpt" \
+    --set train.steps=600 --set train.batch_size=4096 --set train.eval_every_steps=300 \
+    --set model.bottom_mlp=[512,256,64,16] --set model.top_mlp=[512,256,1] \
+    --set train.log_every_steps=20 "$@" >"$dir/run.log" 2>&1; then
+    python3 - "$dir/metrics.jsonl" "$name" "$((SECONDS - t0))" <<'PY' | tee -a "$LOG"
+import json, statistics, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rates = [l["samples_per_sec"] for l in lines if "samples_per_sec" in l and l.get("step", 0) >= 100]
+final = [l for l in lines if l.get("final")][-1]
+print(f'{sys.argv[2]}: final auc {final["auc"]:.4f}, median {statistics.median(rates):.0f} samples/s '
+      f'(steps >= 100), wall {sys.argv[3]} s, model_checksum {final["model_checksum"]}')
+print(json.dumps({"bench": f"train_samples_per_s_{sys.argv[2]}", "value": statistics.median(rates),
+                  "unit": "samples/s", "better": "higher", "auc": final["auc"]}))
+PY
+  else
+    failures+=("train:$name"); say "$name: FAILED (exit $?)"; tail -20 "$dir/run.log" | tee -a "$LOG"
+  fi
+}
+run_job cuda_fp32_k0 --set train.device=cuda
+run_job cuda_bf16_k0 --set train.device=cuda --set train.precision=bf16
+run_job cuda_fp32_k2 --set train.device=cuda --set train.embedding_staleness=2
+run_job cpu_fp32_k0 --set train.device=cpu --set train.threads=8
+
+say "== benchmarks"
+"$BIN/gpu_dense_bench" 2>>"$LOG" | tee "$OUTDIR/bench.jsonl" | tee -a "$LOG" || failures+=(gpu_dense_bench)
+"$BIN/dense_bench" 8 2>>"$LOG" | tee -a "$OUTDIR/bench.jsonl" | tee -a "$LOG" || failures+=(dense_bench)
+
+if ((${#failures[@]} > 0)); then
+  say "gpu_check: FAILED: ${failures[*]}"
+  exit 1
+fi
+say "gpu_check: all passed"
