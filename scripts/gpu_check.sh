@@ -60,7 +60,7 @@ else
   failures+=(trainer_tests); say "trainer_tests: FAILED"; tail -30 "$OUTDIR/trainer_tests.log" | tee -a "$LOG"
 fi
 
-say "== training (1 PS, 1 worker, Criteo-Kaggle dense shape, batch 4096, 600 steps)"
+say "== training (1 PS, 1 worker, Criteo-Kaggle dense shape, batch 4096, 400 steps)"
 run_job() {  # name, then --set flags
   local name=$1; shift
   local dir="$OUTDIR/runs/$name"
@@ -68,7 +68,7 @@ run_job() {  # name, then --set flags
   local t0=$SECONDS
   if timeout 240 "$BIN/tandem" local --config configs/local.yaml --ps 1 --workers 1 \
     --set output.dir="$dir" --set ps.data_dir="$dir/ps" --set checkpoint.dir="$dir/ckpt" \
-    --set train.steps=600 --set train.batch_size=4096 --set train.eval_every_steps=300 \
+    --set train.steps=400 --set train.batch_size=4096 --set train.eval_every_steps=200 \
     --set model.bottom_mlp=[512,256,64,16] --set model.top_mlp=[512,256,1] \
     --set train.log_every_steps=20 "$@" >"$dir/run.log" 2>&1; then
     python3 - "$dir/metrics.jsonl" "$name" "$((SECONDS - t0))" <<'PY' | tee -a "$LOG"
