@@ -4,10 +4,12 @@
 // step's GEMMs alone (the shapes one step issues, replayed through the backend) in the same run;
 // and host<->device copies of a pull/push-sized buffer through the backend against cudaMemcpy
 // from pinned memory. Prints one JSON line per figure; exits 0 with a note when no GPU is usable.
+// `gpu_dense_bench --profile` prints one step's time per op instead.
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,91 @@ class RecordingBackend final : public device::ForwardingBackend {
     inner()->LinearForward(p, batch, in, out, x, w, b, relu, y);
   }
 };
+
+// --profile: waits after every op and adds its time to the op's name, to show where a step
+// goes beyond its GEMMs (the waits make the step itself slower; these are shares, not speeds).
+class ProfilingBackend final : public device::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::map<std::string, double> seconds;
+
+#define TANDEM_PROFILED(name, call)            \
+  do {                                         \
+    const Clock::time_point t0 = Clock::now(); \
+    call;                                      \
+    inner()->Synchronize();                    \
+    seconds[name] += Seconds(t0);              \
+  } while (0)
+  void GemmMixed(Precision p, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, const float* b, float beta, float* c) override {
+    TANDEM_PROFILED("GemmMixed", inner()->GemmMixed(p, ta, tb, m, n, k, alpha, a, b, beta, c));
+  }
+  void LinearForward(Precision p, int64_t batch, int64_t in, int64_t out, const float* x,
+                     const float* w, const float* b, bool relu, float* y) override {
+    TANDEM_PROFILED("LinearForward", inner()->LinearForward(p, batch, in, out, x, w, b, relu, y));
+  }
+  void BiasGrad(int64_t r, int64_t c, const float* dy, float* db) override {
+    TANDEM_PROFILED("BiasGrad", inner()->BiasGrad(r, c, dy, db));
+  }
+  void ReluBackward(int64_t n, const float* y, const float* dy, float* dx) override {
+    TANDEM_PROFILED("ReluBackward", inner()->ReluBackward(n, y, dy, dx));
+  }
+  float BceWithLogits(int64_t n, const float* z, const float* l, const float* w, float norm,
+                      float* dz) override {
+    float loss = 0;
+    TANDEM_PROFILED("BceWithLogits", loss = inner()->BceWithLogits(n, z, l, w, norm, dz));
+    return loss;
+  }
+  void CopyStrided(int64_t r, int64_t c, const float* s, int64_t sld, float* d, int64_t dld,
+                   bool acc) override {
+    TANDEM_PROFILED("CopyStrided", inner()->CopyStrided(r, c, s, sld, d, dld, acc));
+  }
+  void PairwiseDotsForward(int64_t b, int64_t n, int64_t d, const float* x, float* o,
+                           int64_t old) override {
+    TANDEM_PROFILED("PairwiseDotsForward", inner()->PairwiseDotsForward(b, n, d, x, o, old));
+  }
+  void PairwiseDotsBackward(int64_t b, int64_t n, int64_t d, const float* x, const float* dz,
+                            int64_t ld, float* dx) override {
+    TANDEM_PROFILED("PairwiseDotsBackward", inner()->PairwiseDotsBackward(b, n, d, x, dz, ld, dx));
+  }
+  void Copy(int64_t n, const float* x, float* y) override {
+    TANDEM_PROFILED("Copy", inner()->Copy(n, x, y));
+  }
+#undef TANDEM_PROFILED
+};
+
+// One step's op times at `batch`, to stderr.
+void ProfileStep(Backend* cuda, int64_t batch, Precision precision) {
+  ProfilingBackend be(cuda);
+  config::ModelConfig config;
+  config.embedding_dim = kDim;
+  config.bottom_mlp = {512, 256, 64, 16};
+  config.top_mlp = {512, 256, 1};
+  config.interaction = "dot";
+  auto model = model::Dlrm::Create(config, kDense, kTables, 1, &be);
+  if (!model.ok()) return;
+  (*model)->SetPrecision(precision);
+  device::Buffer<float> dense(&be, batch * kDense), labels(&be, batch);
+  std::vector<device::Buffer<float>> pooled, d_pooled;
+  std::vector<const float*> pooled_ptrs;
+  std::vector<float*> d_pooled_ptrs;
+  for (int64_t t = 0; t < kTables; ++t) {
+    pooled.emplace_back(&be, batch * kDim);
+    d_pooled.emplace_back(&be, batch * kDim);
+  }
+  for (int64_t t = 0; t < kTables; ++t) {
+    pooled_ptrs.push_back(pooled[t].data());
+    d_pooled_ptrs.push_back(d_pooled[t].data());
+  }
+  for (int s = 0; s < 6; ++s) {
+    if (s == 1) be.seconds.clear();  // the first step allocates and plans
+    (*model)->ForwardBackward(batch, dense.data(), pooled_ptrs.data(), labels.data(), nullptr,
+                              static_cast<float>(batch), d_pooled_ptrs.data());
+  }
+  for (const auto& [name, sec] : be.seconds)
+    std::fprintf(stderr, "profile b%lld %s: %-22s %8.3f ms/step\n", static_cast<long long>(batch),
+                 precision == Precision::kFp32 ? "fp32" : "bf16", name.c_str(), sec / 5 * 1e3);
+}
 
 device::Buffer<float> Upload(Backend* be, const std::vector<float>& host) {
   device::Buffer<float> buf(be, static_cast<int64_t>(host.size()));
@@ -178,11 +265,18 @@ bool BenchCopies(Backend* cuda) {
   return cuda->status().ok();
 }
 
-int Run() {
+int Run(bool profile) {
   auto cuda = device::CreateCudaBackend(0);
   if (!cuda.ok()) {
     std::fprintf(stderr, "gpu_dense_bench: no GPU: %s\n", cuda.status().ToString().c_str());
     return 0;
+  }
+  if (profile) {
+    for (int64_t batch : {8192, 65536}) {
+      ProfileStep(cuda->get(), batch, Precision::kFp32);
+      ProfileStep(cuda->get(), batch, Precision::kBf16);
+    }
+    return cuda->get()->status().ok() ? 0 : 1;
   }
   bool ok = true;
   for (int64_t batch : {8192, 65536}) {
@@ -196,4 +290,7 @@ int Run() {
 }  // namespace
 }  // namespace tandem::bench
 
-int main() { return tandem::bench::Run(); }
+int main(int argc, char** argv) {
+  const bool profile = argc > 1 && std::string(argv[1]) == "--profile";
+  return tandem::bench::Run(profile);
+}

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "cli/cluster_file.h"
@@ -19,6 +20,7 @@
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/subprocess.h"
+#include "worker/device/device_info.h"
 
 namespace tandem::cli {
 namespace {
@@ -50,6 +52,22 @@ std::string Addresses(int n, const Child& c, const std::string& role) {
   return s + "]";
 }
 
+// The GPUs `local` hands out to workers, one each in turn (CUDA_VISIBLE_DEVICES): those the
+// supervisor itself may use, else every device found; none without CUDA or a device.
+std::vector<std::string> WorkerGpus() {
+  std::vector<std::string> ids;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    std::string list(visible), id;
+    std::istringstream in(list);
+    while (std::getline(in, id, ','))
+      if (!id.empty()) ids.push_back(id);
+    return ids;
+  }
+  const int count = device::ProbeDevices().device_count;
+  for (int i = 0; i < count; ++i) ids.push_back(std::to_string(i));
+  return ids;
+}
+
 Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::string& chief_port,
                   Child* c) {
   std::error_code ec;
@@ -65,6 +83,10 @@ Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::
                  "cluster.workers=" + Addresses(args.num_workers, *c, "worker"), "--job-id",
                  job_hex, "--ready-file", c->ready_file, "--log-level", args.log_level});
   o.unset_env = {"TF_CONFIG"};  // DESIGN §1: `local` ignores it and removes it from children
+  // Worker i trains on GPU i (modulo the GPUs there are), seen in the worker as device 0.
+  static const std::vector<std::string> gpus = WorkerGpus();
+  if (c->role == "worker" && !gpus.empty())
+    o.set_env = {"CUDA_VISIBLE_DEVICES=" + gpus[static_cast<size_t>(c->index) % gpus.size()]};
   o.output_path = c->log_file;
   auto p = Subprocess::Spawn(o);
   if (!p.ok()) return p.status();

@@ -31,7 +31,7 @@ else
   BIN="$OUTDIR/bin"
   mkdir -p "$BIN"
   for b in tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests \
-    gpu_dense_bench dense_bench; do
+    trainer_gpu_tests gpu_dense_bench dense_bench; do
     f=$(find "$BUILD" -name "$b" -type f -perm -u+x | head -1)
     [[ -n $f ]] && ln -sf "$(pwd)/$f" "$BIN/$b"
   done
@@ -45,7 +45,7 @@ nvidia-smi -L 2>&1 | tee -a "$LOG" || true
 "$BIN/tandem" --version 2>&1 | tee -a "$LOG"
 
 say "== gpu tests"
-for t in device_tests cuda_backend_tests nccl_collective_tests; do
+for t in device_tests cuda_backend_tests nccl_collective_tests trainer_gpu_tests; do
   if timeout 300 "$BIN/$t" --gtest_brief=1 >"$OUTDIR/$t.log" 2>&1; then
     say "$t: $(grep -E '^\[  PASSED  \]' "$OUTDIR/$t.log") $(grep -cE '^\[  SKIPPED \]' "$OUTDIR/$t.log") skipped"
   else

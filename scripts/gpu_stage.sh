@@ -4,15 +4,15 @@
 # Cap'n Proto, Gloo or OpenBLAS, and no network): DIR/bin holds the stripped binaries, built
 # here in build-gpu (Release, CUDA part on), DIR/lib the Debian shared libraries they load,
 # except glibc's and CUDA's own (the GPU host's CUDA 13 libraries are used). Then, there:
-#   scripts/gpu_check.sh --prebuilt DIR
+#   scripts/gpu_check.sh --prebuilt DIR        (or unpack DIR.tar.xz there first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-.gpu-stage}
 BUILD=${BUILD_DIR:-build-gpu}
 scripts/setup.sh
-scripts/build.sh "$BUILD" >/dev/null 2>&1 || true  # configure once
-BINS=(tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests gpu_dense_bench
-      dense_bench)
+[[ -f $BUILD/build.ninja ]] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+BINS=(tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests trainer_gpu_tests
+      gpu_dense_bench dense_bench)
 ninja -C "$BUILD" -j "$(nproc)" "${BINS[@]}" >/dev/null
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
@@ -31,4 +31,6 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$DIR/lib/" ;;
   esac
 done
-du -sh "$DIR"
+# One compressed file too, for hosts reached through a size-limited copy (OpenBLAS alone is 35 MB).
+tar -C "$(dirname "$DIR")" -cJf "$DIR.tar.xz" "$(basename "$DIR")"
+du -sh "$DIR" "$DIR.tar.xz"

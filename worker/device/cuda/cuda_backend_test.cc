@@ -347,7 +347,10 @@ TEST_F(CudaBackendTest, BiasGradMatchesCpu) {
     Buffer<float> gdy = Upload(dy), gdb = Upload(RandomVector(cols, 82));
     cpu_->BiasGrad(rows, cols, dy.data(), want.data());
     gpu_->BiasGrad(rows, cols, gdy.data(), gdb.data());
-    EXPECT_TRUE(Close(Download(gdb), want, kFp32Tol)) << "rows " << rows;
+    // Past one 256-row chunk the GPU sums in another order than the CPU: the rounding
+    // differences grow with the number of chunks combined.
+    const float tol = kFp32Tol * std::max(1.0f, static_cast<float>(rows) / 256.0f);
+    EXPECT_TRUE(Close(Download(gdb), want, tol)) << "rows " << rows;
   }
 }
 

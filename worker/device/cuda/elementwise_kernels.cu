@@ -67,29 +67,24 @@ struct SigmoidBackwardOp {
 };
 
 // Row r of a rows x cols block per blockIdx.y (grid-stride), columns across x.
+// One thread per element of the rows x cols block (grid-stride): DLRM's blocks are narrow
+// (cols = embedding dim, 16) and tall (the batch), so a block per row would leave most threads
+// idle.
 __global__ void CopyStridedKernel(int64_t rows, int64_t cols, const float* src, int64_t src_ld,
                                   float* dst, int64_t dst_ld, bool accumulate) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const float* s = src + r * src_ld;
-    float* t = dst + r * dst_ld;
-    for (int64_t c = GlobalThread(); c < cols; c += GridThreads()) {
-      t[c] = accumulate ? __fadd_rn(t[c], s[c]) : s[c];
-    }
+  const int64_t n = rows * cols;
+  for (int64_t e = GlobalThread(); e < n; e += GridThreads()) {
+    const int64_t r = e / cols, c = e % cols;
+    float* t = dst + r * dst_ld + c;
+    const float v = src[r * src_ld + c];
+    *t = accumulate ? __fadd_rn(*t, v) : v;
   }
 }
 
 __global__ void AddBiasKernel(int64_t rows, int64_t cols, const float* bias, float* y) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    float* row = y + r * cols;
-    for (int64_t c = GlobalThread(); c < cols; c += GridThreads()) {
-      row[c] = __fadd_rn(row[c], bias[c]);
-    }
-  }
-}
-
-dim3 RowsGrid(int64_t rows, int64_t cols) {
-  constexpr int64_t kMaxRowBlocks = 65535;  // gridDim.y's limit
-  return dim3(BlocksFor(cols), static_cast<unsigned>(Min64(rows, kMaxRowBlocks)));
+  const int64_t n = rows * cols;
+  for (int64_t e = GlobalThread(); e < n; e += GridThreads())
+    y[e] = __fadd_rn(y[e], bias[e % cols]);
 }
 
 __device__ inline void StoreRounded(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
@@ -124,7 +119,7 @@ cudaError_t LaunchAxpy(cudaStream_t stream, int64_t n, float alpha, const float*
 cudaError_t LaunchAddBias(cudaStream_t stream, int64_t rows, int64_t cols, const float* bias,
                           float* y) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  AddBiasKernel<<<RowsGrid(rows, cols), kThreads, 0, stream>>>(rows, cols, bias, y);
+  AddBiasKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(rows, cols, bias, y);
   return cudaGetLastError();
 }
 
@@ -149,8 +144,8 @@ cudaError_t LaunchSigmoidBackward(cudaStream_t stream, int64_t n, const float* y
 cudaError_t LaunchCopyStrided(cudaStream_t stream, int64_t rows, int64_t cols, const float* src,
                               int64_t src_ld, float* dst, int64_t dst_ld, bool accumulate) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
-  CopyStridedKernel<<<RowsGrid(rows, cols), kThreads, 0, stream>>>(rows, cols, src, src_ld, dst,
-                                                                   dst_ld, accumulate);
+  CopyStridedKernel<<<BlocksFor(rows * cols), kThreads, 0, stream>>>(rows, cols, src, src_ld, dst,
+                                                                     dst_ld, accumulate);
   return cudaGetLastError();
 }
 

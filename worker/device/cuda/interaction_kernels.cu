@@ -57,13 +57,23 @@ __global__ void DotsForward(int64_t batch, int64_t n, int64_t d, const float* x,
   }
 }
 
-// dx[s][i][c] = sum over j != i, increasing j, of dz[s][pair(i, j)] * x[s][j][c]. Threads of a
-// warp take consecutive c, so the x reads coalesce and the dz reads broadcast.
+// dx[s][i][c] = sum over j != i, increasing j, of dz[s][pair(i, j)] * x[s][j][c]. A sample's
+// vectors and pair gradients are staged in shared memory when they fit (every output reads n of
+// each); threads of a warp take consecutive c, so the staging reads coalesce.
 __global__ void DotsBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
-                             int64_t dz_ld, float* dx) {
+                             int64_t dz_ld, float* dx, bool staged) {
+  extern __shared__ float sh[];
+  const int64_t pairs = n * (n - 1) / 2;
   for (int64_t s = blockIdx.x; s < batch; s += gridDim.x) {
     const float* xs = x + s * n * d;
     const float* g = dz + s * dz_ld;
+    if (staged) {
+      for (int64_t e = threadIdx.x; e < n * d; e += blockDim.x) sh[e] = xs[e];
+      for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) sh[n * d + p] = g[p];
+      __syncthreads();
+      xs = sh;
+      g = sh + n * d;
+    }
     for (int64_t e = threadIdx.x; e < n * d; e += blockDim.x) {
       const int64_t i = e / d;
       const int64_t c = e % d;
@@ -75,6 +85,7 @@ __global__ void DotsBackward(int64_t batch, int64_t n, int64_t d, const float* x
       }
       dx[s * n * d + e] = acc;
     }
+    if (staged) __syncthreads();  // before the next sample overwrites sh
   }
 }
 
@@ -95,8 +106,10 @@ cudaError_t LaunchPairwiseDotsForward(cudaStream_t stream, int64_t batch, int64_
 cudaError_t LaunchPairwiseDotsBackward(cudaStream_t stream, int64_t batch, int64_t n, int64_t d,
                                        const float* x, const float* dz, int64_t dz_ld, float* dx) {
   if (batch <= 0 || n <= 0 || d <= 0) return cudaSuccess;
-  DotsBackward<<<SampleBlocks(batch), kInteractionThreads, 0, stream>>>(batch, n, d, x, dz, dz_ld,
-                                                                        dx);
+  const int64_t staged_bytes = (n * d + n * (n - 1) / 2) * static_cast<int64_t>(sizeof(float));
+  const bool staged = staged_bytes <= kMaxStagedBytes;
+  DotsBackward<<<SampleBlocks(batch), kInteractionThreads, staged ? staged_bytes : 0, stream>>>(
+      batch, n, d, x, dz, dz_ld, dx, staged);
   return cudaGetLastError();
 }
 
