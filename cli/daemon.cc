@@ -197,7 +197,7 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   int64_t restored_step = -1;
   switch (args.role) {
     case config::Role::kChief: {
-      auto created = chief::ChiefService::Create(*job, &server);
+      auto created = chief::ChiefService::Create(*job, &server, args.new_run);
       if (!created.ok()) {
         TLOG_ERROR("cannot start the chief: {}", created.status().ToString());
         return created.status().IsDataLoss() || created.status().IsInvalidArgument()

@@ -19,6 +19,7 @@ struct DaemonArgs {
   uint64_t incarnation = 0;         // --incarnation: the last one the chief issued (0: none)
   std::string ready_file;           // --ready-file: JSON {address, pid, ...} written after bind
   std::string log_level = "info";
+  bool new_run = false;  // --new-run (chief): every process was started afresh; see ChiefService
 };
 
 // Returns the process exit status (PROTOCOLS §12). `tf_config` is TF_CONFIG's value, if set.

@@ -237,6 +237,9 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
   // The chief's view lags the workers by up to a heartbeat, so steps already under way when a
   // process was killed can still appear: after a kill, progress counts only once the fault has
   // been seen (restart, new incarnation or term).
+  // The job failed after the fault (it is rolled back): the steps its survivors went on with
+  // are lost, and recovery counts from the rolled-back run's progress.
+  if (view && view->job_state == "failed") r.recovery_ms.reset();
   const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
   if (!r.recovery_ms && step > r.step_before && !r.cont_at && (r.detect_ms || !needs_detection))
     r.recovery_ms = MsSince(r.fired_at);

@@ -38,6 +38,7 @@ struct Child {
   std::string endpoint;
   std::string port = "0";  // once bound, a restart binds the same port: peers know it
   int restarts = 0;
+  bool new_run = false;   // chief: its first start in a run (see --new-run)
   bool finished = false;  // exited 0 (or 75): not restarted
   std::optional<ExitInfo> last_exit;
 };
@@ -82,6 +83,10 @@ Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::
                  "cluster.ps=" + Addresses(args.num_ps, *c, "ps"), "--set",
                  "cluster.workers=" + Addresses(args.num_workers, *c, "worker"), "--job-id",
                  job_hex, "--ready-file", c->ready_file, "--log-level", args.log_level});
+  // `local` starts every process of a run itself: no member outlived an earlier chief. A chief
+  // restarted within the run rejoins it.
+  if (c->new_run) o.argv.push_back("--new-run");
+  c->new_run = false;
   o.unset_env = {"TF_CONFIG"};  // DESIGN §1: `local` ignores it and removes it from children
   // Worker i trains on GPU i (modulo the GPUs there are), seen in the worker as device 0.
   static const std::vector<std::string> gpus = WorkerGpus();
@@ -250,6 +255,7 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
   // The chief first: every other member is told its port.
   const auto start_deadline = Clock::now() + std::chrono::seconds(args.start_timeout_s);
   Child& chief = children[0];
+  chief.new_run = true;
   auto fail_start = [&](const Status& s, Child& c) {
     std::fprintf(stderr, "tandem local: %s\n", s.message().c_str());
     StopAll(children, milliseconds(5000));
@@ -398,7 +404,11 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
         std::all_of(children.begin(), children.end(), [](const Child& c) { return c.finished; });
     if (all_exited) break;
     // Members leave on their own once the job has ended; do not wait for stragglers forever.
-    const auto grace = std::chrono::milliseconds(job->collective.timeout_ms + 20000);
+    // A failed job's checkpoint is committed and its members may be blocked on the member that
+    // failed it: a short grace then, before they are stopped.
+    const bool failed = last_view && last_view->job_state == "failed";
+    const auto grace = failed ? std::chrono::milliseconds(job->chief.heartbeat_timeout_ms)
+                              : std::chrono::milliseconds(job->collective.timeout_ms + 20000);
     if ((ended_at && Clock::now() - *ended_at > grace) ||
         (stop_asked && Clock::now() - *stop_asked > grace)) {
       gave_up = true;

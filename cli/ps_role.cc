@@ -38,19 +38,35 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   const bool restored_other_step =
       ctx.restored_step >= 0 &&
       (reg.resume_step != ctx.restored_step || shard->applied_step() != reg.resume_step);
-  if (restored_other_step || (ctx.restored_step >= 0 && shard->timeline() != reg.timeline)) {
-    TLOG_ERROR(
-        "the job resumes from the checkpoint of step {} on timeline {}, but this shard was "
-        "restored to step {} and is at step {} on timeline {}",
-        reg.resume_step, reg.timeline, ctx.restored_step, shard->applied_step(), shard->timeline());
+  auto fail = [&](const std::string& detail) {
+    TLOG_ERROR("{}", detail);
     Progress failed;
     failed.state = "failed";
-    failed.detail = "ps:" + std::to_string(ctx.index) + " is at step " +
-                    std::to_string(shard->applied_step()) + ", the checkpoint at step " +
-                    std::to_string(reg.resume_step);
+    failed.detail = detail;
     chief->SetProgress(failed);
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     return kExitRuntimeFailure;
+  };
+  if (restored_other_step || (ctx.restored_step >= 0 && shard->timeline() != reg.timeline)) {
+    return fail("ps:" + std::to_string(ctx.index) + " was restored to step " +
+                std::to_string(ctx.restored_step) + " and is at step " +
+                std::to_string(shard->applied_step()) + " on timeline " +
+                std::to_string(shard->timeline()) +
+                ", the job resumes from the checkpoint of step " + std::to_string(reg.resume_step) +
+                " on timeline " + std::to_string(reg.timeline));
+  }
+  // Rejoining a job in training: every push a worker has finished a step with was logged by this
+  // shard, so after its replay the shard is at least at the slowest worker's step. A shard far
+  // behind it lost its data (a lost machine, a deleted directory): no worker can resend what it
+  // lacks, and only a rollback to the last checkpoint can go on (PROTOCOLS §8).
+  if (auto view = chief->View(std::chrono::milliseconds(2000));
+      view.ok() && view->job_state == "training" && view->step >= 0) {
+    const int64_t margin = job.train.embedding_staleness + 2;
+    if (shard->applied_step() + margin < view->step) {
+      return fail("ps:" + std::to_string(ctx.index) + " lost its data: it is at step " +
+                  std::to_string(shard->applied_step()) + ", the slowest worker at step " +
+                  std::to_string(view->step) + "; the job must roll back to its last checkpoint");
+    }
   }
   Progress progress;
   progress.state = "serving";

@@ -37,6 +37,9 @@ void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a)
   sub->add_option("--incarnation", a->incarnation,
                   "the incarnation the chief last issued to this process (0: a fresh start)");
   sub->add_option("--ready-file", a->ready_file, "write {address, pid} as JSON here once bound");
+  sub->add_flag("--new-run", a->new_run,
+                "chief: every process of the job was started afresh (a supervisor's start or "
+                "rollback): a job start even if the last run was left open");
   sub->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }

@@ -40,6 +40,13 @@ for b in tandem cuda_backend_tests nccl_collective_tests gpu_dense_bench; do
   [[ -x $BIN/$b ]] || { echo "gpu_check.sh: $BIN/$b missing (was the CUDA part built?)" >&2; exit 1; }
 done
 
+# The CPU baseline runs (cpu training, dense_bench) on OpenBLAS kernels that match the CPU: on
+# VMs with a generic CPU model OpenBLAS falls back to SSE3 ("Prescott"), several times slower.
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
+
 say "== device"
 nvidia-smi -L 2>&1 | tee -a "$LOG" || true
 "$BIN/tandem" --version 2>&1 | tee -a "$LOG"

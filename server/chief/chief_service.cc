@@ -106,7 +106,8 @@ StatusOr<std::map<std::string, std::string>> LoadKv(const std::string& path) {
 std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2}}; }
 
 StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobConfig& job,
-                                                             wire::RpcServer* server) {
+                                                             wire::RpcServer* server,
+                                                             bool new_run) {
   auto state = ChiefState::Open(job.checkpoint.dir);
   if (!state.ok()) return state.status();
   const ChiefStateData& d = (*state)->data();
@@ -115,7 +116,14 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
   // A run still open means its chief was killed: members may be training on and will come back
   // (PROTOCOLS §10), so nothing that is only right at a job start may happen (refusing a
   // finished job, LATEST as the resume point, partial checkpoints as abandoned).
-  const bool rejoin = d.run_open;
+  // A shard asks for the resume step before it registers, so the choice must be right from
+  // the start: deciding on the first registration (ConfirmRejoin) comes too late for it.
+  const bool rejoin = d.run_open && !new_run;
+  if (d.run_open && new_run)
+    TLOG_INFO(
+        "a new run: every process was started afresh, the open run (resumed from step {}) "
+        "has no survivors",
+        d.run_resume_step);
   // Before any member registers: the resume step goes out with every registration.
   auto checkpoints = rejoin ? CheckpointCoordinator::Rejoin(job, d.run_resume_step)
                             : CheckpointCoordinator::Open(job);

@@ -38,8 +38,11 @@ class ChiefService {
   // Opens `job.checkpoint.dir/chief/state`, raises and persists the term, and stamps the term,
   // generation and timeline into `server`'s identity. kDataLoss naming the file for a corrupt
   // state; kUnavailable when the state cannot be written.
+  // `new_run`: the caller started every process of the job afresh (`tandem local`, also after a
+  // rollback), so a run left open by a killed chief has no survivors: this is a job start.
   static StatusOr<std::unique_ptr<ChiefService>> Create(const config::JobConfig& job,
-                                                        wire::RpcServer* server);
+                                                        wire::RpcServer* server,
+                                                        bool new_run = false);
   ~ChiefService();  // stops the monitor thread
   ChiefService(const ChiefService&) = delete;
   ChiefService& operator=(const ChiefService&) = delete;

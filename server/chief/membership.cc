@@ -338,6 +338,15 @@ void Membership::UpdateJobState(Clock::time_point now) {
       return;
     }
   }
+  // A shard that cannot serve the job (it lost its data, or was restored to another step) fails
+  // it at once: the workers would otherwise wait on it until their requests time out.
+  for (uint32_t i = 0; i < ps_.size(); ++i) {
+    const Member& p = ps_[i];
+    if (p.registered && !p.lost && p.progress.state == "failed") {
+      end(kJobFailed, "ps:" + std::to_string(i) + " failed: " + p.progress.detail);
+      return;
+    }
+  }
   auto all = [](const std::vector<Member>& v, auto pred) {
     return std::all_of(v.begin(), v.end(), pred);
   };

@@ -400,6 +400,20 @@ TEST_F(MembershipTest, FailedWorkerFailsTheJobAndStopsEveryone) {
   EXPECT_NE(snap.detail.find("worker:1"), std::string::npos) << snap.detail;
 }
 
+TEST_F(MembershipTest, FailedPsFailsTheJobNamingIt) {
+  RegisterAll();
+  MemberProgress p;
+  p.state = "failed";
+  p.detail = "ps:0 lost its data: it is at step -1, the slowest worker at step 40";
+  auto hb = members_->Heartbeat(MemberRole::kPs, 0, ps0_, p, now_);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->job_state, "failed");
+  EXPECT_TRUE(Beat(MemberRole::kWorker, 0, w0_).stop);
+  const std::string detail = members_->Snapshot(now_).detail;
+  EXPECT_NE(detail.find("ps:0 failed"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("lost its data"), std::string::npos) << detail;
+}
+
 TEST_F(MembershipTest, FailedDetailIsTheWorkersReason) {
   RegisterAll();
   MemberProgress p;

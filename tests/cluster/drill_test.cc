@@ -102,5 +102,29 @@ TEST(DrillTest, WorkerKillIsRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
   EXPECT_NE(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
 }
 
+// A lost PS machine (killed, its data directory deleted): the restarted shard sees it is far
+// behind the workers and fails the job at once, instead of the workers waiting on it until their
+// requests time out; the whole job rolls back to the last checkpoint and ends with the
+// fault-free model (the lost shard restored from the durable copy).
+TEST(DrillTest, LostPsFailsTheJobAtOnceAndTheRollbackEndsWithTheFaultFreeModel) {
+  TempDir dir;
+  WriteJob(dir, 300);
+  auto r = Drill(dir, "lose ps:1 @step 120");
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << r.output;
+  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  ASSERT_EQ(report["faults"].size(), 1u);
+  const auto& fault = report["faults"][0];
+  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
+  EXPECT_NE(fault.value("path", "").find("global rollback"), std::string::npos) << report.dump(2);
+  // Far below the workers' request timeout (120 s): the shard's verdict, not a timeout.
+  ASSERT_TRUE(fault["recovery_ms"].is_number()) << report.dump(2);
+  EXPECT_LT(fault["recovery_ms"].get<double>(), 60000.0) << report.dump(2);
+  EXPECT_NE(ReadFile(dir.path() + "/out/logs/ps-1.log").find("lost its data"), std::string::npos)
+      << "the restarted shard did not say why it failed the job";
+}
+
 }  // namespace
 }  // namespace tandem::testing
