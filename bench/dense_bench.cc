@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/dlrm_shape.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/device/forwarding_backend.h"
 #include "worker/model/dlrm.h"
@@ -24,9 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kBatch = 2048;
-constexpr int64_t kDense = 13;
-constexpr int64_t kTables = 26;
-constexpr int64_t kDim = 16;
 constexpr int kStepsPerRun = 10;
 constexpr int kRuns = 5;
 constexpr double kPublishedPerCore = 7400;  // best published CPU DLRM figure we know, per core
@@ -136,12 +134,7 @@ int Run(int64_t threads) {
   std::fprintf(stderr, "dense_bench: OpenBLAS core %s, %lld thread(s)\n",
                device::CpuBackend::BlasCoreName().c_str(), static_cast<long long>(threads));
   TimingBackend timing(cpu->get());
-  config::ModelConfig config;
-  config.embedding_dim = kDim;
-  config.bottom_mlp = {512, 256, 64, 16};
-  config.top_mlp = {512, 256, 1};
-  config.interaction = "dot";
-  auto model = model::Dlrm::Create(config, kDense, kTables, 1, &timing);
+  auto model = model::Dlrm::Create(CriteoKaggleDense(), kDense, kTables, 1, &timing);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;

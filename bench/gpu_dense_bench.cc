@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/dlrm_shape.h"
 #include "worker/device/buffer.h"
 #include "worker/device/cuda/cuda_backend.h"
 #include "worker/device/forwarding_backend.h"
@@ -27,9 +29,6 @@ using Clock = std::chrono::steady_clock;
 using device::Backend;
 using device::Precision;
 
-constexpr int64_t kDense = 13;
-constexpr int64_t kTables = 26;
-constexpr int64_t kDim = 16;
 constexpr int kRuns = 5;
 
 double Seconds(Clock::time_point t0) {
@@ -117,79 +116,72 @@ class ProfilingBackend final : public device::ForwardingBackend {
 #undef TANDEM_PROFILED
 };
 
-// One step's op times at `batch`, to stderr.
-void ProfileStep(Backend* cuda, int64_t batch, Precision precision) {
-  ProfilingBackend be(cuda);
-  config::ModelConfig config;
-  config.embedding_dim = kDim;
-  config.bottom_mlp = {512, 256, 64, 16};
-  config.top_mlp = {512, 256, 1};
-  config.interaction = "dot";
-  auto model = model::Dlrm::Create(config, kDense, kTables, 1, &be);
-  if (!model.ok()) return;
-  (*model)->SetPrecision(precision);
-  device::Buffer<float> dense(&be, batch * kDense), labels(&be, batch);
-  std::vector<device::Buffer<float>> pooled, d_pooled;
-  std::vector<const float*> pooled_ptrs;
-  std::vector<float*> d_pooled_ptrs;
-  for (int64_t t = 0; t < kTables; ++t) {
-    pooled.emplace_back(&be, batch * kDim);
-    d_pooled.emplace_back(&be, batch * kDim);
-  }
-  for (int64_t t = 0; t < kTables; ++t) {
-    pooled_ptrs.push_back(pooled[t].data());
-    d_pooled_ptrs.push_back(d_pooled[t].data());
-  }
-  for (int s = 0; s < 6; ++s) {
-    if (s == 1) be.seconds.clear();  // the first step allocates and plans
-    (*model)->ForwardBackward(batch, dense.data(), pooled_ptrs.data(), labels.data(), nullptr,
-                              static_cast<float>(batch), d_pooled_ptrs.data());
-  }
-  for (const auto& [name, sec] : be.seconds)
-    std::fprintf(stderr, "profile b%lld %s: %-22s %8.3f ms/step\n", static_cast<long long>(batch),
-                 precision == Precision::kFp32 ? "fp32" : "bf16", name.c_str(), sec / 5 * 1e3);
-}
-
 device::Buffer<float> Upload(Backend* be, const std::vector<float>& host) {
   device::Buffer<float> buf(be, static_cast<int64_t>(host.size()));
   be->CopyToDevice(buf.data(), host.data(), host.size() * sizeof(float));
   return buf;
 }
 
-// One figure pair per (batch, precision): the step's samples/s and its GEMMs' alone.
-bool BenchDense(Backend* cuda, int64_t batch, Precision precision, const char* name) {
-  RecordingBackend be(cuda);
-  config::ModelConfig config;
-  config.embedding_dim = kDim;
-  config.bottom_mlp = {512, 256, 64, 16};
-  config.top_mlp = {512, 256, 1};
-  config.interaction = "dot";
-  auto model = model::Dlrm::Create(config, kDense, kTables, 1, &be);
-  if (!model.ok()) {
-    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
-    return false;
-  }
-  (*model)->SetPrecision(precision);
-  std::vector<float> labels(static_cast<size_t>(batch), 0.0f);
-  for (size_t i = 0; i < labels.size(); i += 4) labels[i] = 1.0f;
-  auto dense = Upload(&be, model::testing::RandomVector(batch * kDense, 3));
-  auto label_buf = Upload(&be, labels);
+// The benchmark's DLRM on `be` with one batch of random device inputs; Run() is one training
+// forward+backward (the loss comes back to the host every step, as in training).
+struct DenseStep {
+  int64_t batch = 0;
+  std::unique_ptr<model::Dlrm> model;
+  device::Buffer<float> dense, labels;
   std::vector<device::Buffer<float>> pooled, d_pooled;
   std::vector<const float*> pooled_ptrs;
   std::vector<float*> d_pooled_ptrs;
-  for (int64_t t = 0; t < kTables; ++t) {
-    pooled.push_back(Upload(&be, model::testing::RandomVector(batch * kDim, 10 + t)));
-    d_pooled.emplace_back(&be, batch * kDim);
+
+  static std::unique_ptr<DenseStep> Make(Backend* be, int64_t batch, Precision precision) {
+    auto model = model::Dlrm::Create(CriteoKaggleDense(), kDense, kTables, 1, be);
+    if (!model.ok()) {
+      std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+      return nullptr;
+    }
+    auto s = std::make_unique<DenseStep>();
+    s->batch = batch;
+    s->model = std::move(model).value();
+    s->model->SetPrecision(precision);
+    std::vector<float> labels(static_cast<size_t>(batch), 0.0f);
+    for (size_t i = 0; i < labels.size(); i += 4) labels[i] = 1.0f;
+    s->dense = Upload(be, model::testing::RandomVector(batch * kDense, 3));
+    s->labels = Upload(be, labels);
+    for (int64_t t = 0; t < kTables; ++t) {
+      s->pooled.push_back(Upload(be, model::testing::RandomVector(batch * kDim, 10 + t)));
+      s->d_pooled.emplace_back(be, batch * kDim);
+    }
+    for (int64_t t = 0; t < kTables; ++t) {
+      s->pooled_ptrs.push_back(s->pooled[t].data());
+      s->d_pooled_ptrs.push_back(s->d_pooled[t].data());
+    }
+    return s;
   }
-  for (int64_t t = 0; t < kTables; ++t) {
-    pooled_ptrs.push_back(pooled[t].data());
-    d_pooled_ptrs.push_back(d_pooled[t].data());
+  void Run() {
+    model->ForwardBackward(batch, dense.data(), pooled_ptrs.data(), labels.data(), nullptr,
+                           static_cast<float>(batch), d_pooled_ptrs.data());
   }
-  // The loss comes back to the host every step, as in training.
-  auto step = [&] {
-    (*model)->ForwardBackward(batch, dense.data(), pooled_ptrs.data(), label_buf.data(), nullptr,
-                              static_cast<float>(batch), d_pooled_ptrs.data());
-  };
+};
+
+// One step's op times at `batch`, to stderr.
+void ProfileStep(Backend* cuda, int64_t batch, Precision precision) {
+  ProfilingBackend be(cuda);
+  auto step = DenseStep::Make(&be, batch, precision);
+  if (!step) return;
+  for (int s = 0; s < 6; ++s) {
+    if (s == 1) be.seconds.clear();  // the first step allocates and plans
+    step->Run();
+  }
+  for (const auto& [name, sec] : be.seconds)
+    std::fprintf(stderr, "profile b%lld %s: %-22s %8.3f ms/step\n", static_cast<long long>(batch),
+                 precision == Precision::kFp32 ? "fp32" : "bf16", name.c_str(), sec / 5 * 1e3);
+}
+
+// One figure pair per (batch, precision): the step's samples/s and its GEMMs' alone.
+bool BenchDense(Backend* cuda, int64_t batch, Precision precision, const char* name) {
+  RecordingBackend be(cuda);
+  auto dense_step = DenseStep::Make(&be, batch, precision);
+  if (!dense_step) return false;
+  auto step = [&] { dense_step->Run(); };
   be.record = true;
   step();
   be.record = false;

@@ -16,6 +16,7 @@
 #include "worker/data/record_source.h"
 #include "worker/device/backend_factory.h"
 #include "worker/trainer.h"
+#include "worker/trainer_test_util.h"
 
 namespace tandem::worker {
 namespace {
@@ -35,33 +36,13 @@ config::JobConfig Job(const std::string& optimizer) {
   return *job;
 }
 
-struct Run {
-  config::JobConfig job;
-  std::unique_ptr<device::Backend> backend;
-  std::unique_ptr<LocalEmbeddingTable> table;
-  std::unique_ptr<Trainer> trainer;
-};
+using Run = testing::TrainerRun;
 
 // A trainer after `steps` steps of the synthetic stream.
 std::unique_ptr<Run> Trained(const std::string& optimizer, int64_t steps) {
-  auto r = std::make_unique<Run>();
-  r->job = Job(optimizer);
-  r->backend = std::move(device::CreateBackend(r->job.train)).value();
-  r->table = std::make_unique<LocalEmbeddingTable>(embedding::TableSpecsFromConfig(r->job),
-                                                   r->job.train.seed);
-  TrainerOptions o;
-  o.job = &r->job;
-  o.embeddings = r->table.get();
-  o.backend = r->backend.get();
-  r->trainer = std::move(Trainer::Create(o)).value();
-  auto source = std::move(data::OpenSource(r->job.data, r->job.train.seed, false)).value();
-  data::PipelineOptions po;
-  po.batch = static_cast<int>(r->job.train.batch_size);
-  data::BatchReader reader(source.get(), r->job.train.seed, po);
-  data::Batch batch;
+  auto r = testing::MakeTrainerRun(Job(optimizer));
   for (int64_t s = 0; s < steps; ++s) {
-    EXPECT_TRUE(reader.ReadStep(s, &batch).ok());
-    auto st = r->trainer->Step(batch);
+    auto st = r->Step(s);
     EXPECT_TRUE(st.ok()) << st.status();
   }
   return r;

@@ -39,27 +39,15 @@ config::JobConfig Job(const std::string& device, const std::string& precision) {
     if (r.device_count == 0) GTEST_SKIP() << "no CUDA device: " << r.error;            \
   } while (0)
 
-// Mean loss over steps [from, to) after training steps [0, to).
-double MeanLoss(TrainerRun* run, int64_t from, int64_t to) {
-  double sum = 0;
-  for (int64_t s = 0; s < to; ++s) {
-    auto st = run->Step(s);
-    EXPECT_TRUE(st.ok()) << st.status();
-    if (!st.ok()) return NAN;
-    if (s >= from) sum += st->loss;
-  }
-  return sum / static_cast<double>(to - from);
-}
-
 TEST(TrainerGpuTest, LearnsLikeTheCpuAndRepeatsItsBits) {
   SKIP_WITHOUT_GPU();
   auto cpu = MakeTrainerRun(Job("cpu", "fp32"));
   auto gpu = MakeTrainerRun(Job("cuda", "fp32"));
   auto again = MakeTrainerRun(Job("cuda", "fp32"));
   ASSERT_TRUE(cpu && gpu && again);
-  const double l_cpu = MeanLoss(cpu.get(), 200, 300);
-  const double l_gpu = MeanLoss(gpu.get(), 200, 300);
-  MeanLoss(again.get(), 200, 300);
+  const double l_cpu = cpu->MeanLoss(200, 300);
+  const double l_gpu = gpu->MeanLoss(200, 300);
+  again->MeanLoss(200, 300);
   EXPECT_NEAR(l_gpu, l_cpu, 0.01) << "gpu " << l_gpu << " cpu " << l_cpu;
   EXPECT_EQ(gpu->Checksum().Hex(), again->Checksum().Hex());
   // Predictions on the device agree with the CPU's on the same batch.
@@ -79,9 +67,9 @@ TEST(TrainerGpuTest, MixedPrecisionTrainsOnTheDevice) {
   auto bf16 = MakeTrainerRun(Job("cuda", "bf16"));
   auto fp16 = MakeTrainerRun(Job("cuda", "fp16"));
   ASSERT_TRUE(fp32 && bf16 && fp16);
-  const double l32 = MeanLoss(fp32.get(), 200, 300);
-  EXPECT_NEAR(MeanLoss(bf16.get(), 200, 300), l32, 0.02);
-  EXPECT_NEAR(MeanLoss(fp16.get(), 200, 300), l32, 0.02);
+  const double l32 = fp32->MeanLoss(200, 300);
+  EXPECT_NEAR(bf16->MeanLoss(200, 300), l32, 0.02);
+  EXPECT_NEAR(fp16->MeanLoss(200, 300), l32, 0.02);
   EXPECT_GT(fp16->trainer->loss_scaler()->scale(), 1.0f);
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "common/embedding/table_spec.h"
@@ -29,6 +30,18 @@ struct TrainerRun {
   StatusOr<StepStats> Step(int64_t step) {
     TANDEM_RETURN_IF_ERROR(reader->ReadStep(step, &batch));
     return trainer->Step(batch);
+  }
+  // Trains steps [0, to) and returns the mean loss of steps [from, to) (NaN after a failed step,
+  // which is also a test failure).
+  double MeanLoss(int64_t from, int64_t to) {
+    double sum = 0;
+    for (int64_t s = 0; s < to; ++s) {
+      auto st = Step(s);
+      EXPECT_TRUE(st.ok()) << st.status();
+      if (!st.ok()) return std::nan("");
+      if (s >= from) sum += st->loss;
+    }
+    return sum / static_cast<double>(to - from);
   }
   // The whole model's checksum: dense state and embedding rows.
   ModelChecksum Checksum() const {
