@@ -105,7 +105,16 @@ StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& jo
                           chief.View(std::chrono::seconds(job.recovery.max_wait_s)));
   // elapsed_ms > 0 while "starting": a restarted chief rejoining a run that trained; its shards
   // are past the checkpoint and must keep what they applied.
-  if (view.resume_step < 0 || view.job_state != "starting" || view.elapsed_ms > 0) return -1;
+  if (view.job_state != "starting" || view.elapsed_ms > 0) return -1;
+  if (view.resume_step < 0) {
+    // Nothing to resume from: every shard starts empty, whatever an earlier attempt of this job
+    // left behind (a rollback before the first checkpoint must not serve its rows).
+    bool cleared = false;
+    TANDEM_RETURN_IF_ERROR(ps::ClearShardForFreshStart(options, &cleared));
+    if (cleared)
+      TLOG_INFO("shard {}: a fresh job start: what an earlier run left was removed", index);
+    return -1;
+  }
   TANDEM_ASSIGN_OR_RETURN(ps::RestoreSource source,
                           RestoreSourceOf(job, view.resume_step, view.timeline));
   if (source.manifest_timeline != source.run_timeline)

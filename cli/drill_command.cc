@@ -287,12 +287,20 @@ std::string PathOf(const Context& ctx, const FaultRecord& r) {
 }
 
 std::vector<std::string> LocalArgv(const LocalArgs& a, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {SelfExecutable(), "local",
-                                   "--config",       a.config_path,
-                                   "--ps",           std::to_string(a.num_ps),
-                                   "--workers",      std::to_string(a.num_workers),
-                                   "--max-restarts", std::to_string(a.max_restarts),
-                                   "--log-level",    a.log_level};
+  std::vector<std::string> argv = {SelfExecutable(),
+                                   "local",
+                                   "--config",
+                                   a.config_path,
+                                   "--ps",
+                                   std::to_string(a.num_ps),
+                                   "--workers",
+                                   std::to_string(a.num_workers),
+                                   "--max-restarts",
+                                   std::to_string(a.max_restarts),
+                                   "--max-rollbacks",
+                                   std::to_string(a.max_rollbacks),
+                                   "--log-level",
+                                   a.log_level};
   for (const auto& s : a.sets) argv.insert(argv.end(), {"--set", s});
   for (const auto& s : extra) argv.insert(argv.end(), {"--set", s});
   return argv;

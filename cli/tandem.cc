@@ -44,6 +44,22 @@ void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a)
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }
 
+// The flags of `tandem local`, also taken by `tandem drill` for the job it runs.
+void AddLocalFlags(CLI::App* cmd, LocalArgs* a) {
+  cmd->add_option("--config", a->config_path, "job config (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", a->sets, "override a config key: key.path=value (repeatable)");
+  cmd->add_option("--ps", a->num_ps, "number of PS shards")->check(CLI::Range(1, 256));
+  cmd->add_option("--workers", a->num_workers, "number of workers")->check(CLI::Range(1, 256));
+  cmd->add_option("--max-restarts", a->max_restarts,
+                  "restarts of one crashed child before the job is stopped");
+  cmd->add_option("--max-rollbacks", a->max_rollbacks,
+                  "whole-job restarts from the last checkpoint after a process failure failed "
+                  "the job (0: none)");
+  cmd->add_option("--log-level", a->log_level, "children's log level");
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{
       "tandem: trains recommendation models with huge embedding tables on parameter servers\n"
@@ -63,19 +79,7 @@ int Main(int argc, char** argv) {
   LocalArgs local;
   auto* local_cmd = app.add_subcommand(
       "local", "run a job on this machine: chief, PS shards and workers on 127.0.0.1, supervised");
-  local_cmd->add_option("--config", local.config_path, "job config (YAML)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  local_cmd->add_option("--set", local.sets, "override a config key: key.path=value (repeatable)");
-  local_cmd->add_option("--ps", local.num_ps, "number of PS shards")->check(CLI::Range(1, 256));
-  local_cmd->add_option("--workers", local.num_workers, "number of workers")
-      ->check(CLI::Range(1, 256));
-  local_cmd->add_option("--max-restarts", local.max_restarts,
-                        "restarts of one crashed child before the job is stopped");
-  local_cmd->add_option("--max-rollbacks", local.max_rollbacks,
-                        "whole-job restarts from the last checkpoint after a process failure "
-                        "failed the job (0: none)");
-  local_cmd->add_option("--log-level", local.log_level, "children's log level");
+  AddLocalFlags(local_cmd, &local);
 
   StatusArgs status;
   auto* status_cmd = app.add_subcommand("status", "show which processes of a cluster answer");
@@ -91,9 +95,7 @@ int Main(int argc, char** argv) {
   DrillArgs drill_args;
   auto* drill =
       app.add_subcommand("drill", "run a job under injected faults, then without, and compare");
-  drill->add_option("--config", drill_args.local.config_path, "job config (YAML)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  AddLocalFlags(drill, &drill_args.local);  // a drill takes every flag `local` takes
   drill
       ->add_option("--faults", drill_args.faults,
                    "e.g. \"kill ps:0 @step 100; stop ps:1 @step 200 for 2s; kill chief @step "
@@ -101,15 +103,6 @@ int Main(int argc, char** argv) {
       ->required();
   drill->add_option("--reference", drill_args.reference, "reuse a fault-free run's output dir")
       ->check(CLI::ExistingDirectory);
-  drill->add_option("--set", drill_args.local.sets,
-                    "override a config key: key.path=value (repeatable)");
-  drill->add_option("--ps", drill_args.local.num_ps, "number of PS shards")
-      ->check(CLI::Range(1, 256));
-  drill->add_option("--workers", drill_args.local.num_workers, "number of workers")
-      ->check(CLI::Range(1, 256));
-  drill->add_option("--max-restarts", drill_args.local.max_restarts,
-                    "restarts of one crashed child before the job is stopped");
-  drill->add_option("--log-level", drill_args.local.log_level, "children's log level");
   DatagenArgs gen;
   auto* datagen = app.add_subcommand("datagen", "write synthetic CTR data with a known best AUC");
   datagen->add_option("--format", gen.format, "criteo|binary")

@@ -346,4 +346,20 @@ StatusOr<RestoreReport> PrepareShardForResume(const ShardOptions& options,
   return report;
 }
 
+Status ClearShardForFreshStart(const ShardOptions& options, bool* cleared) {
+  if (cleared != nullptr) *cleared = false;
+  std::error_code ec;
+  if (!fs::exists(options.dir, ec)) return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(auto lock, DirLock::Take(options.dir));
+  for (const auto& entry : fs::directory_iterator(options.dir, ec)) {
+    if (entry.path().filename() == "LOCK") continue;  // held by us until we return
+    fs::remove_all(entry.path(), ec);
+    if (ec)
+      return Status::Unavailable("cannot remove " + entry.path().string() + ": " + ec.message());
+    if (cleared != nullptr) *cleared = true;
+  }
+  if (ec) return Status::Unavailable("cannot list " + options.dir + ": " + ec.message());
+  return SyncDir(options.dir);
+}
+
 }  // namespace tandem::ps

@@ -59,4 +59,11 @@ struct RestoreReport {
 StatusOr<RestoreReport> PrepareShardForResume(const ShardOptions& options,
                                               const RestoreSource& source);
 
+// A job that starts with no checkpoint to resume from (a first start, `checkpoint.resume:
+// never`, or a rollback before the first checkpoint) starts every shard empty: removes what an
+// earlier attempt of the job left in `options.dir` (restore points, push log, live DB).
+// `cleared` (may be null) says whether there was anything. Same locking and I/O errors as
+// PrepareShardForResume.
+Status ClearShardForFreshStart(const ShardOptions& options, bool* cleared = nullptr);
+
 }  // namespace tandem::ps

@@ -137,6 +137,32 @@ const CheckpointFile& FirstSst(const CheckpointPart& part) {
   return part.files.front();
 }
 
+// A job start with nothing to resume from (a rollback before the first checkpoint): the shard
+// opens empty, not at the step an earlier attempt reached; a shard held open is refused.
+TEST(ShardRestoreTest, FreshStartClearsWhatAnEarlierAttemptLeft) {
+  ::tandem::testing::TempDir dir;
+  const ShardOptions options = JobShard(dir.path(), 0, 1);
+  bool cleared = true;
+  ASSERT_TRUE(ClearShardForFreshStart(options, &cleared).ok());  // no directory yet
+  EXPECT_FALSE(cleared);
+  {
+    auto opened = Shard::Open(options);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    PushSteps(opened->get(), 0, kPastStep);
+    EXPECT_TRUE(ClearShardForFreshStart(options).IsFailedPrecondition());  // it is open
+  }
+  ASSERT_TRUE(ClearShardForFreshStart(options, &cleared).ok());
+  EXPECT_TRUE(cleared);
+  auto opened = Shard::Open(options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->applied_step(), -1);
+  ModelChecksum empty, now;
+  uint64_t rows = 1;
+  ASSERT_TRUE((*opened)->AddToChecksum(&now, &rows).ok());
+  EXPECT_EQ(rows, 0u);
+  EXPECT_EQ(now.Hex(), empty.Hex());
+}
+
 TEST(ShardRestoreTest, LocalRestorePointAfterACrashBeyondTheCheckpoint) {
   ::tandem::testing::TempDir dir;
   std::string expected;
