@@ -136,11 +136,17 @@ void WriteCluster(const std::string& path, const std::string& job_hex,
 }
 
 // Stops every child still running: SIGTERM, then SIGKILL after `grace`.
+// SIGTERM to every child, then SIGKILL to those still running when `grace` has passed (one
+// deadline for all: children stuck at once do not add up their waits).
 void StopAll(std::vector<Child>& children, milliseconds grace) {
   for (auto& c : children)
     if (c.process && c.process->running()) c.process->Signal(SIGTERM);
-  for (auto& c : children)
-    if (c.process && !c.last_exit) c.last_exit = c.process->Stop(grace);
+  const auto deadline = Clock::now() + grace;
+  for (auto& c : children) {
+    if (!c.process || c.last_exit) continue;
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    c.last_exit = c.process->Stop(std::max(left, milliseconds(0)));
+  }
 }
 
 std::string Duration(double s) {
@@ -407,7 +413,7 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
     // A failed job's checkpoint is committed and its members may be blocked on the member that
     // failed it: a short grace then, before they are stopped.
     const bool failed = last_view && last_view->job_state == "failed";
-    const auto grace = failed ? std::chrono::milliseconds(job->chief.heartbeat_timeout_ms)
+    const auto grace = failed ? std::chrono::milliseconds(1000)
                               : std::chrono::milliseconds(job->collective.timeout_ms + 20000);
     if ((ended_at && Clock::now() - *ended_at > grace) ||
         (stop_asked && Clock::now() - *stop_asked > grace)) {
@@ -416,7 +422,10 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
     }
   }
   if (tty) std::printf("\n");
-  StopAll(children, milliseconds(10000));
+  // A failed job is rolled back or given up: its members need no clean exit (the checkpoint it
+  // goes back to is committed), and those blocked on the member that failed would only stall.
+  const bool job_failed = last_view && last_view->job_state == "failed";
+  StopAll(children, milliseconds(job_failed ? 2000 : 10000));
   int bad_exits = 0;
   for (auto& c : children) {
     if (!c.last_exit) continue;

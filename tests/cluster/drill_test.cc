@@ -37,12 +37,13 @@ void KillLeftovers(const std::string& out_dir) {
 }
 
 CommandResult Drill(const TempDir& dir, const std::string& faults,
-                    std::vector<std::string> extra = {}) {
+                    std::vector<std::string> extra = {},
+                    milliseconds timeout = milliseconds(110000)) {
   std::vector<std::string> argv = {TANDEM_BINARY, "drill", "--config",  dir.File("job.yaml"),
                                    "--ps",        "2",     "--workers", "2",
                                    "--faults",    faults};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  auto r = RunCommand(argv, {}, {}, milliseconds(110000));
+  auto r = RunCommand(argv, {}, {}, timeout);
   KillLeftovers(dir.path() + "/out");
   KillLeftovers(dir.path() + "/out-reference");
   return r;
@@ -124,6 +125,28 @@ TEST(DrillTest, LostPsFailsTheJobAtOnceAndTheRollbackEndsWithTheFaultFreeModel) 
   EXPECT_LT(fault["recovery_ms"].get<double>(), 60000.0) << report.dump(2);
   EXPECT_NE(ReadFile(dir.path() + "/out/logs/ps-1.log").find("lost its data"), std::string::npos)
       << "the restarted shard did not say why it failed the job";
+}
+
+// The rest of the fault kinds, in one short job: a worker killed before the first checkpoint
+// (the rollback starts the job over, every shard empty), a worker stopped past the heartbeat
+// timeout (declared lost, killed, rolled back), LATEST corrupted and a worker killed right after
+// (the rollback resumes from an intact checkpoint). The job ends with the fault-free model.
+TEST(DrillTest, WorkerStopCorruptLatestAndAKillBeforeTheFirstCheckpointEndWithTheSameModel) {
+  TempDir dir;
+  WriteJob(dir, 300);
+  auto r = Drill(dir,
+                 "kill worker:1 @step 30; stop worker:0 @step 120 for 7s; corrupt-latest @step "
+                 "200; kill worker:0 @step 205",
+                 {"--max-rollbacks", "4"}, milliseconds(200000));
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << r.output;
+  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  ASSERT_EQ(report["faults"].size(), 4u) << report.dump(2);
+  for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("recovered", false)) << f.dump(2);
+  EXPECT_NE(report["faults"][1].value("detected_by", "").find("lost"), std::string::npos)
+      << report.dump(2);
 }
 
 }  // namespace
