@@ -54,6 +54,10 @@ struct FaultRecord {
   std::optional<Clock::time_point> cont_at;  // stop: when SIGCONT is due
   std::optional<int64_t> detect_ms, recovery_ms;
   std::string detected_by;
+  // A rollback after the fault: the highest step the job had reached when it failed, and the
+  // checkpoint the next run resumed from; the steps between are trained again.
+  int64_t step_at_failure = -1;
+  std::optional<int64_t> resumed_from;
   bool recovery_bound_only = false;  // seen only as the job's successful end
   // `tandem local`'s whole-job rollbacks (lines in drill-local.log) when the fault fired, and
   // before the next fault fired (or the end).
@@ -196,8 +200,9 @@ void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterVi
 }
 
 // Updates detection and recovery of a fired fault from what is observable now.
+// `latest`: r is the fault fired last, the one a job failure now is put down to.
 void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_t step,
-             const Context& ctx, FaultRecord& r) {
+             const Context& ctx, bool latest, FaultRecord& r) {
   if (!r.fired) return;
   const Fault& f = r.fault;
   if (!r.detect_ms) {
@@ -239,7 +244,16 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
   // been seen (restart, new incarnation or term).
   // The job failed after the fault (it is rolled back): the steps its survivors went on with
   // are lost, and recovery counts from the rolled-back run's progress.
-  if (view && view->job_state == "failed") r.recovery_ms.reset();
+  if (latest && view && view->job_state == "failed") {
+    r.recovery_ms.reset();
+    r.step_at_failure = std::max(r.step_at_failure, step);
+    r.resumed_from.reset();
+  } else if (view && r.step_at_failure >= 0 && !r.resumed_from && view->job_state == "training") {
+    r.resumed_from = view->resume_step;
+  }
+  // After a rollback the steps start again below the highest ever seen: progress is the rolled
+  // back run's own.
+  if (r.step_at_failure >= 0) step = view && view->job_state == "training" ? view->step : -1;
   const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
   if (!r.recovery_ms && step > r.step_before && !r.cont_at && (r.detect_ms || !needs_detection))
     r.recovery_ms = MsSince(r.fired_at);
@@ -365,7 +379,7 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
         ::kill(r.pid, SIGCONT);
         r.cont_at.reset();
       }
-      Observe(view, watcher, step, ctx, r);
+      Observe(view, watcher, step, ctx, next > 0 && &r == &records[next - 1], r);
     }
     while (running && view && view->job_state == "training" && next < records.size() &&
            step >= records[next].fault.step)
@@ -423,6 +437,13 @@ std::string Ms(const std::optional<int64_t>& ms) {
   return buf;
 }
 
+// Steps trained twice because of the fault: after a rollback, from the checkpoint resumed from
+// to the highest step reached before; 0 when nothing rolled back.
+int64_t StepsReplayed(const FaultRecord& r) {
+  if (r.step_at_failure < 0 || !r.resumed_from) return 0;
+  return std::max<int64_t>(0, r.step_at_failure - *r.resumed_from);
+}
+
 nlohmann::json RecordJson(const FaultRecord& r) {
   nlohmann::json j = {{"fault", r.fault.ToString()},
                       {"step", r.fault.step},
@@ -436,6 +457,7 @@ nlohmann::json RecordJson(const FaultRecord& r) {
                       {"recovered", r.recovery_ms.has_value()},
                       {"recovery_ms", r.recovery_ms ? nlohmann::json(*r.recovery_ms) : nullptr},
                       {"recovery_ms_is_upper_bound", r.recovery_bound_only},
+                      {"steps_replayed", StepsReplayed(r)},
                       {"path", r.path}};
   if (!r.error.empty()) j["error"] = r.error;
   return j;
@@ -452,13 +474,14 @@ nlohmann::json RunJson(const RunResult& r) {
 }
 
 void PrintTable(const std::vector<FaultRecord>& records) {
-  std::printf("\n%-34s %7s %8s %9s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY", "PATH");
+  std::printf("\n%-34s %7s %8s %9s %8s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY", "REPLAYED",
+              "PATH");
   for (const auto& r : records) {
     std::printf(
-        "%-34s %7lld %8s %9s  %s\n", r.fault.ToString().c_str(),
+        "%-34s %7lld %8s %9s %8lld  %s\n", r.fault.ToString().c_str(),
         static_cast<long long>(r.fired_at_step), Ms(r.detect_ms).c_str(),
         r.recovery_ms ? (Ms(r.recovery_ms) + (r.recovery_bound_only ? "<" : "")).c_str() : "FAILED",
-        r.fired ? r.path.c_str() : r.error.c_str());
+        static_cast<long long>(StepsReplayed(r)), r.fired ? r.path.c_str() : r.error.c_str());
     if (!r.detected_by.empty()) std::printf("%-34s detected: %s\n", "", r.detected_by.c_str());
     if (r.fired && !r.error.empty()) std::printf("%-34s %s\n", "", r.error.c_str());
   }

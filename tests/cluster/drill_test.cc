@@ -120,6 +120,8 @@ TEST(DrillTest, LostPsFailsTheJobAtOnceAndTheRollbackEndsWithTheFaultFreeModel) 
   const auto& fault = report["faults"][0];
   EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
   EXPECT_NE(fault.value("path", "").find("global rollback"), std::string::npos) << report.dump(2);
+  // The steps between the checkpoint and the failure were trained again.
+  EXPECT_GT(fault.value("steps_replayed", 0), 0) << report.dump(2);
   // Far below the workers' request timeout (120 s): the shard's verdict, not a timeout.
   ASSERT_TRUE(fault["recovery_ms"].is_number()) << report.dump(2);
   EXPECT_LT(fault["recovery_ms"].get<double>(), 60000.0) << report.dump(2);
