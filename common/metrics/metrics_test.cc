@@ -219,6 +219,27 @@ TEST(MetricsWriterTest, ReopenOfATornFirstLineStartsEmpty) {
   EXPECT_EQ(ReadJsonLines(path).size(), 1u);
 }
 
+// A run resumed from a checkpoint (after a rollback) logs steps again: those up to the highest
+// step already in the file are marked "replay": true, later ones are not.
+TEST(MetricsWriterTest, StepsLoggedAgainAfterAReopenAreReplays) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  {
+    auto writer = OpenOrDie(path);
+    for (int step : {49, 99, 149}) ASSERT_TRUE(writer->WriteStep(Step(step, 0.5)).ok());
+    ASSERT_TRUE(writer->WriteEval({500, 0, 0.7, 0.5}).ok());  // an eval line's step is no step line
+  }
+  {
+    auto writer = OpenOrDie(path);
+    for (int step : {124, 149, 174}) ASSERT_TRUE(writer->WriteStep(Step(step, 0.5)).ok());
+  }
+  const std::vector<json> lines = ReadJsonLines(path);
+  ASSERT_EQ(lines.size(), 7u);
+  for (size_t i : {0u, 1u, 2u, 3u, 6u}) EXPECT_FALSE(lines[i].contains("replay")) << lines[i];
+  EXPECT_EQ(lines[4].value("replay", false), true) << lines[4];
+  EXPECT_EQ(lines[5].value("replay", false), true) << lines[5];
+}
+
 TEST(MetricsWriterTest, ReopenAfterFinalIsRefused) {
   TempDir dir;
   const std::string path = dir.path() + "/metrics.jsonl";

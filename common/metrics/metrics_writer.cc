@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -59,6 +60,25 @@ Status PrepareForAppend(internal::AppendFile& file) {
   return Status::Ok();
 }
 
+// The highest step of the step lines already in the file (-1: none): a resumed run that logs a
+// step up to it trains that step again (a rollback), DESIGN §12 "replay".
+StatusOr<int64_t> HighestLoggedStep(const internal::AppendFile& file) {
+  TANDEM_ASSIGN_OR_RETURN(off_t size, file.Size());
+  if (size == 0) return int64_t{-1};
+  TANDEM_ASSIGN_OR_RETURN(std::string text, file.ReadAt(0, static_cast<size_t>(size)));
+  int64_t highest = -1;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const Json json = Json::parse(text.substr(begin, end - begin), nullptr, false);
+    if (json.is_object() && json.contains("samples_per_sec") && json["step"].is_number_integer())
+      highest = std::max(highest, json["step"].get<int64_t>());
+    begin = end + 1;
+  }
+  return highest;
+}
+
 std::string Dump(const Json& json) {
   // replace: a stray invalid UTF-8 byte must not throw out of the writer.
   return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
@@ -71,7 +91,10 @@ StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& 
       internal::AppendFile file,
       internal::AppendFile::Open(path, internal::AppendFile::Mode::kCreateOrAppend));
   TANDEM_RETURN_IF_ERROR(PrepareForAppend(file));
-  return std::unique_ptr<MetricsWriter>(new MetricsWriter(std::move(file)));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t highest, HighestLoggedStep(file));
+  auto writer = std::unique_ptr<MetricsWriter>(new MetricsWriter(std::move(file)));
+  writer->replay_until_ = highest;
+  return writer;
 }
 
 Status MetricsWriter::WriteLine(const std::string& json) {
@@ -91,7 +114,7 @@ Status MetricsWriter::WriteStep(const StepMetrics& m) {
                {"push_s", m.times.push_s},
                {"wait_s", m.times.wait_s},
                {"wall_time", WallTimeSeconds()}};
-  if (m.replay) json["replay"] = true;
+  if (m.replay || m.step <= replay_until_) json["replay"] = true;
   if (m.loss_scale > 0) {
     json["loss_scale"] = m.loss_scale;
     json["skipped_steps"] = m.skipped_steps;

@@ -57,8 +57,10 @@ struct FinalMetrics {
 class MetricsWriter {
  public:
   // Opens `path`, appending when it exists (a resumed job). A torn last line left by a crash is
-  // cut off first. Errors: kFailedPrecondition if the file already ends with the final line
-  // (the job finished: appending would break "exactly one last line"); I/O errors from errno.
+  // cut off first. Step lines of steps up to the highest step already in the file are written
+  // with "replay": true (a run resumed from a checkpoint trains them again). Errors:
+  // kFailedPrecondition if the file already ends with the final line (the job finished: appending
+  // would break "exactly one last line"); I/O errors from errno.
   static StatusOr<std::unique_ptr<MetricsWriter>> Open(const std::string& path);
 
   MetricsWriter(const MetricsWriter&) = delete;
@@ -76,7 +78,8 @@ class MetricsWriter {
   explicit MetricsWriter(internal::AppendFile file) : path_(file.path()), file_(std::move(file)) {}
   Status WriteLine(const std::string& json) EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::string path_;  // a copy of file_.path(), readable without the lock
+  const std::string path_;     // a copy of file_.path(), readable without the lock
+  int64_t replay_until_ = -1;  // the highest step logged before this Open
   Mutex mu_;
   internal::AppendFile file_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;

@@ -3,6 +3,7 @@
 // is survived by a whole-job rollback to the last checkpoint, with the same model.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -90,7 +91,8 @@ TEST(DrillTest, MalformedSpecExitsTwoNamingTheProblem) {
 TEST(DrillTest, WorkerKillIsRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
   TempDir dir;
   WriteJob(dir, 400);
-  auto r = Drill(dir, "kill worker:1 @step 120");
+  // Lines every 10 steps, so that steps logged before the kill are logged again after it.
+  auto r = Drill(dir, "kill worker:1 @step 120", {"--set", "train.log_every_steps=10"});
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit.exit_code, 0) << r.output;
   auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
@@ -101,6 +103,16 @@ TEST(DrillTest, WorkerKillIsRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
       << report.dump(2);
   EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
   EXPECT_NE(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
+  // The steps trained again after the rollback are marked as replays in metrics.jsonl, and the
+  // file still ends with exactly one final line.
+  const auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
+                          [](const auto& l) { return l.value("replay", false); }));
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const auto& l) { return l.value("final", false); }),
+            1);
+  EXPECT_TRUE(lines.back().value("final", false));
 }
 
 // A lost PS machine (killed, its data directory deleted): the restarted shard sees it is far
