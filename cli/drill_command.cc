@@ -584,6 +584,8 @@ int RunDrill(const DrillArgs& args) {
   const std::string json_path = ctx.out_dir + "/drill.json";
   std::ofstream(json_path) << report.dump(2) << "\n";
   std::printf("report: %s\n", json_path.c_str());
+  std::printf("plot:   scripts/plot_metrics.py %s/metrics.jsonl --faults %s\n", ctx.out_dir.c_str(),
+              json_path.c_str());
   return ok ? kExitOk : kExitRuntimeFailure;
 }
 

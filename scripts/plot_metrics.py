@@ -7,8 +7,9 @@ Usage:
   scripts/plot_metrics.py OUTPUT/metrics.jsonl [-o plot.png] [--faults drill.json] [--title T]
 
 Step lines carry "loss", eval lines "auc"; the "final": true line's AUC is shown in the title.
-Replayed steps ("replay": true) are drawn as separate markers. --faults takes a JSON list of
-objects with a "step" and a "label" key (what `tandem drill` records), drawn as vertical lines.
+Replayed steps ("replay": true) are drawn as separate markers. --faults takes `tandem drill`'s
+report (OUTPUT/drill.json: each fault that fired, at its step) or a JSON list of objects with a
+"step" and a "label" key, drawn as vertical lines.
 A torn last line (a job killed mid-write) is skipped with a warning.
 
 Exit status: 0 written, 1 bad input, 2 matplotlib missing (Debian: apt-get install
@@ -70,8 +71,14 @@ def read_metrics(path):
 def read_faults(path):
     with open(path, encoding="utf-8") as f:
         faults = json.load(f)
+    if isinstance(faults, dict) and isinstance(faults.get("faults"), list):
+        # `tandem drill`'s report (output.dir/drill.json): each fault that fired, at the step
+        # it fired, labelled with its spec.
+        faults = [{"step": f["fired_at_step"], "label": f.get("fault", "")}
+                  for f in faults["faults"]
+                  if isinstance(f, dict) and f.get("fired") is True and finite(f.get("fired_at_step"))]
     if not isinstance(faults, list):
-        raise ValueError(f"{path}: expected a JSON list of objects")
+        raise ValueError(f"{path}: expected tandem drill's drill.json or a JSON list of objects")
     for i, fault in enumerate(faults):
         if not isinstance(fault, dict) or not finite(fault.get("step")):
             raise ValueError(f"{path}: entry {i} needs a numeric \"step\"")
