@@ -47,8 +47,11 @@ struct FaultRecord {
   int64_t fired_at_step = -1;
   int64_t step_before = -1;  // the highest step completed before the fault
   int pid = 0;
-  uint64_t incarnation_before = 0, term_before = 0, timeline_before = 0;
-  uint64_t incarnation_after = 0, term_after = 0, timeline_after = 0;
+  // The chief's term and timeline and the target's incarnation when the fault fired, and as
+  // last seen.
+  struct Marks {
+    uint64_t incarnation = 0, term = 0, timeline = 0;
+  } before, after;
   uintmax_t log_offset = 0;                  // size of the target's log when the fault fired
   std::string corrupted_latest;              // corrupt-latest: the bytes written
   std::optional<Clock::time_point> cont_at;  // stop: when SIGCONT is due
@@ -154,18 +157,19 @@ size_t CountRollbacks(const std::string& out_dir) {
   return n;
 }
 
+FaultRecord::Marks MarksOf(const ClusterView& view, const Fault& f) {
+  FaultRecord::Marks marks{0, view.term, view.timeline};
+  if (const MemberView* m = FindMember(view, f.role, f.index)) marks.incarnation = m->incarnation;
+  return marks;
+}
+
 void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterView>& view,
           int64_t step, FaultRecord& r) {
   const Fault& f = r.fault;
   r.rollbacks_at_fire = CountRollbacks(ctx.out_dir);
   r.fired_at_step = step;
   r.step_before = step;
-  if (view) {
-    r.term_before = view->term;
-    r.timeline_before = view->timeline;
-    if (const MemberView* m = FindMember(*view, f.role, f.index))
-      r.incarnation_before = m->incarnation;
-  }
+  if (view) r.before = MarksOf(*view, f);
   if (f.kind == FaultKind::kCorruptLatest) {
     auto c = CorruptLatest(ctx.job->checkpoint.dir);
     if (!c.ok()) {
@@ -212,14 +216,14 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
       if (!now.empty() && now != r.corrupted_latest)
         by = "LATEST rewritten by the next checkpoint commit";
     } else if (f.role == "chief") {
-      if (view && view->term > r.term_before)
+      if (view && view->term > r.before.term)
         by = "restarted chief answers with term " + std::to_string(view->term);
     } else {
       const MemberView* m = view ? FindMember(*view, f.role, f.index) : nullptr;
       if (m && m->state == "lost")
         by = "chief declared " + f.task() + " lost" +
              (m->lost_reason.empty() ? "" : " (" + m->lost_reason + ")");
-      else if (m && m->incarnation != 0 && m->incarnation != r.incarnation_before)
+      else if (m && m->incarnation != 0 && m->incarnation != r.before.incarnation)
         by = f.task() + " re-registered as incarnation " + std::to_string(m->incarnation);
     }
     if (by.empty() && !f.role.empty() && f.kind != FaultKind::kStop) {
@@ -233,12 +237,7 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
       r.detected_by = by;
     }
   }
-  if (view) {
-    r.term_after = view->term;
-    r.timeline_after = view->timeline;
-    if (const MemberView* m = FindMember(*view, f.role, f.index))
-      r.incarnation_after = m->incarnation;
-  }
+  if (view) r.after = MarksOf(*view, f);
   // The chief's view lags the workers by up to a heartbeat, so steps already under way when a
   // process was killed can still appear: after a kill, progress counts only once the fault has
   // been seen (restart, new incarnation or term).
@@ -266,10 +265,10 @@ std::string PathOf(const Context& ctx, const FaultRecord& r) {
   if (f.kind == FaultKind::kCorruptLatest) {
     path = r.detect_ms ? "LATEST rewritten by the next commit" : "LATEST left corrupt";
   } else if (f.role == "chief") {
-    path = "chief restart (term " + std::to_string(r.term_before) + " -> " +
-           std::to_string(r.term_after) + ")";
+    path = "chief restart (term " + std::to_string(r.before.term) + " -> " +
+           std::to_string(r.after.term) + ")";
   } else {
-    const bool restarted = r.incarnation_after != r.incarnation_before ||
+    const bool restarted = r.after.incarnation != r.before.incarnation ||
                            r.detected_by.find("restarted") != std::string::npos;
     if (f.kind == FaultKind::kStop && !restarted) {
       path = "resumed after SIGCONT, no restart";
@@ -294,9 +293,9 @@ std::string PathOf(const Context& ctx, const FaultRecord& r) {
   }
   if (r.rollbacks_until > r.rollbacks_at_fire)
     path += "; global rollback: the whole job restarted from the last committed checkpoint";
-  if (r.timeline_after > r.timeline_before)
-    path += "; global rollback (timeline " + std::to_string(r.timeline_before) + " -> " +
-            std::to_string(r.timeline_after) + ")";
+  if (r.after.timeline > r.before.timeline)
+    path += "; global rollback (timeline " + std::to_string(r.before.timeline) + " -> " +
+            std::to_string(r.after.timeline) + ")";
   return path;
 }
 

@@ -50,15 +50,26 @@ CommandResult Drill(const TempDir& dir, const std::string& faults,
   return r;
 }
 
+// A drill that must pass: it ended in time with exit 0 and a report whose model_checksums are
+// equal. Returns the report (null, after failing the test, when there is none).
+nlohmann::json PassedReport(const TempDir& dir, const CommandResult& r) {
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
+  if (!report.is_object()) {
+    ADD_FAILURE() << "no drill.json: " << r.output;
+    return nlohmann::json();
+  }
+  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  return report;
+}
+
 TEST(DrillTest, PsKillPsStopAndChiefKillRecoverWithTheFaultFreeModel) {
   TempDir dir;
   WriteJob(dir, 400);
   auto r = Drill(dir, "kill ps:0 @step 100; stop ps:1 @step 200 for 2s; kill chief @step 300");
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
-  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
-  ASSERT_TRUE(report.is_object()) << r.output;
-  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
   EXPECT_EQ(report.value("ok", false), true) << report.dump(2);
   EXPECT_EQ(report["run"].value("model_checksum", ""),
             report["reference"].value("model_checksum", ""));
@@ -93,15 +104,12 @@ TEST(DrillTest, WorkerKillIsRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
   WriteJob(dir, 400);
   // Lines every 10 steps, so that steps logged before the kill are logged again after it.
   auto r = Drill(dir, "kill worker:1 @step 120", {"--set", "train.log_every_steps=10"});
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
-  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
-  ASSERT_TRUE(report.is_object()) << r.output;
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
   ASSERT_EQ(report["faults"].size(), 1u);
   EXPECT_TRUE(report["faults"][0].value("recovered", false)) << report.dump(2);
   EXPECT_NE(report["faults"][0].value("path", "").find("global rollback"), std::string::npos)
       << report.dump(2);
-  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
   EXPECT_NE(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
   // The steps trained again after the rollback are marked as replays in metrics.jsonl, and the
   // file still ends with exactly one final line.
@@ -123,11 +131,8 @@ TEST(DrillTest, LostPsFailsTheJobAtOnceAndTheRollbackEndsWithTheFaultFreeModel) 
   TempDir dir;
   WriteJob(dir, 300);
   auto r = Drill(dir, "lose ps:1 @step 120");
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
-  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
-  ASSERT_TRUE(report.is_object()) << r.output;
-  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
   ASSERT_EQ(report["faults"].size(), 1u);
   const auto& fault = report["faults"][0];
   EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
@@ -152,11 +157,8 @@ TEST(DrillTest, WorkerStopCorruptLatestAndAKillBeforeTheFirstCheckpointEndWithTh
                  "kill worker:1 @step 30; stop worker:0 @step 120 for 7s; corrupt-latest @step "
                  "200; kill worker:0 @step 205",
                  {"--max-rollbacks", "4"}, milliseconds(200000));
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
-  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
-  ASSERT_TRUE(report.is_object()) << r.output;
-  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
   ASSERT_EQ(report["faults"].size(), 4u) << report.dump(2);
   for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("recovered", false)) << f.dump(2);
   EXPECT_NE(report["faults"][1].value("detected_by", "").find("lost"), std::string::npos)
