@@ -65,6 +65,8 @@ struct FaultRecord {
   // `tandem local`'s whole-job rollbacks (lines in drill-local.log) when the fault fired, and
   // before the next fault fired (or the end).
   size_t rollbacks_at_fire = 0, rollbacks_until = 0;
+  // A lost worker rolled forward: the step its replacement trained first (its log says).
+  int64_t rolled_forward_from = -1;
   std::string path;
 };
 
@@ -258,8 +260,8 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
     r.recovery_ms = MsSince(r.fired_at);
 }
 
-// The observable recovery path of `r`, read after the run.
-std::string PathOf(const Context& ctx, const FaultRecord& r) {
+// The observable recovery path of `r`, read after the run (also rolled_forward_from).
+std::string PathOf(const Context& ctx, FaultRecord& r) {
   const Fault& f = r.fault;
   std::string path;
   if (f.kind == FaultKind::kCorruptLatest) {
@@ -276,6 +278,18 @@ std::string PathOf(const Context& ctx, const FaultRecord& r) {
       path = "no restart seen";
     } else {
       path = f.role + " restart";
+      if (f.role == "worker") {
+        // The replacement's own account (worker/training_loop.cc) in its log, after the fault.
+        const std::string log = ReadAll(LogOf(ctx.out_dir, f));
+        const std::string mark = "joined the running job: training from step ";
+        const size_t at = log.find(mark, r.log_offset);
+        if (at != std::string::npos) {
+          r.rolled_forward_from = std::atoll(log.c_str() + at + mark.size());
+          path += " + roll forward (the replacement took the survivors' dense state and trained "
+                  "from step " +
+                  std::to_string(r.rolled_forward_from) + ")";
+        }
+      }
       if (f.role == "ps") {
         // The shard's own account (server/ps/shard.cc) in its log, after the fault.
         const std::string log = ReadAll(LogOf(ctx.out_dir, f));
@@ -439,6 +453,10 @@ std::string Ms(const std::optional<int64_t>& ms) {
 // Steps trained twice because of the fault: after a rollback, from the checkpoint resumed from
 // to the highest step reached before; 0 when nothing rolled back.
 int64_t StepsReplayed(const FaultRecord& r) {
+  // Rolled forward: the steps from the one the replacement trained first to the highest the
+  // job had completed (at most one).
+  if (r.rolled_forward_from >= 0 && r.rollbacks_until == r.rollbacks_at_fire)
+    return std::max<int64_t>(0, r.step_before + 1 - r.rolled_forward_from);
   if (r.step_at_failure < 0 || !r.resumed_from) return 0;
   return std::max<int64_t>(0, r.step_at_failure - *r.resumed_from);
 }

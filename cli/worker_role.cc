@@ -65,6 +65,26 @@ int RunWorkerRole(const RoleContext& ctx) {
   auto chief = JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
   if (!chief) return exit_status;
   const int64_t start_step = reg.resume_step + 1;
+  const bool rejoin = reg.joins_running_job && world > 1;
+  if (rejoin) TLOG_INFO("replacing a worker lost while the job trained: rolling forward");
+
+  // Roll-forward recovery (PROTOCOLS §8, §11): the generation the all-reduce group was built
+  // under. A newer one from the chief (a worker was lost) aborts the group's op in flight and
+  // cancels pulls and pushes waiting on the shards, so that the step gives way to recovery.
+  Mutex group_mu;
+  std::atomic<uint64_t> group_generation{0};
+  uint64_t aborted_for = 0;  // guarded by group_mu
+  std::unique_ptr<collective::Collective> all_reduce;
+  auto watch_generation = [&] {
+    MutexLock lock(&group_mu);
+    const uint64_t g = chief->generation();
+    if (all_reduce && g > group_generation.load() && g > aborted_for) {
+      TLOG_WARN("the chief announced generation {} (the group's is {}): aborting the group's op",
+                g, group_generation.load());
+      all_reduce->Abort();
+      aborted_for = g;
+    }
+  };
 
   // SIGTERM/SIGINT stop the whole job: the vote rides in the next step's all-reduce and the
   // chief tells everyone else.
@@ -72,7 +92,10 @@ int RunWorkerRole(const RoleContext& ctx) {
   std::thread signals([&] {
     while (!finished.load()) {
       int sig = 0;
-      if (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) continue;
+      if (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(100), &sig)) {
+        watch_generation();
+        continue;
+      }
       TLOG_INFO("received {}: asking the chief to stop the job",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
       stop_signal.store(true);
@@ -108,6 +131,8 @@ int RunWorkerRole(const RoleContext& ctx) {
   po.dims.assign(static_cast<size_t>(job.data.num_categorical),
                  static_cast<uint32_t>(job.model.embedding_dim));
   po.timeout = std::chrono::milliseconds(std::max<int64_t>(120000, job.recovery.max_wait_s * 1000));
+  if (world > 1)
+    po.interrupted = [&] { return chief->generation() > group_generation.load(); };
   PsClient ps(ctx.context, self, po);
   std::unique_ptr<PsClient> prefetch_ps;
   if (job.train.embedding_staleness >= 1)
@@ -116,10 +141,14 @@ int RunWorkerRole(const RoleContext& ctx) {
   collective::ChiefStore store(chief.get());
   auto backend = device::CreateBackend(job.train);
   if (!backend.ok()) return report_failure(backend.status(), kExitInvalid);
-  auto group = JoinAllReduceGroup(job, rank, world, ctx.host, self.generation, &store);
+  auto group = JoinAllReduceGroup(job, rank, world, ctx.host, view->generation, &store);
   if (!group.ok())
     return report_failure(group.status().WithContext("joining the other workers"), 1);
-  std::unique_ptr<collective::Collective> all_reduce = std::move(group).value();
+  {
+    MutexLock lock(&group_mu);
+    all_reduce = std::move(group).value();
+    group_generation.store(view->generation);
+  }
 
   std::unique_ptr<metrics::MetricsWriter> metrics;
   std::unique_ptr<metrics::TensorBoardWriter> tensorboard;
@@ -127,7 +156,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     const std::string path = job.output.dir + "/metrics.jsonl";
     std::error_code ec;
     std::filesystem::create_directories(job.output.dir, ec);
-    if (start_step == 0) MoveAsideOldMetrics(path);  // a resumed job appends
+    if (start_step == 0 && !rejoin) MoveAsideOldMetrics(path);  // a resumed job appends
     auto m = metrics::MetricsWriter::Open(path);
     if (!m.ok() && m.status().IsFailedPrecondition()) {
       // It ends with a final line: a run that finished after the checkpoint this one resumes
@@ -154,6 +183,48 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.collective = all_reduce.get();
   o.backend = backend->get();
   o.start_step = start_step;
+  o.rejoin = rejoin;
+  if (world > 1) {
+    o.recover = [&]() -> Status {
+      progress.state = "recovering";
+      chief->SetProgress(progress);
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(job.recovery.max_wait_s);
+      const uint64_t old = group_generation.load();
+      std::string last = "no answer from the chief";
+      for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        auto v = chief->View(std::min(left, std::chrono::milliseconds(2000)));
+        if (v.ok()) {
+          if (v->Complete() && v->generation > old) {
+            {
+              MutexLock lock(&group_mu);
+              group_generation.store(v->generation);
+            }
+            TANDEM_RETURN_IF_ERROR(
+                all_reduce->Rebuild("gen-" + std::to_string(v->generation))
+                    .WithContext("rebuilding the all-reduce group of generation " +
+                                 std::to_string(v->generation)));
+            TLOG_INFO("all-reduce group rebuilt under generation {}", v->generation);
+            progress.state = "training";
+            chief->SetProgress(progress);
+            return Status::Ok();
+          }
+          last.clear();
+          for (const MemberView* m : v->Of("worker"))
+            if (m->state == "lost" || m->state == "starting")
+              last += (last.empty() ? "" : ", ") + std::string("worker:") +
+                      std::to_string(m->index) + " (" + m->state + ")";
+          if (last.empty()) last = "generation " + std::to_string(v->generation) + " not new";
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      return Status::DeadlineExceeded("no replacement joined within recovery.max_wait_s = " +
+                                      std::to_string(job.recovery.max_wait_s) + " s: " + last);
+    };
+  }
   if (reg.resume_step >= 0) {
     const std::string dense =
         job.checkpoint.dir + "/" + CheckpointDirName(reg.resume_step) + "/" + kDenseCheckpointFile;
@@ -171,7 +242,9 @@ int RunWorkerRole(const RoleContext& ctx) {
   std::unique_ptr<PsClient> checkpoint_ps;
   std::unique_ptr<BackgroundCheckpointer> checkpointer;
   if (rank == 0) {
-    checkpoint_ps = std::make_unique<PsClient>(ctx.context, self, po);
+    PsClientOptions cpo = po;
+    cpo.interrupted = nullptr;  // checkpoints go on through a recovery
+    checkpoint_ps = std::make_unique<PsClient>(ctx.context, self, cpo);
     BackgroundCheckpointerOptions co;
     co.job = &job;
     co.ps = checkpoint_ps.get();

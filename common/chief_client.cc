@@ -215,7 +215,8 @@ StatusOr<Registration> ChiefClient::RegisterOnce(wire::RpcClient* client, int ha
     return Status::InvalidArgument("registration answered without a RegisterReply");
   auto r = body.getRegisterReply();
   Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(),
-                   r.getTerm(),        r.getTotalSteps(), r.getResumeStep()};
+                   r.getTerm(),        r.getTotalSteps(), r.getResumeStep(),
+                   r.getJoinsRunningJob()};
   {
     MutexLock lock(&state_mu_);
     identity_.incarnation = reg.incarnation;

@@ -66,6 +66,9 @@ struct Registration {
   uint64_t incarnation = 0, generation = 0, timeline = 0, term = 0;
   int64_t total_steps = 0;
   int64_t resume_step = -1;  // the committed checkpoint the job resumes from; -1: from scratch
+  // A replacement of a worker lost while the job trained: it takes its state from the surviving
+  // replicas (roll forward, PROTOCOLS §8) instead of from resume_step.
+  bool joins_running_job = false;
 };
 
 // What the heartbeat thread reports; the owner updates it with SetProgress.

@@ -34,6 +34,9 @@ class EmbeddingClient {
   // Announces that a checkpoint is taken after `step`, before that step is pushed: the push
   // then asks each shard to cut there (PROTOCOLS §3, §7). Clients without shards ignore it.
   virtual void MarkCheckpointStep(int64_t step) { (void)step; }
+  // Recovery of a lost worker (PROTOCOLS §8): pulls for `step` may be answered by a shard that
+  // already applied it, from the pre-images of that apply. Clients without shards ignore it.
+  virtual void MarkRecoveryStep(int64_t step) { (void)step; }
 };
 
 }  // namespace tandem

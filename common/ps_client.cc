@@ -58,6 +58,8 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
   for (size_t s : targets) todo.push_back({s, Clock::now()});
   std::vector<size_t> restarted;
   while (!todo.empty()) {
+    if (options_.interrupted && options_.interrupted())
+      return Status::Cancelled("interrupted: the chief announced a new generation");
     const auto now = Clock::now();
     if (now >= deadline)
       return Status::DeadlineExceeded("parameter servers did not answer in time");
@@ -82,10 +84,12 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
     if (ids.empty()) {
       auto next = deadline;
       for (const auto& t : todo) next = std::min(next, t.next_try);
+      if (options_.interrupted) next = std::min(next, Clock::now() + milliseconds(100));
       std::this_thread::sleep_until(next);
       continue;
     }
-    auto replies = rpc_.WaitAll(ids, std::min(deadline, Clock::now() + options_.attempt_budget));
+    auto replies = rpc_.WaitAll(ids, std::min(deadline, Clock::now() + options_.attempt_budget),
+                                options_.interrupted);
     std::vector<bool> done(todo.size(), false);
     for (size_t j = 0; j < replies.size(); ++j) {
       Todo& t = todo[sent[j]];

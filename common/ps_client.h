@@ -29,6 +29,10 @@ struct PsClientOptions {
   std::vector<uint32_t> dims;                      // embedding dim per table id
   std::chrono::milliseconds attempt_budget{5000};  // per request attempt
   std::chrono::milliseconds timeout{120000};       // a whole Pull or Push
+  // Polled while a Pull, Push or Checksum waits (at least every 100 ms): true ends it with
+  // kCancelled. A worker sets it when the chief announces a new generation, so that a pull
+  // parked for a lost worker's push gives way to recovery (PROTOCOLS §8).
+  std::function<bool()> interrupted;
 };
 
 struct PsClientStats {
@@ -44,10 +48,12 @@ class PsClient : public EmbeddingClient {
   PsClient(zmq::context_t* context, wire::Identity identity, PsClientOptions options);
 
   // rows->at(i) gets tables[i].ids.size() * dim floats, row j for tables[i].ids[j].
-  // kAborted when a shard answers STALE; kInvalidArgument for INVALID; kDeadlineExceeded.
+  // kAborted when a shard answers STALE; kInvalidArgument for INVALID; kDeadlineExceeded;
+  // kCancelled when options.interrupted said so. A pull for the step given to MarkRecoveryStep
+  // may be answered from pre-images.
   Status Pull(int64_t step, std::span<const TableIds> tables,
               std::vector<std::vector<float>>* rows) override {
-    return Pull(step, tables, rows, /*from_pre_images=*/false);
+    return Pull(step, tables, rows, /*from_pre_images=*/step == recovery_step_);
   }
   Status Pull(int64_t step, std::span<const TableIds> tables, std::vector<std::vector<float>>* rows,
               bool from_pre_images);
@@ -57,6 +63,7 @@ class PsClient : public EmbeddingClient {
   }
   Status Push(int64_t step, std::span<const TableGrads> tables, bool skip);
   void MarkCheckpointStep(int64_t step) override { checkpoint_step_ = step; }
+  void MarkRecoveryStep(int64_t step) override { recovery_step_ = step; }
 
   // The embedding part of model_checksum (DESIGN §12): the sum of every shard's part, each taken
   // once that shard has applied `step` (-1: whatever it holds). A shard already past `step`
@@ -109,6 +116,7 @@ class PsClient : public EmbeddingClient {
   PsClientStats stats_;
   std::vector<FlatIdIndex> dedupe_;  // per request table, reused
   int64_t checkpoint_step_ = -1;     // MarkCheckpointStep
+  int64_t recovery_step_ = -1;       // MarkRecoveryStep
 };
 
 }  // namespace tandem

@@ -24,6 +24,8 @@ struct RegisterReply {
   term @3 :UInt64;
   totalSteps @4 :Int64;
   resumeStep @5 :Int64 = -1;     # the committed checkpoint the job resumes from; -1: from scratch
+  joinsRunningJob @6 :Bool;      # a new incarnation of a worker lost while the job trained: it
+                                 # takes its state from the surviving replicas (PROTOCOLS §8)
 }
 
 # A member's progress. Workers report training metrics; PS and tools leave them NaN.

@@ -119,6 +119,7 @@ std::vector<TableGrads> Trainer::MakePush(const data::Batch& batch, bool skip) c
 StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchRows& rows,
                                           bool stop_vote, bool checkpoint_vote) {
   StepStats st;
+  collective_failed_ = false;
   const size_t tables = row_grads_.size();
   const size_t d = static_cast<size_t>(dim_);
   const int64_t step = batch.step;
@@ -188,6 +189,7 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
     } else {
       std::copy_n(grads.data(), n, bucket_.data());
       std::copy_n(tail, kTail, bucket_.data() + n);
+      if (options_.retain_last_step) local_bucket_.assign(bucket_.begin(), bucket_.end());
       reduced = coll->AllReduceSum(bucket_.data(), bucket_.size());
     }
     st.allreduce_s = Since(t0);
@@ -215,22 +217,108 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
     st.stop_agreed = stop_vote;
     st.checkpoint_agreed = checkpoint_vote;
   }
+  collective_failed_ = pushed.ok() && !reduced.ok();
   TANDEM_RETURN_IF_ERROR(pushed.WithContext("push of step " + std::to_string(step)));
   TANDEM_RETURN_IF_ERROR(reduced.WithContext("all-reduce of step " + std::to_string(step)));
 
   t0 = Clock::now();
-  st.skipped = fp16_ && skip;
-  if (fp16_) {
-    scaler_.Update(skip);
-    if (!skip) {
-      const float unscale = 1.0f / st.loss_scale;
-      for (float& g : model_->grads()) g *= unscale;
-    }
+  // The NCCL path reduces in device memory: its local bucket is not kept, so it cannot undo a
+  // step (recovery then falls back to a rollback).
+  if (options_.retain_last_step && coll != nullptr && !device_reduce) {
+    retained_step_ = step;
+    retained_bucket_.swap(local_bucket_);
+    const auto params = std::as_const(*model_).params();
+    retained_params_.assign(params.begin(), params.end());
+    const auto state = optimizer_->state();
+    retained_optimizer_.assign(state.begin(), state.end());
+    retained_scaler_ = scaler_;
+  } else {
+    retained_step_ = -1;
   }
-  if (!st.skipped) optimizer_->Step(step, model_->params(), model_->grads());
+  ApplyUpdate(step, skip, &st);
   st.update_s = Since(t0);
   st.loss = global_loss;
   return st;
+}
+
+void Trainer::ApplyUpdate(int64_t step, bool skip, StepStats* st) {
+  st->skipped = fp16_ && skip;
+  if (fp16_) {
+    scaler_.Update(skip);
+    if (!skip) {
+      const float unscale = 1.0f / st->loss_scale;
+      for (float& g : model_->grads()) g *= unscale;
+    }
+  }
+  if (!st->skipped) optimizer_->Step(step, model_->params(), model_->grads());
+}
+
+Status Trainer::RollBackLastStep(int64_t step) {
+  if (retained_step_ < 0 || retained_step_ != step)
+    return Status::FailedPrecondition(
+        "cannot undo step " + std::to_string(step) + ": " +
+        (retained_step_ < 0 ? std::string("no step is retained")
+                            : "the retained step is " + std::to_string(retained_step_)));
+  TANDEM_RETURN_IF_ERROR(optimizer_->LoadState(retained_optimizer_));
+  auto params = model_->params();
+  std::copy(retained_params_.begin(), retained_params_.end(), params.begin());
+  scaler_ = retained_scaler_;
+  redo_step_ = step;
+  return Status::Ok();
+}
+
+StatusOr<StepStats> Trainer::RedoLastStep() {
+  if (redo_step_ < 0) return Status::FailedPrecondition("no step was rolled back");
+  collective::Collective* coll = options_.collective;
+  if (coll == nullptr) return Status::FailedPrecondition("no collective to redo a step with");
+  const int64_t step = redo_step_;
+  StepStats st;
+  st.loss_scale = fp16_ ? scaler_.scale() : 1.0f;
+  auto t0 = Clock::now();
+  bucket_ = retained_bucket_;
+  Status reduced = coll->AllReduceSum(bucket_.data(), bucket_.size());
+  collective_failed_ = !reduced.ok();
+  TANDEM_RETURN_IF_ERROR(reduced.WithContext("all-reduce of step " + std::to_string(step) +
+                                             " (redone)"));
+  st.allreduce_s = Since(t0);
+  t0 = Clock::now();
+  auto grads = model_->grads();
+  const size_t n = grads.size();
+  std::copy_n(bucket_.data(), n, grads.begin());
+  st.loss = bucket_[n];
+  st.stop_agreed = bucket_[n + 1] > 0.5f;
+  st.checkpoint_agreed = bucket_[n + 2] > 0.5f;
+  bool skip = bucket_[n + 3] > 0.5f;
+  if (fp16_) skip = skip || !AllFiniteHost(std::as_const(*model_).grads());
+  ApplyUpdate(step, skip, &st);
+  st.update_s = Since(t0);
+  redo_step_ = -1;
+  return st;
+}
+
+std::vector<float> Trainer::ExportDenseState() const {
+  const auto params = std::as_const(*model_).params();
+  const auto state = optimizer_->state();
+  std::vector<float> out(params.begin(), params.end());
+  out.insert(out.end(), state.begin(), state.end());
+  const auto scaler = scaler_.State();
+  out.insert(out.end(), scaler.begin(), scaler.end());
+  return out;
+}
+
+Status Trainer::ImportDenseState(std::span<const float> in) {
+  const size_t n = static_cast<size_t>(model_->num_params());
+  const size_t s = optimizer_->state().size();
+  if (in.size() != n + s + 2)
+    return Status::InvalidArgument("dense state of " + std::to_string(in.size()) +
+                                   " floats, this model's has " + std::to_string(n + s + 2));
+  model::LossScaler scaler;
+  TANDEM_RETURN_IF_ERROR(scaler.Load(in[n + s], in[n + s + 1]));
+  TANDEM_RETURN_IF_ERROR(optimizer_->LoadState(in.subspan(n, s)));
+  auto params = model_->params();
+  std::copy_n(in.begin(), n, params.begin());
+  scaler_ = scaler;
+  return Status::Ok();
 }
 
 ModelChecksum Trainer::DenseChecksum() const {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/config/job_config.h"
@@ -33,6 +34,10 @@ struct TrainerOptions {
   EmbeddingClient* embeddings = nullptr;         // not owned
   collective::Collective* collective = nullptr;  // not owned; null = single process
   device::Backend* backend = nullptr;            // not owned
+  // Keep what undoing the last completed step needs (its dense state before the update and
+  // its local, unreduced gradient bucket), for roll-forward recovery (PROTOCOLS §8). Costs a
+  // copy of the dense state per step; off for a single process.
+  bool retain_last_step = false;
 };
 
 // Seconds spent per phase of one step, and the loss.
@@ -70,6 +75,25 @@ class Trainer {
   // every rank learns the step before it pushes it; StepStats::checkpoint_agreed).
   StatusOr<StepStats> StepWithRows(const data::Batch& batch, const BatchRows& rows,
                                    bool stop_vote = false, bool checkpoint_vote = false);
+  // Whether the last Step/StepWithRows/RedoLastStep failed in its all-reduce (after its pushes
+  // were acknowledged): the state is that of the step before, and the step may be trained again
+  // once the collective is rebuilt (PROTOCOLS §8, §11).
+  bool collective_failed() const { return collective_failed_; }
+  // The step RollBackLastStep can undo (retain_last_step), or -1.
+  int64_t retained_step() const { return retained_step_; }
+  // Puts back the dense state from before the update of `step`, the last completed step; its
+  // all-reduce is then redone by RedoLastStep. kFailedPrecondition when `step` is not retained.
+  Status RollBackLastStep(int64_t step);
+  // Redoes the all-reduce of the rolled-back step from its retained local bucket and applies
+  // the update again (its pushes were acknowledged before: none are sent).
+  StatusOr<StepStats> RedoLastStep();
+
+  // The dense state (parameters, optimizer state, fp16 loss scaler) as one flat buffer, the
+  // same size on every replica of one config: what a replacement takes from a survivor.
+  std::vector<float> ExportDenseState() const;
+  // kInvalidArgument (changing nothing) for a buffer of the wrong size or a bad scaler state.
+  Status ImportDenseState(std::span<const float> state);
+
   // Click probabilities of a batch at the embedding version a pull for `step` sees; changes
   // nothing.
   Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);
@@ -96,6 +120,11 @@ class Trainer {
   // The per-row gradients of the last TrainStep as one push per table (fp16: unscaled; an
   // overflowed step pushes no rows: a skip push).
   std::vector<TableGrads> MakePush(const data::Batch& batch, bool skip) const;
+  // The reduced gradients are in the model: the fp16 scaler update and unscaling, then the
+  // optimizer step unless `skip` (fp16 overflow anywhere).
+  void ApplyUpdate(int64_t step, bool skip, StepStats* st);
+  // retain_last_step: the dense state before the update of `step`.
+  void RetainBeforeUpdate(int64_t step);
 
   TrainerOptions options_;
   std::unique_ptr<model::Dlrm> model_;
@@ -111,6 +140,13 @@ class Trainer {
   std::vector<std::vector<float>> row_grads_;
   std::vector<float*> row_grad_ptrs_;
   std::vector<float> bucket_;  // dense gradients + loss, votes, overflow: all-reduced together
+  bool collective_failed_ = false;
+  // retain_last_step: the last completed step's local bucket and the state before its update.
+  int64_t retained_step_ = -1;
+  int64_t redo_step_ = -1;  // rolled back, awaiting RedoLastStep
+  std::vector<float> local_bucket_, retained_bucket_;
+  std::vector<float> retained_params_, retained_optimizer_;
+  model::LossScaler retained_scaler_;
 };
 
 }  // namespace tandem::worker

@@ -12,6 +12,7 @@
 #include "worker/data/record_source.h"
 #include "worker/dense_state.h"
 #include "worker/evaluator.h"
+#include "worker/replica_resync.h"
 #include "worker/trainer.h"
 
 namespace tandem::worker {
@@ -47,13 +48,26 @@ class Prefetcher {
     thread_.join();
   }
 
+  // A batch with its rows; or, when a pull was cancelled for a recovery and nothing is ready,
+  // kCancelled without a batch: the pull is tried again after Resume().
   Prefetched Next() {
     MutexLock lock(&mu_);
-    while (ready_.empty()) cv_.Wait();
+    while (ready_.empty() && !cancelled_) cv_.Wait();
+    if (ready_.empty()) {
+      Prefetched p;
+      p.status = Status::Cancelled("prefetch pull cancelled: the chief announced a new generation");
+      return p;
+    }
     Prefetched p = std::move(ready_.front());
     ready_.pop_front();
     cv_.SignalAll();
     return p;
+  }
+  // After a recovery: the cancelled pull is tried again.
+  void Resume() {
+    MutexLock lock(&mu_);
+    cancelled_ = false;
+    cv_.SignalAll();
   }
 
  private:
@@ -70,7 +84,15 @@ class Prefetcher {
         p.status = batch.status();
       } else {
         p.batch = std::move(batch).value();
-        p.status = PullBatchRows(client_, p.batch->step, *p.batch, &p.rows);
+        for (;;) {
+          p.status = PullBatchRows(client_, p.batch->step, *p.batch, &p.rows);
+          if (p.status.code() != StatusCode::kCancelled) break;
+          MutexLock lock(&mu_);
+          cancelled_ = true;
+          cv_.SignalAll();
+          while (!stop_ && cancelled_) cv_.Wait();
+          if (stop_) return;
+        }
       }
       const bool last = !p.status.ok() || p.batch->step >= last_step_;
       MutexLock lock(&mu_);
@@ -87,6 +109,7 @@ class Prefetcher {
   Mutex mu_;
   CondVar cv_{&mu_};
   bool stop_ GUARDED_BY(mu_) = false;
+  bool cancelled_ GUARDED_BY(mu_) = false;
   std::deque<Prefetched> ready_ GUARDED_BY(mu_);
   std::thread thread_;
 };
@@ -110,12 +133,90 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
   to.embeddings = o.embeddings;
   to.collective = o.collective;
   to.backend = o.backend;
+  to.retain_last_step = static_cast<bool>(o.recover) && o.collective != nullptr;
   TANDEM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(to));
   TANDEM_ASSIGN_OR_RETURN(auto evaluator, Evaluator::Create(job, o.rank, o.world));
-  if (o.restore) TANDEM_RETURN_IF_ERROR(o.restore(trainer.get()));
+
+  auto mark_recovery = [&](int64_t step) {
+    o.embeddings->MarkRecoveryStep(step);
+    if (o.prefetch_embeddings) o.prefetch_embeddings->MarkRecoveryStep(step);
+  };
+  int64_t start_step = o.start_step;
+  if (o.rejoin) {
+    if (!o.recover || o.collective == nullptr)
+      return Status::InvalidArgument("a replacement worker needs an all-reduce group");
+    ResyncInput in;
+    in.replacement = true;
+    auto rs = ResyncReplicas(o.collective, trainer.get(), in);
+    while (!rs.ok() && rs.status().IsUnavailable()) {  // another loss meanwhile
+      TLOG_WARN("{}", rs.status().ToString());
+      TANDEM_RETURN_IF_ERROR(o.recover());
+      rs = ResyncReplicas(o.collective, trainer.get(), in);
+    }
+    TANDEM_RETURN_IF_ERROR(rs.status());
+    start_step = rs->next_step;
+    mark_recovery(start_step);
+    result.recoveries = 1;
+    TLOG_INFO("joined the running job: training from step {} (roll forward)", start_step);
+  } else if (o.restore) {
+    TANDEM_RETURN_IF_ERROR(o.restore(trainer.get()));
+  }
+  result.steps_done = start_step;
+
+  // A survivor's side of a roll-forward recovery: `completed` is the last step whose update it
+  // applied. On return the group is rebuilt, every replica holds the dense state of the step
+  // before the one returned, and that step is trained next (an undone step is redone here).
+  Prefetcher* active_prefetcher = nullptr;  // k >= 1, while it runs: resumed after a recovery
+  auto roll_forward = [&](int64_t completed, bool pushes_acknowledged) -> StatusOr<int64_t> {
+    for (;;) {
+      TANDEM_RETURN_IF_ERROR(o.recover());
+      ResyncInput in;
+      in.completed = completed;
+      // Steps restored from a checkpoint are applied everywhere.
+      in.pushes_acknowledged = pushes_acknowledged || completed < start_step;
+      auto rs = ResyncReplicas(o.collective, trainer.get(), in);
+      if (!rs.ok()) {
+        if (!rs.status().IsUnavailable()) return rs.status();
+        TLOG_WARN("{}: recovering again", rs.status().ToString());
+        continue;
+      }
+      ++result.recoveries;
+      const int64_t next = rs->next_step;
+      if (rs->rolled_back) {
+        auto redo = trainer->RedoLastStep();
+        if (!redo.ok()) {
+          if (!trainer->collective_failed()) return redo.status();
+          TLOG_WARN("{}: recovering again", redo.status().ToString());
+          completed = next - 1;  // the undone step is redone after the next resync
+          pushes_acknowledged = true;
+          continue;
+        }
+        TLOG_INFO("step {} redone: its all-reduce was taken again", next);
+      }
+      const int64_t go_on = rs->rolled_back ? next + 1 : next;
+      mark_recovery(go_on);
+      if (active_prefetcher) active_prefetcher->Resume();
+      if (go_on != completed + 1)
+        return Status::Internal("resync left step " + std::to_string(completed + 1) +
+                                " for step " + std::to_string(go_on));
+      return go_on;
+    }
+  };
+  auto recoverable = [&](const Status& s) {
+    return o.recover && o.collective != nullptr &&
+           (s.code() == StatusCode::kCancelled || trainer->collective_failed());
+  };
+  // The evaluator's collective calls fail with the group's codes.
+  auto eval_recoverable = [&](const Status& s) {
+    const StatusCode c = s.code();
+    return o.recover && o.collective != nullptr &&
+           (c == StatusCode::kCancelled || c == StatusCode::kUnavailable ||
+            c == StatusCode::kDeadlineExceeded || c == StatusCode::kAborted ||
+            c == StatusCode::kFailedPrecondition);
+  };
 
   LoopProgress progress;
-  progress.step = o.start_step - 1;
+  progress.step = start_step - 1;
   auto report = [&] {
     if (o.on_progress) o.on_progress(progress);
   };
@@ -147,13 +248,13 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     return Status::Ok();
   };
 
-  if (o.start_step < total) {
+  if (start_step < total) {
     TANDEM_ASSIGN_OR_RETURN(auto source, data::OpenSource(job.data, job.train.seed, false));
     data::PipelineOptions po;
     po.world = o.world;
     po.rank = o.rank;
     po.batch = static_cast<int>(job.train.batch_size);
-    po.start_step = o.start_step;
+    po.start_step = start_step;
     po.queue_depth = static_cast<int>(4 + k);
     po.max_bad_fraction = job.data.max_bad_fraction;
     po.threads = o.data_threads;
@@ -165,6 +266,7 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         return Status::InvalidArgument("k >= 1 needs a prefetch embedding client");
       prefetcher = std::make_unique<Prefetcher>(&pipeline, o.prefetch_embeddings,
                                                 static_cast<int>(k), total - 1);
+      active_prefetcher = prefetcher.get();
     }
 
     metrics::StepTimes window;  // summed since the last logged step
@@ -179,12 +281,18 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
     int64_t announced = -1;
     const int64_t every_ckpt = job.checkpoint.every_steps;
     BatchRows rows;
-    for (int64_t step = o.start_step; step < total; ++step) {
+    for (int64_t step = start_step; step < total; ++step) {
       auto t0 = Clock::now();
       std::unique_ptr<data::Batch> batch;
       double pull_wait = 0;
       if (prefetcher) {
         Prefetched p = prefetcher->Next();
+        while (p.status.code() == StatusCode::kCancelled && p.batch == nullptr && o.recover) {
+          TLOG_WARN("{}: recovering (roll forward)", p.status.ToString());
+          TANDEM_ASSIGN_OR_RETURN(const int64_t go_on, roll_forward(step - 1, false));
+          if (go_on != step) return Status::Internal("recovery went on from another step");
+          p = prefetcher->Next();
+        }
         TANDEM_RETURN_IF_ERROR(p.status.WithContext("step " + std::to_string(step)));
         batch = std::move(p.batch);
         rows = std::move(p.rows);
@@ -198,11 +306,6 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       if (batch->step != step)
         return Status::Internal("the pipeline delivered step " + std::to_string(batch->step) +
                                 " for step " + std::to_string(step));
-      auto t1 = Clock::now();
-      if (!prefetcher)
-        TANDEM_RETURN_IF_ERROR(PullBatchRows(o.embeddings, step, *batch, &rows)
-                                   .WithContext("pull of step " + std::to_string(step)));
-      const double pull_s = prefetcher ? pull_wait : Since(t1);
       const bool scheduled = every_ckpt > 0 && (step + 1) % every_ckpt == 0;
       const bool timed = step == announced;
       // Before the push of the step: at k >= 1 the shards hold back later steps' pushes until
@@ -212,8 +315,32 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       const bool checkpoint_vote =
           o.rank == 0 && job.checkpoint.every_seconds > 0 && !timed &&
           Since(last_checkpoint) >= static_cast<double>(job.checkpoint.every_seconds);
-      auto st = trainer->StepWithRows(*batch, rows, vote, checkpoint_vote);
-      if (!st.ok()) return st.status().WithContext("step " + std::to_string(step));
+      StatusOr<StepStats> st = Status::Internal("not trained");
+      bool pulled = prefetcher != nullptr;
+      double pull_s = pull_wait;
+      for (;;) {
+        Status failed = Status::Ok();
+        if (!pulled) {
+          const auto tp = Clock::now();
+          failed = PullBatchRows(o.embeddings, step, *batch, &rows)
+                       .WithContext("pull of step " + std::to_string(step));
+          pull_s += Since(tp);
+          pulled = failed.ok();
+        }
+        if (failed.ok()) {
+          st = trainer->StepWithRows(*batch, rows, vote, checkpoint_vote);
+          if (st.ok()) break;
+          failed = st.status().WithContext("step " + std::to_string(step));
+        }
+        if (!recoverable(failed)) return failed;
+        TLOG_WARN("{}: recovering (roll forward)", failed.ToString());
+        TANDEM_ASSIGN_OR_RETURN(const int64_t go_on,
+                                roll_forward(step - 1, trainer->collective_failed()));
+        if (go_on != step) return Status::Internal("recovery went on from another step");
+        // The rows are pulled again: a shard may since have applied this step (answered from
+        // its pre-images, PROTOCOLS §8), or the pull itself was cut short.
+        pulled = prefetcher != nullptr;
+      }
       if (!prefetcher) pipeline.Recycle(std::move(batch));
       const double step_s = Since(t0);
       window.data_s += data_s;
@@ -283,11 +410,19 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       }
       const int64_t every = job.train.eval_every_steps;
       if (every > 0 && (step + 1) % every == 0 && step + 1 < total)
-        TANDEM_RETURN_IF_ERROR(evaluate(step + 1));
+        if (Status e = evaluate(step + 1); !e.ok()) {
+          if (!eval_recoverable(e)) return e;
+          // The replacement cannot know that the others were evaluating: this eval is skipped.
+          TLOG_WARN("eval after step {} skipped: {}; recovering (roll forward)", step, e.ToString());
+          progress.evaluating = false;
+          TANDEM_ASSIGN_OR_RETURN(const int64_t go_on, roll_forward(step, true));
+          if (go_on != step + 1) return Status::Internal("recovery went on from another step");
+        }
     }
+    active_prefetcher = nullptr;
     const double run_s = Since(run_t0);
     result.samples_per_sec =
-        run_s > 0 ? static_cast<double>((result.steps_done - o.start_step) * global_batch) / run_s
+        run_s > 0 ? static_cast<double>((result.steps_done - start_step) * global_batch) / run_s
                   : 0;
   }
 
@@ -298,7 +433,15 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
   if (o.rank == 0 && !o.dense_state_path.empty())
     TANDEM_RETURN_IF_ERROR(WriteDenseState(o.dense_state_path, result.steps_done - 1, *trainer));
   if (!result.completed) return result;
-  TANDEM_RETURN_IF_ERROR(evaluate(total));
+  for (;;) {
+    Status e = evaluate(total);
+    if (e.ok()) break;
+    if (!eval_recoverable(e)) return e;
+    // Every replica is here: the replacement of a worker lost now starts with this eval.
+    TLOG_WARN("final eval: {}; recovering (roll forward)", e.ToString());
+    TANDEM_ASSIGN_OR_RETURN(const int64_t go_on, roll_forward(total - 1, true));
+    if (go_on != total) return Status::Internal("recovery went on from another step");
+  }
   result.auc = progress.auc;
   result.logloss = progress.logloss;
   result.teacher_auc = progress.teacher_auc;

@@ -69,6 +69,17 @@ struct TrainingLoopOptions {
   std::function<Status(int64_t step, const Trainer& trainer)> checkpoint;
   // Called once the trainer exists, before the first step (a resume restores the dense state).
   std::function<Status(Trainer* trainer)> restore;
+
+  // Roll-forward recovery of a lost worker (PROTOCOLS §8), when set (M > 1): a step whose
+  // all-reduce failed, or whose pull or push was cancelled because the chief announced a new
+  // generation, calls `recover`, which waits until the cluster is complete again and rebuilds
+  // `collective` under the new generation (an error ends the loop with it). Then the replicas
+  // resync (replica_resync.h) and the step is trained again.
+  std::function<Status()> recover;
+  // This process replaces a worker lost while the job trained: it starts with the resync and
+  // trains from the step the survivors go on from, with their dense state (start_step and
+  // restore are not used).
+  bool rejoin = false;
 };
 
 struct TrainingResult {
@@ -80,6 +91,7 @@ struct TrainingResult {
   std::string model_checksum;       // rank 0, when completed
   ModelChecksum dense_checksum;     // every rank
   std::vector<float> dense_params;  // every rank: the dense model at the end (tests, export)
+  int recoveries = 0;               // roll-forward recoveries this process took part in
 };
 
 // Runs until train.steps or an agreed stop. Errors name the step.

@@ -146,7 +146,8 @@ StatusOr<InMessage> RpcClient::Wait(uint64_t request_id, Clock::time_point deadl
 }
 
 std::vector<StatusOr<InMessage>> RpcClient::WaitAll(std::span<const uint64_t> ids,
-                                                    Clock::time_point deadline) {
+                                                    Clock::time_point deadline,
+                                                    const std::function<bool()>& stop) {
   for (;;) {
     bool all = true;
     for (uint64_t id : ids) {
@@ -156,8 +157,8 @@ std::vector<StatusOr<InMessage>> RpcClient::WaitAll(std::span<const uint64_t> id
         break;
       }
     }
-    if (all || Clock::now() >= deadline) break;
-    Pump(deadline);
+    if (all || Clock::now() >= deadline || (stop && stop())) break;
+    Pump(stop ? std::min(deadline, Clock::now() + std::chrono::milliseconds(100)) : deadline);
   }
   std::vector<StatusOr<InMessage>> out;
   out.reserve(ids.size());

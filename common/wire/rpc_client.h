@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,8 +57,11 @@ class RpcClient {
   // The reply to `request_id` (any reply code: check ReplyStatus), or kDeadlineExceeded.
   // A request given up on is forgotten; its late reply is dropped.
   StatusOr<InMessage> Wait(uint64_t request_id, Clock::time_point deadline);
+  // `stop` (if set) is polled at least every 100 ms: once it returns true the wait ends as if
+  // the deadline had passed.
   std::vector<StatusOr<InMessage>> WaitAll(std::span<const uint64_t> request_ids,
-                                           Clock::time_point deadline);
+                                           Clock::time_point deadline,
+                                           const std::function<bool()>& stop = {});
 
   StatusOr<InMessage> Call(int server, OutMessage message, std::chrono::milliseconds budget);
   // Sends every message, then waits for all replies until one common deadline.

@@ -356,6 +356,7 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
   body.setTimeline(issued->timeline);
   body.setTerm(issued->term);
   body.setTotalSteps(issued->total_steps);
+  body.setJoinsRunningJob(issued->joins_running_job);
   {
     MutexLock lock(&mu_);
     body.setResumeStep(checkpoints_->resume_step());

@@ -246,6 +246,10 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
         TLOG_WARN("{}: determinism class '{}' differs from '{}' of worker:{}: bit-identity void",
                   who, in.determinism_class, workers_[j].determinism_class, j);
   }
+  // Before UpdateJobState: the registration that completes a fresh start must not count.
+  const bool joins_running_job = in.role == MemberRole::kWorker && !same_process && !adopt &&
+                                 training_since_ != Clock::time_point{} &&
+                                 !IsTerminalJobState(job_state_) && job_state_ != kJobStopping;
   m = Member{};
   m.registered = true;
   m.incarnation = incarnation;
@@ -267,7 +271,8 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   m.generation_seen = state_->data().generation;
   UpdateJobState(now);
   const ChiefStateData& now_d = state_->data();
-  return Issued{incarnation, now_d.generation, now_d.timeline, now_d.term, options_.total_steps};
+  return Issued{incarnation,    now_d.generation,     now_d.timeline,
+                now_d.term,     options_.total_steps, joins_running_job};
 }
 
 StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,

@@ -65,6 +65,9 @@ struct RegisterInput {
 struct Issued {
   uint64_t incarnation = 0, generation = 0, timeline = 0, term = 0;
   int64_t total_steps = 0;
+  // A new incarnation of a worker whose predecessor was lost while the job trained (at any
+  // term of this run): it rolls forward from the survivors' state, not from the checkpoint.
+  bool joins_running_job = false;
 };
 
 // What a member reports with each heartbeat.

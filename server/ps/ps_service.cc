@@ -308,7 +308,13 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
     reads[i].out = rows[i].get();
   }
   // The tables are read in parallel on the shard's apply threads.
-  if (s.ok()) s = shard_->ReadTables(reads, req.getFromPreImages());
+  if (s.ok()) {
+    // Pre-images hold the rows before the last apply: only a k = 0 recovery pull reads them,
+    // and only once the shard has applied the pulled step itself.
+    s = req.getFromPreImages() && shard_->options().staleness == 0
+            ? shard_->ReadTablesForRecovery(reads, req.getStep())
+            : shard_->ReadTables(reads, /*from_pre_images=*/false);
+  }
   if (!s.ok()) {
     TLOG_ERROR("pull read failed: {}", s.ToString());
     r.SendError(ReplyCode::INTERNAL, s.message());

@@ -577,6 +577,26 @@ Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float
   return Status::Ok();
 }
 
+Status Shard::ReadTablesForRecovery(std::span<const TableRead> reads, int64_t step) {
+  MutexLock lock(&mu_);
+  const int64_t applied = applied_.load();
+  if (applied != step && applied != step - 1)
+    return Status::FailedPrecondition("recovery pull of step " + std::to_string(step) +
+                                      " at applied step " + std::to_string(applied));
+  for (const TableRead& r : reads) {
+    TANDEM_RETURN_IF_ERROR(store_->Read(r.table, r.ids, r.out));
+    if (applied != step) continue;
+    const PreImages& pre = pre_images_.at(r.table);
+    const uint32_t dim = options_.tables[r.table].dim;
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      const uint32_t slot = pre.index.Find(r.ids[i]);
+      if (slot != FlatIdIndex::kAbsent)
+        std::copy_n(&pre.rows[size_t{slot} * dim], dim, r.out + i * dim);
+    }
+  }
+  return Status::Ok();
+}
+
 Status Shard::ReadTables(std::span<const TableRead> reads, bool from_pre_images) {
   std::vector<Status> errors(reads.size());
   pool_.ParallelFor(reads.size(), [&](size_t k) {

@@ -144,6 +144,11 @@ class Shard {
   // Read (or ReadPreImages) of several tables, in parallel on the apply threads. On failure
   // returns the error of the first failing entry of `reads`.
   Status ReadTables(std::span<const TableRead> reads, bool from_pre_images);
+  // A k = 0 recovery pull for `step` (PROTOCOLS §8): version step - 1, that is the current rows
+  // while `step` is not applied and the pre-images of its apply once it is, read with applies
+  // held off (the replacement's push may complete the step meanwhile). kFailedPrecondition when
+  // the shard has applied neither step - 1 nor step.
+  Status ReadTablesForRecovery(std::span<const TableRead> reads, int64_t step);
 
   // Validates a pull's table and ids (kInvalidArgument).
   Status ValidatePull(uint32_t table, std::span<const uint64_t> ids) const;

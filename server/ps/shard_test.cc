@@ -225,6 +225,26 @@ TEST(ShardTest, PreImagesAreTheRowsBeforeTheLastApply) {
   EXPECT_NE(after1, after0);
 }
 
+// A recovery pull for step s reads version s - 1 whether or not the shard has applied s yet:
+// before, the current rows (not the pre-images of s - 1); after, the pre-images of s.
+TEST(ShardTest, RecoveryPullReadsTheVersionBeforeItsStepEitherSideOfTheApply) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  auto shard = OpenShard(o);
+  std::vector<uint64_t> ids = {1, 2};
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1, 2}}}, o).input()).ok());
+  std::vector<float> v0(8), got(8);
+  ASSERT_TRUE(shard->Read(0, ids, v0.data()).ok());
+  TableRead read{0, ids, got.data()};
+  ASSERT_TRUE(shard->ReadTablesForRecovery({&read, 1}, 1).ok());  // step 1 not applied yet
+  EXPECT_EQ(got, v0);
+  ASSERT_TRUE(shard->Push(MakePush(1, 0, {{0, {1}}}, o).input()).ok());
+  std::fill(got.begin(), got.end(), 0.0f);
+  ASSERT_TRUE(shard->ReadTablesForRecovery({&read, 1}, 1).ok());  // applied: pre-images of 1
+  EXPECT_EQ(got, v0);
+  EXPECT_TRUE(shard->ReadTablesForRecovery({&read, 1}, 3).IsFailedPrecondition());
+}
+
 TEST(ShardTest, AdmissionNeedsMinCountStepsAndLeavesPullsAlone) {
   TempDir dir;
   auto o = SmallShard(dir.path(), 1);

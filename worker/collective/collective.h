@@ -41,6 +41,13 @@ class Collective {
   // Returns once every rank has entered the barrier.
   virtual Status Barrier() = 0;
 
+  // Abandons the op in flight and fails later ops until Rebuild (a new generation from the
+  // chief, PROTOCOLS §11). Safe from any thread.
+  virtual void Abort() = 0;
+  // Connects a fresh group of the same ranks (replacement processes among them) under
+  // `prefix`, which must be new to the rendezvous store.
+  virtual Status Rebuild(const std::string& prefix) = 0;
+
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Whether `data` must be device memory (NCCL: GPU buffers) rather than host memory (Gloo).

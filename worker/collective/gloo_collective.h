@@ -66,12 +66,12 @@ class GlooCollective : public Collective {
 
   // Abandons the op in flight, which returns kAborted at once, and makes later ops return
   // kAborted until Rebuild(). Used on a new generation from the chief. Safe from any thread.
-  void Abort();
+  void Abort() override;
 
   // Retires the current context (abandoning nothing that still runs: such ops keep their
   // buffers) and connects a fresh one under `prefix`, which must be new to the store. The
   // other ranks, possibly replacement processes, call it with the same prefix.
-  Status Rebuild(const std::string& prefix);
+  Status Rebuild(const std::string& prefix) override;
 
   // True when an abandoned op has not returned abort_grace_ms after it was abandoned: the
   // process should exit with kExitRestart (76). Safe from any thread.

@@ -98,12 +98,12 @@ class NcclCollective : public Collective {
   // Ends the op in flight, which aborts the communicator and returns kAborted; with no op in
   // flight, the next op does so. Later ops return kFailedPrecondition until Rebuild(). Used on a
   // new generation from the chief. Safe from any thread; returns at once.
-  void Abort();
+  void Abort() override;
 
   // Aborts the current communicator, if any, and creates a fresh one under `prefix`, which
   // must be new to the store; clears an earlier Abort(). The other ranks, possibly replacement
   // processes, call it with the same prefix.
-  Status Rebuild(const std::string& prefix);
+  Status Rebuild(const std::string& prefix) override;
 
   // True once an abort has not returned abort_grace_ms after it started: the process should
   // exit with kExitRestart (76). Stays true. Safe from any thread.
