@@ -2,9 +2,12 @@
 // highest step completed before it, as `tandem drill` measures it, on a 2 PS x 2 workers job at
 // k = 0 with the default heartbeat settings (200 ms, 2 s), each fault alone in its own run
 // (medians of --runs runs; one fault-free reference run is shared):
-//  - recovery_worker_kill_s: kill -9 of a worker (today: a whole-job rollback) vs a 3 s target;
+//  - recovery_worker_kill_s: kill -9 of a worker (rolled forward: restarted, the survivor's dense
+//    state taken, at most one step recomputed) vs a 3 s target;
 //  - recovery_worker_stop_s: SIGSTOP of a worker past the heartbeat timeout (declared lost,
-//    killed, rolled back) vs the heartbeat timeout that bounds its detection;
+//    killed, rolled forward) vs the heartbeat timeout that bounds its detection;
+//  - recovery_two_workers_kill_s: both workers killed at once (nothing to roll forward from: a
+//    whole-job rollback to the last checkpoint) vs the checkpoint interval;
 //  - recovery_ps_kill_s: kill -9 of a PS (restart + push-log replay, nobody rolls back) vs 3 s;
 //  - recovery_rollback_lost_ps_s: a lost PS machine (a rollback) vs the job's checkpoint
 //    interval in seconds (what a rollback can cost at most in lost training).
@@ -75,14 +78,15 @@ DrillResult RunDrill(const std::string& tandem, const std::string& fault, std::s
   DrillResult out;
   auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
   if (r.timed_out || !report.is_object() || !report.value("ok", false) ||
-      report["faults"].empty() || !report["faults"][0]["recovery_ms"].is_number()) {
+      report["faults"].empty() || !report["faults"].back()["recovery_ms"].is_number()) {
     std::fprintf(stderr, "recovery_bench: drill '%s' failed:\n%s\n", fault.c_str(),
                  r.output.c_str());
     return out;
   }
   out.ok = true;
-  out.recovery_s = report["faults"][0]["recovery_ms"].get<double>() / 1000.0;
-  out.path = report["faults"][0].value("path", "");
+  // Faults fired together: the last one's recovery is the job's.
+  out.recovery_s = report["faults"].back()["recovery_ms"].get<double>() / 1000.0;
+  out.path = report["faults"].back().value("path", "");
   if (reference->empty()) {
     // Keep the fault-free run for the next drills (outside the temporary directory).
     const std::string keep = "/tmp/tandem-recovery-reference-" + std::to_string(::getpid()) + "-" +
@@ -121,6 +125,8 @@ int Run(const std::string& tandem, int runs) {
   const Kind kinds[] = {
       {"recovery_worker_kill_s", "kill worker:1 @step 250", "target_3s", 3.0},
       {"recovery_worker_stop_s", "stop worker:1 @step 250 for 4s", "heartbeat_timeout_s", 2.0},
+      {"recovery_two_workers_kill_s", "kill worker:0 @step 250; kill worker:1 @step 250",
+       "checkpoint_interval_s", 0},
       {"recovery_ps_kill_s", "kill ps:0 @step 250", "target_3s", 3.0},
       {"recovery_rollback_lost_ps_s", "lose ps:1 @step 250", "checkpoint_interval_s", 0},
   };

@@ -285,9 +285,10 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
         const size_t at = log.find(mark, r.log_offset);
         if (at != std::string::npos) {
           r.rolled_forward_from = std::atoll(log.c_str() + at + mark.size());
-          path += " + roll forward (the replacement took the survivors' dense state and trained "
-                  "from step " +
-                  std::to_string(r.rolled_forward_from) + ")";
+          path +=
+              " + roll forward (the replacement took the survivors' dense state and trained "
+              "from step " +
+              std::to_string(r.rolled_forward_from) + ")";
         }
       }
       if (f.role == "ps") {
@@ -394,8 +395,20 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
       }
       Observe(view, watcher, step, ctx, next > 0 && &r == &records[next - 1], r);
     }
+    // `@rollback N`: once `tandem local` rolled back N times and every worker of the new run
+    // trains (its all-reduce group formed), with the processes in cluster.json (the chief's
+    // view and the file name the same pid).
+    auto due = [&](const Fault& f) {
+      if (f.after_rollbacks == 0) return step >= f.step;
+      if (CountRollbacks(ctx.out_dir) < static_cast<size_t>(f.after_rollbacks)) return false;
+      for (const MemberView& m : view->members)
+        if (m.role == "worker" && m.state != "training") return false;
+      if (f.role.empty()) return true;
+      const MemberView* m = FindMember(*view, f.role, f.index);
+      return m != nullptr && m->pid != 0 && static_cast<int>(m->pid) == watcher.Pid(f.task());
+    };
     while (running && view && view->job_state == "training" && next < records.size() &&
-           step >= records[next].fault.step)
+           due(records[next].fault))
       Fire(ctx, watcher, view, step, records[next++]);
     if (!running) break;
     int sig = 0;

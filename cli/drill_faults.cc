@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <utility>
 
 namespace tandem::cli {
 namespace {
@@ -126,11 +127,21 @@ class FaultParser {
   }
 
   Status At(Fault* f) {
+    if (Peek() == "@rollback") {
+      Next();
+      const size_t where = at_;
+      const std::string n = Next();
+      if (n.empty()) return Error(where, "missing count after '@rollback'");
+      if (!ParseInt(n, &f->after_rollbacks) || f->after_rollbacks < 1)
+        return Error(where, "bad rollback count '" + n + "' (expected a positive integer)");
+      return Status::Ok();
+    }
     if (Peek() != "@step") {
       if (Peek().starts_with("@step"))
         return Error(at_, "write '@step S' with a space before the step");
-      return Error(
-          at_, Peek().empty() ? "missing '@step S'" : "expected '@step S', found '" + Peek() + "'");
+      return Error(at_, Peek().empty()
+                            ? "missing '@step S'"
+                            : "expected '@step S' or '@rollback N', found '" + Peek() + "'");
     }
     Next();
     const size_t where = at_;
@@ -152,7 +163,8 @@ class FaultParser {
 std::string Fault::task() const { return role.empty() ? "" : role + ":" + std::to_string(index); }
 
 std::string Fault::ToString() const {
-  std::string at = " @step " + std::to_string(step);
+  std::string at = after_rollbacks > 0 ? " @rollback " + std::to_string(after_rollbacks)
+                                       : " @step " + std::to_string(step);
   switch (kind) {
     case FaultKind::kKill:
       return "kill " + task() + at;
@@ -185,8 +197,9 @@ StatusOr<std::vector<Fault>> ParseFaults(std::string_view spec) {
   if (faults.empty())
     return Status::InvalidArgument(
         "--faults: no fault given (e.g. \"kill ps:0 @step 100; stop ps:1 @step 200 for 2s\")");
-  std::stable_sort(faults.begin(), faults.end(),
-                   [](const Fault& a, const Fault& b) { return a.step < b.step; });
+  std::stable_sort(faults.begin(), faults.end(), [](const Fault& a, const Fault& b) {
+    return std::make_pair(a.after_rollbacks, a.step) < std::make_pair(b.after_rollbacks, b.step);
+  });
   return faults;
 }
 

@@ -4,6 +4,9 @@
 //   chief) stop ROLE:I @step S for Ds   SIGSTOP, then SIGCONT after D (`2s`, `1.5s`, `500ms`) lose
 //   ps:I @step S            SIGKILL and delete its `ps.data_dir/shard-I` (a lost machine)
 //   corrupt-latest @step S       flip a byte of `checkpoint.dir/LATEST`
+// Instead of `@step S`, `@rollback N` fires the fault once the job has been rolled back N times
+// and trains again (a loss during a recovery, scenario 20); such faults come after every
+// `@step` fault.
 #pragma once
 
 #include <chrono>
@@ -24,6 +27,7 @@ struct Fault {
   std::string role;  // "chief" | "ps" | "worker"; empty for corrupt-latest
   int index = 0;
   int64_t step = 0;                       // fired once the job's step reaches it
+  int64_t after_rollbacks = 0;            // > 0: `@rollback N` instead (step is then 0)
   std::chrono::milliseconds duration{0};  // stop only: how long the process stays stopped
   size_t position = 0;                    // offset of the fault's first character in the spec
 
@@ -33,7 +37,8 @@ struct Fault {
   std::string ToString() const;
 };
 
-// Parses SPEC. The faults come back ordered by step (faults at the same step keep their order).
+// Parses SPEC. The faults come back ordered by step, then the `@rollback` ones by N (equal ones
+// keep their order).
 // kInvalidArgument naming the fault (its number and character position) and the problem for a
 // malformed spec, an empty one included.
 StatusOr<std::vector<Fault>> ParseFaults(std::string_view spec);

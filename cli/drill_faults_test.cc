@@ -47,6 +47,17 @@ TEST(DrillFaultsTest, FaultsAtTheSameStepKeepTheirOrder) {
   EXPECT_EQ((*r)[2].task(), "ps:0");
 }
 
+// A loss during a recovery (scenario 20): `@rollback N` faults come after every `@step` one.
+TEST(DrillFaultsTest, RollbackTriggeredFaultsComeAfterTheStepOnes) {
+  auto r = ParseFaults("kill worker:1 @rollback 1; kill worker:0 @step 50; kill ps:0 @rollback 2");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].ToString(), "kill worker:0 @step 50");
+  EXPECT_EQ((*r)[1].ToString(), "kill worker:1 @rollback 1");
+  EXPECT_EQ((*r)[1].after_rollbacks, 1);
+  EXPECT_EQ((*r)[2].ToString(), "kill ps:0 @rollback 2");
+}
+
 TEST(DrillFaultsTest, EmptySpecIsAnError) {
   EXPECT_NE(ErrorOf("").find("no fault given"), std::string::npos);
   EXPECT_NE(ErrorOf(" ; ;").find("no fault given"), std::string::npos);
@@ -64,7 +75,10 @@ TEST(DrillFaultsTest, ErrorsNameTheFaultThePositionAndTheProblem) {
   EXPECT_NE(ErrorOf("kill ps:0 @step").find("missing step number"), std::string::npos);
   EXPECT_NE(ErrorOf("kill ps:0").find("missing '@step S'"), std::string::npos);
   EXPECT_NE(ErrorOf("kill ps:0 @step100").find("with a space"), std::string::npos);
-  EXPECT_NE(ErrorOf("kill ps:0 at 100").find("expected '@step S', found 'at'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill ps:0 at 100").find("expected '@step S' or '@rollback N', found 'at'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("kill worker:0 @rollback 0").find("bad rollback count '0'"), std::string::npos);
+  EXPECT_NE(ErrorOf("kill worker:0 @rollback").find("missing count"), std::string::npos);
   EXPECT_NE(ErrorOf("kill @step 5").find("unknown role '@step'"), std::string::npos);
   EXPECT_NE(ErrorOf("kill").find("missing target"), std::string::npos);
   EXPECT_NE(ErrorOf("kill gpu:0 @step 5").find("unknown role 'gpu'"), std::string::npos);

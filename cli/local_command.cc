@@ -343,7 +343,16 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
       }
       const ExitInfo e = *c.process->exit_info();
       c.last_exit = e;
-      if (e.exited() && (e.exit_code == kExitOk || e.exit_code == kExitFenced)) {
+      // Fenced (75): another incarnation holds the rank, unless the chief declared this one
+      // lost and nobody replaced it yet (it saw the verdict before it was killed): restart it.
+      const bool replaced =
+          e.exited() && e.exit_code == kExitFenced &&
+          !(view.ok() &&
+            std::any_of(view->members.begin(), view->members.end(), [&](const auto& m) {
+              return m.role == c.role && static_cast<int>(m.index) == c.index &&
+                     (m.state == "lost" || m.pid == static_cast<uint32_t>(c.process->pid()));
+            }));
+      if (e.exited() && (e.exit_code == kExitOk || replaced)) {
         c.finished = true;
         continue;
       }

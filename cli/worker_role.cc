@@ -79,8 +79,8 @@ int RunWorkerRole(const RoleContext& ctx) {
     MutexLock lock(&group_mu);
     const uint64_t g = chief->generation();
     if (all_reduce && g > group_generation.load() && g > aborted_for) {
-      TLOG_WARN("the chief announced generation {} (the group's is {}): aborting the group's op",
-                g, group_generation.load());
+      TLOG_WARN("the chief announced generation {} (the group's is {}): aborting the group's op", g,
+                group_generation.load());
       all_reduce->Abort();
       aborted_for = g;
     }
@@ -131,8 +131,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   po.dims.assign(static_cast<size_t>(job.data.num_categorical),
                  static_cast<uint32_t>(job.model.embedding_dim));
   po.timeout = std::chrono::milliseconds(std::max<int64_t>(120000, job.recovery.max_wait_s * 1000));
-  if (world > 1)
-    po.interrupted = [&] { return chief->generation() > group_generation.load(); };
+  if (world > 1) po.interrupted = [&] { return chief->generation() > group_generation.load(); };
   PsClient ps(ctx.context, self, po);
   std::unique_ptr<PsClient> prefetch_ps;
   if (job.train.embedding_staleness >= 1)
@@ -186,11 +185,15 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.rejoin = rejoin;
   if (world > 1) {
     o.recover = [&]() -> Status {
+      // A zombie (stopped, replaced, continued) must not rejoin the group in its successor's
+      // place: it asks the chief first, is told it was replaced, and exits 75.
+      chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
+      if (chief->fenced())
+        return Status::Aborted("this incarnation was replaced: it takes no part in the recovery");
       progress.state = "recovering";
       chief->SetProgress(progress);
       const auto deadline =
           std::chrono::steady_clock::now() + std::chrono::seconds(job.recovery.max_wait_s);
-      const uint64_t old = group_generation.load();
       std::string last = "no answer from the chief";
       for (;;) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -198,15 +201,20 @@ int RunWorkerRole(const RoleContext& ctx) {
         if (left.count() <= 0) break;
         auto v = chief->View(std::min(left, std::chrono::milliseconds(2000)));
         if (v.ok()) {
-          if (v->Complete() && v->generation > old) {
+          if (v->Complete() && v->generation > group_generation.load()) {
             {
               MutexLock lock(&group_mu);
               group_generation.store(v->generation);
             }
-            TANDEM_RETURN_IF_ERROR(
-                all_reduce->Rebuild("gen-" + std::to_string(v->generation))
-                    .WithContext("rebuilding the all-reduce group of generation " +
-                                 std::to_string(v->generation)));
+            Status rebuilt = all_reduce->Rebuild("gen-" + std::to_string(v->generation));
+            if (!rebuilt.ok() && chief->generation() > v->generation) {
+              // Another loss while the group formed: wait for the next generation.
+              TLOG_WARN("rebuilding under generation {}: {}; the chief moved on", v->generation,
+                        rebuilt.ToString());
+              continue;
+            }
+            TANDEM_RETURN_IF_ERROR(rebuilt.WithContext(
+                "rebuilding the all-reduce group of generation " + std::to_string(v->generation)));
             TLOG_INFO("all-reduce group rebuilt under generation {}", v->generation);
             progress.state = "training";
             chief->SetProgress(progress);

@@ -67,6 +67,7 @@ ClusterView ReadView(wire::ClusterStatusReply::Reader r) {
   v.step = r.getStep();
   v.total_steps = r.getTotalSteps();
   v.last_checkpoint_step = r.getLastCheckpointStep();
+  v.generation_pending = r.getGenerationPending();
   v.samples_per_sec = r.getSamplesPerSec();
   v.loss = r.getLoss();
   v.auc = r.getAuc();
@@ -95,6 +96,7 @@ std::vector<const MemberView*> ClusterView::Of(std::string_view role) const {
 }
 
 bool ClusterView::Complete() const {
+  if (generation_pending) return false;
   for (const auto& m : members) {
     if (m.role != "ps" && m.role != "worker") continue;
     if (m.state == "starting" || m.state == "lost" || m.state == "left") return false;
@@ -214,9 +216,8 @@ StatusOr<Registration> ChiefClient::RegisterOnce(wire::RpcClient* client, int ha
   if (body.which() != Envelope::Body::REGISTER_REPLY)
     return Status::InvalidArgument("registration answered without a RegisterReply");
   auto r = body.getRegisterReply();
-  Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(),
-                   r.getTerm(),        r.getTotalSteps(), r.getResumeStep(),
-                   r.getJoinsRunningJob()};
+  Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(),       r.getTerm(),
+                   r.getTotalSteps(),  r.getResumeStep(), r.getJoinsRunningJob()};
   {
     MutexLock lock(&state_mu_);
     identity_.incarnation = reg.incarnation;

@@ -45,6 +45,8 @@ struct ClusterView {
   int64_t step = -1;      // the lowest step among workers
   int64_t total_steps = 0;
   int64_t last_checkpoint_step = -1;
+  bool generation_pending =
+      false;  // a worker was lost; the generation rises again once all are back
   double samples_per_sec = 0;
   double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
   std::string model_checksum;
@@ -58,7 +60,7 @@ struct ClusterView {
 
   // Members of `role` ordered by index.
   std::vector<const MemberView*> Of(std::string_view role) const;
-  // Every ps and worker registered and not lost.
+  // Every ps and worker registered and not lost, and no generation pending.
   bool Complete() const;
 };
 

@@ -86,6 +86,8 @@ struct ClusterStatusReply {
   configHash @15 :Text;
   teacherAuc @16 :Float64;
   resumeStep @17 :Int64 = -1;    # the committed checkpoint the job resumes from; -1: from scratch
+  generationPending @18 :Bool;   # a worker was lost: the generation rises again once every rank
+                                 # is back and heard from (an all-reduce group waits for that)
 }
 
 # Named barrier: answered once `count` distinct (role, index) have entered `name`; parked until

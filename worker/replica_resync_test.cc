@@ -1,19 +1,25 @@
-// Roll-forward recovery on one replica (PROTOCOLS §8): a step whose all-reduce failed is
-// trained again with the same pushes and ends in the same state; a completed step is undone and
-// redone from its retained bucket; the resync's verdicts; the dense state travels whole.
+// Roll-forward recovery (PROTOCOLS §8): a step whose all-reduce failed is trained again with the
+// same pushes and ends in the same state; a completed step is undone and redone from its
+// retained bucket; the resync's verdicts; the dense state travels whole; and, with three
+// replicas on threads, scenario 19 (the all-reduce completed on one survivor, failed on the
+// other, the third rank replaced): every replica ends with the fault-free run's state.
 // Linked into trainer_tests. The multi-process path is tested by the drill tests.
+#include "worker/replica_resync.h"
+
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/embedding/table_spec.h"
 #include "common/local_embedding_table.h"
+#include "common/sync.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"
 #include "worker/device/backend_factory.h"
-#include "worker/replica_resync.h"
 #include "worker/trainer.h"
 
 namespace tandem::worker {
@@ -40,6 +46,74 @@ class OneRank : public collective::Collective {
   int size() const override { return 1; }
   bool fail_next = false;
   int calls = 0;
+};
+
+// M ranks on threads of one process: every call waits for all M, then sums in rank order (or
+// copies the root's data). A rank can be told that its next all-reduce fails after it took
+// part (the op completed on the others: scenario 19).
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int m) : m_(m), bufs_(static_cast<size_t>(m)) {}
+  void Run(int rank, float* data, size_t count, int root) {
+    MutexLock lock(&mu_);
+    bufs_[static_cast<size_t>(rank)] = data;
+    const uint64_t round = round_;
+    if (++arrived_ < m_) {
+      while (round_ == round) cv_.Wait();
+      return;
+    }
+    std::vector<float> out(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (root >= 0) {
+        out[i] = bufs_[static_cast<size_t>(root)][i];
+        continue;
+      }
+      float s = bufs_[0][i];
+      for (int r = 1; r < m_; ++r) s += bufs_[static_cast<size_t>(r)][i];
+      out[i] = s;
+    }
+    for (float* b : bufs_) std::copy(out.begin(), out.end(), b);
+    arrived_ = 0;
+    ++round_;
+    cv_.SignalAll();
+  }
+
+ private:
+  const int m_;
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  int arrived_ GUARDED_BY(mu_) = 0;
+  uint64_t round_ GUARDED_BY(mu_) = 0;
+  std::vector<float*> bufs_ GUARDED_BY(mu_);
+};
+
+class GroupRank : public collective::Collective {
+ public:
+  GroupRank(ThreadGroup* g, int rank, int size) : g_(g), rank_(rank), size_(size) {}
+  Status AllReduceSum(float* data, size_t count) override {
+    if (!fail_after_next) {
+      g_->Run(rank_, data, count, -1);
+      return Status::Ok();
+    }
+    fail_after_next = false;
+    std::vector<float> scratch(data, data + count);  // the op ran; this rank saw it fail
+    g_->Run(rank_, scratch.data(), count, -1);
+    return Status::Unavailable("peer failed (test)");
+  }
+  Status Broadcast(float* data, size_t count, int root) override {
+    g_->Run(rank_, data, count, root);
+    return Status::Ok();
+  }
+  Status Barrier() override { return Status::Ok(); }
+  void Abort() override {}
+  Status Rebuild(const std::string&) override { return Status::Ok(); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool fail_after_next = false;
+
+ private:
+  ThreadGroup* g_;
+  const int rank_, size_;
 };
 
 // Pulls read a table nobody pushes to (every step sees the same rows, as a k = 0 pull of the
@@ -80,6 +154,7 @@ config::JobConfig Job() {
 struct Replica {
   config::JobConfig job = Job();
   OneRank group;
+  collective::Collective* collective = &group;
   RecordingEmbeddings embeddings{job};
   std::unique_ptr<device::Backend> backend;
   std::unique_ptr<Trainer> trainer;
@@ -88,17 +163,22 @@ struct Replica {
   data::Batch batch;
   BatchRows rows;
 
-  explicit Replica(bool retain = true) {
+  explicit Replica(bool retain = true, collective::Collective* in_group = nullptr) {
+    if (in_group != nullptr) collective = in_group;
     backend = std::move(device::CreateBackend(job.train)).value();
     TrainerOptions o;
     o.job = &job;
+    o.rank = collective->rank();
+    o.world = collective->size();
     o.embeddings = &embeddings;
     o.backend = backend.get();
-    o.collective = &group;
+    o.collective = collective;
     o.retain_last_step = retain;
     trainer = std::move(Trainer::Create(o)).value();
     source = std::move(data::OpenSource(job.data, job.train.seed, false)).value();
     data::PipelineOptions po;
+    po.world = o.world;
+    po.rank = o.rank;
     po.batch = static_cast<int>(job.train.batch_size);
     reader = std::make_unique<data::BatchReader>(source.get(), job.train.seed, po);
   }
@@ -198,6 +278,72 @@ TEST(ReplicaResyncTest, DenseStateTravelsWholeAndAWrongSizeIsRefused) {
   const std::string before = b.trainer->DenseChecksum().Hex();
   EXPECT_TRUE(b.trainer->ImportDenseState(state).IsInvalidArgument());
   EXPECT_EQ(b.trainer->DenseChecksum().Hex(), before);
+}
+
+// Runs fn(rank) on one thread per rank and waits for all.
+void OnEveryRank(int m, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < m; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+TEST(ReplicaResyncTest, Scenario19ReplicasAgreeAfterAnAllReduceThatCompletedOnSomeRanksOnly) {
+  constexpr int kM = 3;
+  ThreadGroup clean_group(kM), group(kM);
+  std::vector<std::unique_ptr<GroupRank>> clean_ranks, ranks;
+  std::vector<std::unique_ptr<Replica>> clean, run;
+  for (int r = 0; r < kM; ++r) {
+    clean_ranks.push_back(std::make_unique<GroupRank>(&clean_group, r, kM));
+    ranks.push_back(std::make_unique<GroupRank>(&group, r, kM));
+    clean.push_back(std::make_unique<Replica>(true, clean_ranks.back().get()));
+    run.push_back(std::make_unique<Replica>(true, ranks.back().get()));
+  }
+  OnEveryRank(kM, [&](int r) { EXPECT_TRUE(clean[r]->TrainSteps(0, 9).ok()); });
+
+  // Step 5: its all-reduce completes on rank 0 and fails on rank 1; rank 2 dies after it.
+  OnEveryRank(kM, [&](int r) {
+    ASSERT_TRUE(run[r]->TrainSteps(0, 5).ok());
+    ASSERT_TRUE(run[r]->Read(5).ok());
+    if (r == 1) ranks[1]->fail_after_next = true;
+    auto st = run[r]->Train();
+    EXPECT_EQ(st.ok(), r != 1) << st.status();
+  });
+  const std::string lost_push = run[2]->embeddings.pushes[5].front();
+  run[2] = std::make_unique<Replica>(true, ranks[2].get());  // the replacement: a new process
+
+  // Rank 0 is stuck in the pull of step 6 (its pushes of 6 not acknowledged), rank 1 in the
+  // all-reduce of step 5; both survivors and the replacement resync, then train step 5 again.
+  std::vector<ResyncResult> results(kM);
+  OnEveryRank(kM, [&](int r) {
+    ResyncInput in;
+    in.replacement = r == 2;
+    in.completed = r == 0 ? 5 : 4;
+    in.pushes_acknowledged = r == 1;
+    auto rs = ResyncReplicas(ranks[r].get(), run[r]->trainer.get(), in);
+    ASSERT_TRUE(rs.ok()) << rs.status();
+    results[r] = *rs;
+    if (rs->rolled_back) {
+      EXPECT_TRUE(run[r]->trainer->RedoLastStep().ok());
+    } else {
+      if (r == 2) {
+        ASSERT_TRUE(run[r]->Read(5).ok());
+      }
+      EXPECT_TRUE(run[r]->Train().ok());
+    }
+    EXPECT_TRUE(run[r]->TrainSteps(6, 9).ok());
+  });
+  for (int r = 0; r < kM; ++r) {
+    EXPECT_EQ(results[r].next_step, 5) << r;
+    EXPECT_EQ(results[r].survivors, 2) << r;
+    EXPECT_EQ(results[r].root, 0) << r;
+    EXPECT_EQ(results[r].rolled_back, r == 0) << r;
+    EXPECT_EQ(run[r]->trainer->DenseChecksum().Hex(), clean[r]->trainer->DenseChecksum().Hex())
+        << "replica " << r << " differs from the fault-free run";
+  }
+  // The replacement recomputed the lost rank's push of step 5 byte for byte.
+  EXPECT_EQ(run[2]->embeddings.pushes[5].front(), lost_push);
+  EXPECT_EQ(run[1]->embeddings.pushes[5].size(), 2u);  // trained twice, the same bytes
+  EXPECT_EQ(run[1]->embeddings.pushes[5][0], run[1]->embeddings.pushes[5][1]);
 }
 
 }  // namespace

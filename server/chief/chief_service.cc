@@ -170,6 +170,7 @@ ChiefService::ChiefService(const config::JobConfig& job, wire::RpcServer* server
                   job.train.deterministic == "strict" && job.train.embedding_staleness == 0,
               .heartbeat_interval = milliseconds(job.chief.heartbeat_interval_ms),
               .heartbeat_timeout = milliseconds(job.chief.heartbeat_timeout_ms),
+              .ps_watchdog = milliseconds(job.ps.watchdog_ms),
               .total_steps = job.train.steps,
               .wall_ms = {},
           },
@@ -452,6 +453,7 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
   body.setGeneration(j.generation);
   body.setTimeline(j.timeline);
   body.setLastCheckpointStep(j.last_checkpoint_step);
+  body.setGenerationPending(j.generation_pending);
   body.setSamplesPerSec(j.samples_per_sec);
   body.setJobState(Text(j.job_state));
   body.setStep(j.step);

@@ -156,6 +156,17 @@ void Membership::ExcuseSilence(Clock::time_point now) {
       if (m.registered && !m.lost && !m.left) m.last_alive = std::max(m.last_alive, now);
 }
 
+// After a worker loss the generation rises again once every rank is present and has shown a
+// sign of life since the loss: another rank that died at the same moment, and is not declared
+// lost yet, must not be counted in (its replacement would come under yet another generation).
+void Membership::TryCompleteGeneration() {
+  if (!awaiting_workers_) return;
+  for (const Member& w : workers_)
+    if (!w.registered || w.lost || w.left || w.last_heartbeat < last_worker_loss_) return;
+  // A failed persist leaves the flag set: the next registration or heartbeat tries again.
+  if (BumpGeneration("every worker is present again").ok()) awaiting_workers_ = false;
+}
+
 Status Membership::BumpGeneration(const std::string& why) {
   ChiefStateData d = state_->data();
   d.generation += 1;
@@ -262,17 +273,12 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   TLOG_INFO("{}#{} registered from {} (pid {}, host {}, step {}){}", who, incarnation, in.address,
             in.pid, in.host, in.step,
             same_process ? " again" : (adopt ? ", keeping its incarnation" : ""));
-  if (awaiting_workers_ && in.role == MemberRole::kWorker &&
-      std::all_of(workers_.begin(), workers_.end(),
-                  [](const Member& w) { return w.registered && !w.lost && !w.left; })) {
-    // A failed persist leaves the flag set: the next registration tries again.
-    if (BumpGeneration("every worker is present again").ok()) awaiting_workers_ = false;
-  }
+  if (in.role == MemberRole::kWorker) TryCompleteGeneration();
   m.generation_seen = state_->data().generation;
   UpdateJobState(now);
   const ChiefStateData& now_d = state_->data();
-  return Issued{incarnation,    now_d.generation,     now_d.timeline,
-                now_d.term,     options_.total_steps, joins_running_job};
+  return Issued{incarnation, now_d.generation,     now_d.timeline,
+                now_d.term,  options_.total_steps, joins_running_job};
 }
 
 StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
@@ -309,6 +315,7 @@ StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
     if (progress.state == "failed" && m.progress.state != "failed")
       TLOG_ERROR("{} failed: {}", who, progress.detail);
     m.progress = progress;
+    if (role == MemberRole::kWorker) TryCompleteGeneration();
     m.generation_seen = generation();
     UpdateJobState(now);
   }
@@ -404,7 +411,7 @@ std::vector<Suspect> Membership::Suspects(Clock::time_point now) const {
     for (uint32_t i = 0; i < members.size(); ++i) {
       const Member& m = members[i];
       if (!m.registered || m.lost || m.left || Terminal(m)) continue;
-      if (now - m.last_alive <= options_.heartbeat_timeout) continue;
+      if (now - m.last_alive <= SilenceLimit(role)) continue;
       out.push_back({role, i, m.incarnation, m.address, MsBetween(m.last_heartbeat, now)});
     }
   }
@@ -420,14 +427,17 @@ StatusOr<bool> Membership::DeclareLost(const Suspect& s, const std::string& reas
                                        Clock::time_point now, bool replaced) {
   Member& m = Of(s.role)[s.index];
   if (!m.registered || m.incarnation != s.incarnation || m.lost || m.left || Terminal(m) ||
-      (!replaced && now - m.last_alive <= options_.heartbeat_timeout))
+      (!replaced && now - m.last_alive <= SilenceLimit(s.role)))
     return false;  // it heartbeated, ended or was replaced while it was probed
   const std::string who = Name(s.role, s.index) + "#" + std::to_string(s.incarnation);
   if (s.role == MemberRole::kWorker) TANDEM_RETURN_IF_ERROR(BumpGeneration(who + " was lost"));
   m.lost = true;
   m.lost_reason = reason;
   TLOG_WARN("{} at {} declared lost: {}", who, m.address, reason);
-  if (s.role == MemberRole::kWorker) awaiting_workers_ = true;
+  if (s.role == MemberRole::kWorker) {
+    awaiting_workers_ = true;
+    last_worker_loss_ = now;
+  }
   UpdateJobState(now);
   return true;
 }
@@ -451,6 +461,7 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
   j.generation = d.generation;
   j.timeline = d.timeline;
   j.last_checkpoint_step = d.latest_step;
+  j.generation_pending = awaiting_workers_;
   j.job_state = job_state_;
   j.total_steps = options_.total_steps;
   j.config_hash = options_.config_hash;

@@ -42,6 +42,9 @@ struct MembershipOptions {
   bool strict_determinism = true;
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds heartbeat_timeout{2000};
+  // A PS silent this long is declared lost, and its supervisor kills and restarts it on the same
+  // data directory (ps.watchdog_ms, PROTOCOLS §9); a worker after heartbeat_timeout.
+  std::chrono::milliseconds ps_watchdog{10000};
   int64_t total_steps = 0;  // train.steps
   // Unix time in ms, for the run's training start and end kept in the chief state (a steady
   // clock does not survive a restart). Tests inject their own.
@@ -122,6 +125,7 @@ struct MemberSnapshot {
 struct JobSnapshot {
   uint64_t term = 0, generation = 0, timeline = 0;
   int64_t last_checkpoint_step = -1;
+  bool generation_pending = false;  // a worker was lost and the generation has not risen again
   std::string job_state;
   int64_t step = -1;  // the lowest step among registered workers
   int64_t total_steps = 0;
@@ -196,6 +200,10 @@ class Membership {
 
   std::string job_state() const { return job_state_; }
   uint64_t generation() const { return state_->data().generation; }
+  // How long a member of `role` may be silent before it is suspected.
+  std::chrono::milliseconds SilenceLimit(MemberRole role) const {
+    return role == MemberRole::kPs ? options_.ps_watchdog : options_.heartbeat_timeout;
+  }
   uint64_t timeline() const { return state_->data().timeline; }
   uint64_t term() const { return state_->data().term; }
   // The job ended and every registered member reported a terminal state and has been silent for
@@ -227,6 +235,7 @@ class Membership {
                                      Clock::time_point now) const;
   Status Persist(const ChiefStateData& data);
   Status BumpGeneration(const std::string& why);
+  void TryCompleteGeneration();
   void UpdateJobState(Clock::time_point now);
   // Persists a change of the run's fields; a failure is logged, not fatal: they only matter
   // after a restart of the chief, and the next change writes them all again.
@@ -242,7 +251,8 @@ class Membership {
   Clock::time_point training_since_{};
   Clock::time_point ended_at_{};
   bool awaiting_workers_ = false;  // a worker was lost; the generation rises again when all are up
-  MemberProgress final_result_;    // worker 0's report once the job is done
+  Clock::time_point last_worker_loss_{};
+  MemberProgress final_result_;  // worker 0's report once the job is done
   // Set by RejoinRun: until a heartbeat timeout later, a member not yet registered may still
   // come back, so Finished waits for it.
   Clock::time_point rejoined_at_{};

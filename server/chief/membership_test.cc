@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "common/testing/test_util.h"
@@ -24,6 +25,7 @@ MembershipOptions Options(bool strict = true) {
   o.strict_determinism = strict;
   o.heartbeat_interval = milliseconds(100);
   o.heartbeat_timeout = kTimeout;
+  o.ps_watchdog = kTimeout;
   o.total_steps = 50;
   return o;
 }
@@ -273,6 +275,28 @@ TEST_F(MembershipTest, AfterAChiefRestartTheNewerIncarnationWinsTheRank) {
   EXPECT_EQ(zombie->verdict, HeartbeatVerdict::kStale);
 }
 
+// ps.watchdog_ms (PROTOCOLS §9): a silent PS is suspected after its own limit, a worker after
+// the heartbeat timeout; a worker is then lost, a PS not yet.
+TEST_F(MembershipTest, APsIsSuspectedAfterItsWatchdogAWorkerAfterTheHeartbeatTimeout) {
+  members_.reset();
+  MembershipOptions o = Options();
+  o.ps_watchdog = 3 * kTimeout;
+  o.wall_ms = [this] { return wall_ms_; };
+  members_ = std::make_unique<Membership>(o, state_.get());
+  RegisterAll();
+  now_ += 2 * kTimeout;
+  auto suspects = members_->Suspects(now_);
+  ASSERT_EQ(suspects.size(), 2u);
+  for (const auto& s : suspects) EXPECT_EQ(s.role, MemberRole::kWorker);
+  const Suspect ps{MemberRole::kPs, 0, ps0_, "", 0};
+  EXPECT_FALSE(*members_->DeclareLost(ps, "silent", now_)) << "before ps.watchdog_ms";
+  now_ += kTimeout + milliseconds(1);
+  suspects = members_->Suspects(now_);
+  EXPECT_EQ(suspects.size(), 3u);
+  EXPECT_TRUE(std::any_of(suspects.begin(), suspects.end(),
+                          [](const Suspect& s) { return s.role == MemberRole::kPs; }));
+}
+
 TEST_F(MembershipTest, SilentMemberIsSuspectedAndAnAnsweredProbeKeepsIt) {
   RegisterAll();
   now_ += kTimeout;
@@ -301,6 +325,11 @@ TEST_F(MembershipTest, SilentMemberIsSuspectedAndAnAnsweredProbeKeepsIt) {
 
 TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack) {
   RegisterAll();
+  {
+    auto again = members_->Register(Input(MemberRole::kWorker, 0, w0_), now_);
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(again->joins_running_job) << "the same process registering again";
+  }
   EXPECT_EQ(members_->generation(), 1u);
   now_ += kTimeout + milliseconds(1);
   Beat(MemberRole::kWorker, 0, w0_);
@@ -315,7 +344,11 @@ TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack)
   EXPECT_EQ(members_->generation(), 2u);
   auto back = members_->Register(Input(MemberRole::kWorker, 1), now_);
   ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->generation, 3u);
+  EXPECT_TRUE(back->joins_running_job) << "a replacement rolls forward from the survivors";
+  // Worker 0 has not been heard since the loss (it may have died with worker 1): not yet.
+  EXPECT_EQ(back->generation, 2u);
+  now_ += milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
   EXPECT_EQ(members_->generation(), 3u);
   auto disk = DecodeChiefState(ReadFile(state_->path()), "state");
   ASSERT_TRUE(disk.ok());

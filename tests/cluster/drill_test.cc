@@ -1,6 +1,6 @@
-// `tandem drill` (issue 7 item 2) on a short k = 0 job: PS kill, PS SIGSTOP and chief kill are
-// survived with the fault-free run's model; a malformed --faults is a usage error; a worker kill
-// is survived by a whole-job rollback to the last checkpoint, with the same model.
+// `tandem drill` (issue 7 item 2) on short jobs: PS kill, PS SIGSTOP and chief kill are survived
+// with the fault-free run's model; a malformed --faults is a usage error; a killed or stopped
+// worker is rolled forward (PROTOCOLS §8), two at once rolled back; k = 2; scenarios 9 and 13.
 #include <signal.h>
 
 #include <algorithm>
@@ -96,21 +96,44 @@ TEST(DrillTest, MalformedSpecExitsTwoNamingTheProblem) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/out/cluster.json")) << "no job may start";
 }
 
-// A killed worker fails the job (roll-forward is issue 7's main work); `tandem local` rolls the
-// whole job back to the last committed checkpoint and, at k = 0, it ends with the fault-free
+// A killed worker is rolled forward (PROTOCOLS §8): the replacement takes the survivor's dense
+// state and recomputes at most one step; nothing rolls back and the job ends with the fault-free
 // run's model.
-TEST(DrillTest, WorkerKillIsRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
+TEST(DrillTest, WorkerKillRollsForwardWithTheFaultFreeModel) {
   TempDir dir;
   WriteJob(dir, 400);
-  // Lines every 10 steps, so that steps logged before the kill are logged again after it.
-  auto r = Drill(dir, "kill worker:1 @step 120", {"--set", "train.log_every_steps=10"});
+  auto r = Drill(dir, "kill worker:1 @step 120");
   const nlohmann::json report = PassedReport(dir, r);
   ASSERT_TRUE(report.is_object());
   ASSERT_EQ(report["faults"].size(), 1u);
-  EXPECT_TRUE(report["faults"][0].value("recovered", false)) << report.dump(2);
-  EXPECT_NE(report["faults"][0].value("path", "").find("global rollback"), std::string::npos)
+  const auto& fault = report["faults"][0];
+  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
+  EXPECT_NE(fault.value("path", "").find("roll forward"), std::string::npos) << report.dump(2);
+  EXPECT_EQ(fault.value("path", "").find("rollback"), std::string::npos) << report.dump(2);
+  EXPECT_LE(fault.value("steps_replayed", 99), 1) << report.dump(2);
+  EXPECT_EQ(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
+  EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-1.log").find("joined the running job"),
+            std::string::npos);
+}
+
+// Both workers killed at once: no replica survives to roll forward from, so the job fails and
+// `tandem local` rolls it back to the last committed checkpoint; at k = 0 it still ends with the
+// fault-free run's model.
+TEST(DrillTest, TwoWorkersKilledAtOnceAreRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
+  TempDir dir;
+  WriteJob(dir, 400);
+  // Lines every 10 steps, so that steps logged before the kill are logged again after it.
+  auto r = Drill(dir, "kill worker:0 @step 120; kill worker:1 @step 120",
+                 {"--set", "train.log_every_steps=10"});
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
+  ASSERT_EQ(report["faults"].size(), 2u);
+  for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("recovered", false)) << f.dump(2);
+  EXPECT_NE(report["faults"][1].value("path", "").find("global rollback"), std::string::npos)
       << report.dump(2);
-  EXPECT_NE(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
+  const std::string local = ReadFile(dir.path() + "/out/drill-local.log");
+  EXPECT_NE(local.find("rolling back"), std::string::npos) << local;
+  EXPECT_NE(local.find("no replica survived"), std::string::npos) << local;
   // The steps trained again after the rollback are marked as replays in metrics.jsonl, and the
   // file still ends with exactly one final line.
   const auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
@@ -121,6 +144,63 @@ TEST(DrillTest, WorkerKillIsRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
                           [](const auto& l) { return l.value("final", false); }),
             1);
   EXPECT_TRUE(lines.back().value("final", false));
+}
+
+// Scenario 20: a worker killed while the job recovers from a rollback (both workers lost at
+// once): the job still resumes from the same checkpoint, the new loss is rolled forward, and
+// the model is the fault-free run's.
+TEST(DrillTest, Scenario20AWorkerKilledDuringARollbackIsRolledForward) {
+  TempDir dir;
+  WriteJob(dir, 400);
+  auto r =
+      Drill(dir, "kill worker:0 @step 120; kill worker:1 @step 120; kill worker:1 @rollback 1");
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
+  ASSERT_EQ(report["faults"].size(), 3u);
+  for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("fired", false)) << f.dump(2);
+  EXPECT_TRUE(report["faults"][2].value("recovered", false)) << report.dump(2);
+  EXPECT_NE(report["faults"][2].value("path", "").find("roll forward"), std::string::npos)
+      << report.dump(2);
+  const std::string local = ReadFile(dir.path() + "/out/drill-local.log");
+  // One rollback only: the second loss did not restart it.
+  EXPECT_EQ(local.find("rollback 2 of"), std::string::npos) << local;
+}
+
+// At k = 2 a killed worker is rolled forward too (the survivor keeps its state, the newcomer
+// takes it); the drill compares the models by AUC: within 0.01 of the fault-free run.
+TEST(DrillTest, AtStalenessTwoAWorkerKillRollsForwardWithinAnAucOfTheFaultFreeRun) {
+  TempDir dir;
+  WriteJob(dir, 400);
+  auto r = Drill(dir, "kill worker:0 @step 150", {"--set", "train.embedding_staleness=2"});
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  auto report = nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << r.output;
+  ASSERT_EQ(report["faults"].size(), 1u);
+  EXPECT_TRUE(report["faults"][0].value("recovered", false)) << report.dump(2);
+  EXPECT_NE(report["faults"][0].value("path", "").find("roll forward"), std::string::npos)
+      << report.dump(2);
+  const double auc = report["run"].value("auc", 0.0);
+  const double ref = report["reference"].value("auc", 1.0);
+  EXPECT_GT(auc, 0.6) << report.dump(2);
+  EXPECT_NEAR(auc, ref, 0.01) << report.dump(2);
+}
+
+// Scenario 13: a PS stopped for longer than ps.watchdog_ms is declared lost, killed by its
+// supervisor and restarted on its data directory; it replays its log and nothing is lost.
+TEST(DrillTest, Scenario13APsStoppedPastItsWatchdogIsRestartedAndLosesNothing) {
+  TempDir dir;
+  WriteJob(dir, 400);
+  auto r = Drill(dir, "stop ps:0 @step 150 for 10s", {"--set", "ps.watchdog_ms=3000"});
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
+  ASSERT_EQ(report["faults"].size(), 1u);
+  const auto& fault = report["faults"][0];
+  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
+  EXPECT_NE(fault.value("path", "").find("ps restart"), std::string::npos) << report.dump(2);
+  EXPECT_EQ(fault.value("path", "").find("rollback"), std::string::npos) << report.dump(2);
+  EXPECT_NE(ReadFile(dir.path() + "/out/drill-local.log").find("declared ps:0 lost"),
+            std::string::npos);
 }
 
 // A lost PS machine (killed, its data directory deleted): the restarted shard sees it is far
@@ -147,21 +227,27 @@ TEST(DrillTest, LostPsFailsTheJobAtOnceAndTheRollbackEndsWithTheFaultFreeModel) 
 }
 
 // The rest of the fault kinds, in one short job: a worker killed before the first checkpoint
-// (the rollback starts the job over, every shard empty), a worker stopped past the heartbeat
-// timeout (declared lost, killed, rolled back), LATEST corrupted and a worker killed right after
-// (the rollback resumes from an intact checkpoint). The job ends with the fault-free model.
+// and a worker stopped past the heartbeat timeout (declared lost, killed by its supervisor) are
+// rolled forward; then scenario 9: LATEST is corrupted, a PS dies (it recovers from its own
+// restore point and log) and both workers die at once: the rollback finds an intact checkpoint
+// without LATEST's help. The job ends with the fault-free model.
 TEST(DrillTest, WorkerStopCorruptLatestAndAKillBeforeTheFirstCheckpointEndWithTheSameModel) {
   TempDir dir;
   WriteJob(dir, 300);
   auto r = Drill(dir,
                  "kill worker:1 @step 30; stop worker:0 @step 120 for 7s; corrupt-latest @step "
-                 "200; kill worker:0 @step 205",
+                 "200; kill ps:0 @step 205; kill worker:0 @step 210; kill worker:1 @step 210",
                  {"--max-rollbacks", "4"}, milliseconds(200000));
   const nlohmann::json report = PassedReport(dir, r);
   ASSERT_TRUE(report.is_object());
-  ASSERT_EQ(report["faults"].size(), 4u) << report.dump(2);
+  ASSERT_EQ(report["faults"].size(), 6u) << report.dump(2);
   for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("recovered", false)) << f.dump(2);
+  for (int i : {0, 1})
+    EXPECT_NE(report["faults"][i].value("path", "").find("roll forward"), std::string::npos)
+        << report.dump(2);
   EXPECT_NE(report["faults"][1].value("detected_by", "").find("lost"), std::string::npos)
+      << report.dump(2);
+  EXPECT_NE(report["faults"][5].value("path", "").find("global rollback"), std::string::npos)
       << report.dump(2);
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -401,6 +402,17 @@ TEST(LocalJobTest, AWorkerTheChiefDeclaresLostIsKilledAndRestarted) {
 }
 
 // The daemons started one by one, as on bare metal: the chief first, the others told its port.
+// Whether `text` appears in the file at `path` within `timeout`.
+bool WaitForLine(const std::string& path, const std::string& text,
+                 std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ReadFile(path).find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
 class HandStartedCluster : public ::testing::Test {
  protected:
   struct Proc {
@@ -552,6 +564,89 @@ TEST_F(HandStartedCluster, SigtermToAWorkerStopsTheWholeJobAndEveryDaemonExits0)
   }
   EXPECT_NE(ReadFile(procs_["chief:0"].log).find("job stopped"), std::string::npos)
       << ReadFile(procs_["chief:0"].log);
+}
+
+// Scenario 14 on bare metal (no supervisor kills it): worker:1 is stopped past the heartbeat
+// timeout and declared lost; a replacement started by hand rolls forward from worker:0's state;
+// then the stopped process continues. It is told it was replaced, exits 75 and changes nothing:
+// the job ends with the model of a run without any of this.
+TEST_F(HandStartedCluster, AZombieWorkerExits75AndTheRolledForwardJobEndsWithTheFaultFreeModel) {
+  auto two_workers = [](std::string yaml) {
+    const std::string one = "  workers: [\"127.0.0.1:0\"]\n";
+    yaml.replace(yaml.find(one), one.size(), "  workers: [\"127.0.0.1:0\", \"127.0.0.1:0\"]\n");
+    return yaml;
+  };
+  constexpr int64_t kSteps = 1200;
+  WriteFile(dir_.File("job.yaml"), two_workers(SmallJob(dir_.path(), kSteps)));
+  TempDir ref;
+  WriteFile(ref.File("job.yaml"), two_workers(SmallJob(ref.path(), kSteps)));
+  auto reference = Local(ref, 1, 2);
+  ASSERT_EQ(reference.exit.exit_code, 0) << reference.output;
+  const std::string want =
+      ReadJsonLines(ref.path() + "/out/metrics.jsonl").back()["model_checksum"].get<std::string>();
+
+  Start("chief", "chief:0");
+  Start("ps", "ps:0");
+  Start("worker", "worker:0");
+  Start("worker", "worker:1");
+  auto wait_for = [&](const std::string& what, const std::function<bool(const nlohmann::json&)>& ok,
+                      std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      const nlohmann::json status = Status();
+      if (ok(status)) return true;
+      if (Clock::now() > deadline) {
+        ADD_FAILURE() << "timed out waiting for " << what << ": " << status.dump();
+        return false;
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  };
+  auto state_of = [&](const nlohmann::json& st, int index) {
+    const auto* w = Member(st, "worker", index);
+    return w ? (*w)["state"].get<std::string>() : std::string();
+  };
+  ASSERT_TRUE(wait_for(
+      "step 100",
+      [&](const nlohmann::json& st) {
+        const auto* w = Member(st, "worker", 1);
+        return w && (*w)["step"].get<int64_t>() >= 100;
+      },
+      std::chrono::seconds(90)));
+  Proc zombie = std::move(procs_["worker:1"]);
+  procs_.erase("worker:1");
+  struct KillOnExit {  // a failed check must not leave a stopped process behind
+    Proc* proc;
+    ~KillOnExit() {
+      if (proc->p && proc->p->running()) {
+        proc->p->Signal(SIGKILL);
+        proc->p->Wait(milliseconds(5000));
+      }
+    }
+  } kill_on_exit{&zombie};
+  zombie.p->Signal(SIGSTOP);
+  ASSERT_TRUE(wait_for(
+      "worker:1 declared lost", [&](const nlohmann::json& st) { return state_of(st, 1) == "lost"; },
+      std::chrono::seconds(30)));
+  Start("worker", "worker:1");  // the replacement
+  ASSERT_TRUE(WaitForLine(procs_["worker:1"].log, "joined the running job", milliseconds(60000)))
+      << ReadFile(procs_["worker:1"].log);
+  zombie.p->Signal(SIGCONT);
+  auto e = zombie.p->Wait(milliseconds(30000));
+  ASSERT_TRUE(e.has_value()) << "the zombie did not exit\n" << ReadFile(zombie.log);
+  EXPECT_TRUE(e->exited() && e->exit_code == 75) << e->ToString() << "\n" << ReadFile(zombie.log);
+  EXPECT_NE(ReadFile(zombie.log).find("replaced"), std::string::npos) << ReadFile(zombie.log);
+
+  for (const char* task : {"worker:0", "worker:1"}) {
+    auto done = procs_[task].p->Wait(milliseconds(180000));
+    ASSERT_TRUE(done.has_value()) << task << " did not finish\n" << ReadFile(procs_[task].log);
+    EXPECT_EQ(done->exit_code, 0) << task << "\n" << ReadFile(procs_[task].log);
+  }
+  const auto lines = ReadJsonLines(dir_.path() + "/out/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  ASSERT_TRUE(lines.back().value("final", false)) << lines.back().dump();
+  EXPECT_EQ(lines.back()["model_checksum"].get<std::string>(), want)
+      << "the rolled-forward job with a zombie ended with another model";
 }
 
 }  // namespace
