@@ -229,6 +229,8 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
         if (!restored.ok()) {
           TLOG_ERROR("cannot restore the shard from the checkpoint: {}",
                      restored.status().ToString());
+          // Refused by the chief (another job's, scenario 16): do not restart (PROTOCOLS §12).
+          if (restored.status().code() == StatusCode::kPermissionDenied) return kExitFenced;
           return restored.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
         }
         restored_step = *restored;

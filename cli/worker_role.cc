@@ -9,6 +9,7 @@
 #include "cli/all_reduce_group.h"
 #include "cli/background_checkpointer.h"
 #include "cli/member.h"
+#include "cli/replica_group.h"
 #include "cli/roles.h"
 #include "common/checkpoint_layout.h"
 #include "common/determinism_class.h"
@@ -68,23 +69,8 @@ int RunWorkerRole(const RoleContext& ctx) {
   const bool rejoin = reg.joins_running_job && world > 1;
   if (rejoin) TLOG_INFO("replacing a worker lost while the job trained: rolling forward");
 
-  // Roll-forward recovery (PROTOCOLS §8, §11): the generation the all-reduce group was built
-  // under. A newer one from the chief (a worker was lost) aborts the group's op in flight and
-  // cancels pulls and pushes waiting on the shards, so that the step gives way to recovery.
-  Mutex group_mu;
-  std::atomic<uint64_t> group_generation{0};
-  uint64_t aborted_for = 0;  // guarded by group_mu
-  std::unique_ptr<collective::Collective> all_reduce;
-  auto watch_generation = [&] {
-    MutexLock lock(&group_mu);
-    const uint64_t g = chief->generation();
-    if (all_reduce && g > group_generation.load() && g > aborted_for) {
-      TLOG_WARN("the chief announced generation {} (the group's is {}): aborting the group's op", g,
-                group_generation.load());
-      all_reduce->Abort();
-      aborted_for = g;
-    }
-  };
+  // Roll-forward recovery (PROTOCOLS §8, §11): the group across losses.
+  ReplicaGroup group(&job, chief.get());
 
   // SIGTERM/SIGINT stop the whole job: the vote rides in the next step's all-reduce and the
   // chief tells everyone else.
@@ -93,7 +79,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     while (!finished.load()) {
       int sig = 0;
       if (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(100), &sig)) {
-        watch_generation();
+        group.Watch();
         continue;
       }
       TLOG_INFO("received {}: asking the chief to stop the job",
@@ -131,7 +117,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   po.dims.assign(static_cast<size_t>(job.data.num_categorical),
                  static_cast<uint32_t>(job.model.embedding_dim));
   po.timeout = std::chrono::milliseconds(std::max<int64_t>(120000, job.recovery.max_wait_s * 1000));
-  if (world > 1) po.interrupted = [&] { return chief->generation() > group_generation.load(); };
+  if (world > 1) po.interrupted = [&] { return group.Interrupted(); };
   PsClient ps(ctx.context, self, po);
   std::unique_ptr<PsClient> prefetch_ps;
   if (job.train.embedding_staleness >= 1)
@@ -140,14 +126,10 @@ int RunWorkerRole(const RoleContext& ctx) {
   collective::ChiefStore store(chief.get());
   auto backend = device::CreateBackend(job.train);
   if (!backend.ok()) return report_failure(backend.status(), kExitInvalid);
-  auto group = JoinAllReduceGroup(job, rank, world, ctx.host, view->generation, &store);
-  if (!group.ok())
-    return report_failure(group.status().WithContext("joining the other workers"), 1);
-  {
-    MutexLock lock(&group_mu);
-    all_reduce = std::move(group).value();
-    group_generation.store(view->generation);
-  }
+  auto joined = JoinAllReduceGroup(job, rank, world, ctx.host, view->generation, &store);
+  if (!joined.ok())
+    return report_failure(joined.status().WithContext("joining the other workers"), 1);
+  group.Adopt(std::move(joined).value(), view->generation);
 
   std::unique_ptr<metrics::MetricsWriter> metrics;
   std::unique_ptr<metrics::TensorBoardWriter> tensorboard;
@@ -179,58 +161,16 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.timeline = self.timeline;
   o.embeddings = &ps;
   o.prefetch_embeddings = prefetch_ps.get();
-  o.collective = all_reduce.get();
+  o.collective = group.get();
   o.backend = backend->get();
   o.start_step = start_step;
   o.rejoin = rejoin;
   if (world > 1) {
-    o.recover = [&]() -> Status {
-      // A zombie (stopped, replaced, continued) must not rejoin the group in its successor's
-      // place: it asks the chief first, is told it was replaced, and exits 75.
-      chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
-      if (chief->fenced())
-        return Status::Aborted("this incarnation was replaced: it takes no part in the recovery");
-      progress.state = "recovering";
-      chief->SetProgress(progress);
-      const auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::seconds(job.recovery.max_wait_s);
-      std::string last = "no answer from the chief";
-      for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) break;
-        auto v = chief->View(std::min(left, std::chrono::milliseconds(2000)));
-        if (v.ok()) {
-          if (v->Complete() && v->generation > group_generation.load()) {
-            {
-              MutexLock lock(&group_mu);
-              group_generation.store(v->generation);
-            }
-            Status rebuilt = all_reduce->Rebuild("gen-" + std::to_string(v->generation));
-            if (!rebuilt.ok() && chief->generation() > v->generation) {
-              // Another loss while the group formed: wait for the next generation.
-              TLOG_WARN("rebuilding under generation {}: {}; the chief moved on", v->generation,
-                        rebuilt.ToString());
-              continue;
-            }
-            TANDEM_RETURN_IF_ERROR(rebuilt.WithContext(
-                "rebuilding the all-reduce group of generation " + std::to_string(v->generation)));
-            TLOG_INFO("all-reduce group rebuilt under generation {}", v->generation);
-            progress.state = "training";
-            chief->SetProgress(progress);
-            return Status::Ok();
-          }
-          last.clear();
-          for (const MemberView* m : v->Of("worker"))
-            if (m->state == "lost" || m->state == "starting")
-              last += (last.empty() ? "" : ", ") + std::string("worker:") +
-                      std::to_string(m->index) + " (" + m->state + ")";
-          if (last.empty()) last = "generation " + std::to_string(v->generation) + " not new";
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      return Status::DeadlineExceeded("no replacement joined within recovery.max_wait_s = " +
-                                      std::to_string(job.recovery.max_wait_s) + " s: " + last);
+    o.recover = [&] {
+      return group.Recover([&](const std::string& state) {
+        progress.state = state;
+        chief->SetProgress(progress);
+      });
     };
   }
   if (reg.resume_step >= 0) {

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
-# Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint recovery;
-# default: all). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
+# Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
+# ps_replay recovery; default: all). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
 # 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh "${BUILD_DIR:-build}" >/dev/null
-ALL=(rpc ps data dense train checkpoint recovery)
+ALL=(rpc ps data dense train checkpoint ps_replay recovery)
 names=()
 while (($# > 0)) && [[ $1 != -- ]]; do names+=("$1"); shift; done
 if (($# > 0)); then shift; fi  # the --

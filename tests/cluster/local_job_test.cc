@@ -649,5 +649,74 @@ TEST_F(HandStartedCluster, AZombieWorkerExits75AndTheRolledForwardJobEndsWithThe
       << "the rolled-forward job with a zombie ended with another model";
 }
 
+// Scenario 16: daemons left over from another job, pointed at today's chief: each is answered
+// WRONG_JOB, exits 75 (do not restart) and changes nothing; the job trains on.
+TEST_F(HandStartedCluster, Scenario16DaemonsOfAnotherJobAreAnsweredWrongJobAndExit75) {
+  Start("chief", "chief:0");
+  Start("ps", "ps:0");
+  Start("worker", "worker:0");
+  const nlohmann::json before = Status();
+  for (const char* task : {"worker:0", "ps:0"}) {
+    std::vector<std::string> argv = {
+        TANDEM_BINARY, std::string(task).substr(0, std::string(task).find(':')),
+        "--config",    dir_.File("job.yaml"),
+        "--task",      task,
+        "--job-id",    "0123456789abcdef0123456789abcdef"};
+    auto s = Sets();
+    argv.insert(argv.end(), s.begin(), s.end());
+    auto r = RunCommand(argv, {}, {"TF_CONFIG"}, milliseconds(30000));
+    EXPECT_EQ(r.exit.exit_code, 75) << task << ": " << r.output;
+    EXPECT_NE(r.output.find("not 0123456789abcdef0123456789abcdef"), std::string::npos)
+        << task << ": " << r.output;
+  }
+  const nlohmann::json status = Status();
+  for (auto [role, index] : {std::pair<std::string, int>{"ps", 0}, {"worker", 0}}) {
+    const auto* m = Member(status, role, index);
+    const auto* was = Member(before, role, index);
+    ASSERT_TRUE(m != nullptr && was != nullptr) << before.dump() << status.dump();
+    EXPECT_EQ((*m)["incarnation"], (*was)["incarnation"]) << status.dump();
+    EXPECT_NE((*m)["state"], "lost") << status.dump();
+  }
+  EXPECT_TRUE(procs_["worker:0"].p->running()) << ReadFile(procs_["worker:0"].log);
+}
+
+// No replacement for a lost worker within recovery.max_wait_s: the survivor gives up naming the
+// missing rank, the job fails with that reason, and LATEST stays a valid checkpoint.
+TEST_F(HandStartedCluster, NoReplacementWithinMaxWaitFailsTheJobNamingTheRankAndKeepsLatest) {
+  std::string yaml = SmallJob(dir_.path(), 1000000);
+  const std::string one = "  workers: [\"127.0.0.1:0\"]\n";
+  yaml.replace(yaml.find(one), one.size(), "  workers: [\"127.0.0.1:0\", \"127.0.0.1:0\"]\n");
+  const std::string ckpt = "checkpoint:\n  dir: " + dir_.path() + "/ckpt\n";
+  yaml.replace(yaml.find(ckpt), ckpt.size(),
+               ckpt + "  every_steps: 50\nrecovery:\n  max_wait_s: 4\n");
+  WriteFile(dir_.File("job.yaml"), yaml);
+  Start("chief", "chief:0");
+  Start("ps", "ps:0");
+  Start("worker", "worker:0");
+  Start("worker", "worker:1");
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  for (;;) {
+    const nlohmann::json status = Status();
+    if (status.value("last_checkpoint_step", int64_t{-1}) >= 49) break;
+    ASSERT_LT(Clock::now(), deadline) << status.dump() << ReadFile(procs_["worker:0"].log);
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  procs_["worker:1"].p->Signal(SIGKILL);
+  auto e = procs_["worker:0"].p->Wait(milliseconds(40000));
+  ASSERT_TRUE(e.has_value()) << "the survivor waited on\n" << ReadFile(procs_["worker:0"].log);
+  EXPECT_EQ(e->exit_code, 1) << ReadFile(procs_["worker:0"].log);
+  const std::string log = ReadFile(procs_["worker:0"].log);
+  EXPECT_NE(log.find("no replacement joined within recovery.max_wait_s = 4 s: worker:1"),
+            std::string::npos)
+      << log;
+  const nlohmann::json status = Status();
+  EXPECT_EQ(status.value("job_state", ""), "failed") << status.dump();
+  EXPECT_NE(status.value("detail", "").find("worker:1"), std::string::npos) << status.dump();
+  auto sum =
+      RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", dir_.path() + "/ckpt", "--verify"}, {},
+                 {}, milliseconds(60000));
+  EXPECT_EQ(sum.exit.exit_code, 0) << sum.output;
+}
+
 }  // namespace
 }  // namespace tandem::testing

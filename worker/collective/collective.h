@@ -47,6 +47,9 @@ class Collective {
   // Connects a fresh group of the same ranks (replacement processes among them) under
   // `prefix`, which must be new to the rendezvous store.
   virtual Status Rebuild(const std::string& prefix) = 0;
+  // An abandoned or aborted op has not returned within the abort grace: the process should
+  // exit 76 (kExitRestart) to be restarted. Safe from any thread.
+  virtual bool Wedged() const { return false; }
 
   virtual int rank() const = 0;
   virtual int size() const = 0;

@@ -75,7 +75,7 @@ class GlooCollective : public Collective {
 
   // True when an abandoned op has not returned abort_grace_ms after it was abandoned: the
   // process should exit with kExitRestart (76). Safe from any thread.
-  bool Wedged() const;
+  bool Wedged() const override;
 
  private:
   explicit GlooCollective(const GlooOptions& options);

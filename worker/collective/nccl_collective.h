@@ -107,7 +107,7 @@ class NcclCollective : public Collective {
 
   // True once an abort has not returned abort_grace_ms after it started: the process should
   // exit with kExitRestart (76). Stays true. Safe from any thread.
-  bool Wedged() const;
+  bool Wedged() const override;
 
  private:
   explicit NcclCollective(const NcclOptions& options);
