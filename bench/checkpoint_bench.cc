@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/shard_steps.h"
 #include "common/log.h"
 #include "common/testing/test_util.h"
 #include "server/ps/durable_copy.h"
@@ -84,15 +85,6 @@ void Check(const Status& s, const std::string& what) {
   if (!s.ok()) Die(what, s);
 }
 
-// A bijection of uint64 (splitmix64's finaliser): row i's id, so ids look like hashed features
-// and RocksDB sees them in random key order, as in a job.
-uint64_t IdOf(uint64_t i) {
-  uint64_t z = i + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 std::string Human(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
@@ -126,22 +118,9 @@ ps::ShardOptions Options(const std::string& dir, uint64_t rows) {
   return o;
 }
 
-// One step of rank 0 pushing `ids` (distinct), which the shard (k = 0, M = 1) applies at once.
 void PushStep(ps::Shard* shard, int64_t step, std::span<const uint64_t> ids,
               const std::vector<float>& grads) {
-  ps::PushInput in;
-  in.timeline = shard->timeline();
-  in.step = step;
-  in.rank = 0;
-  in.incarnation = 1;
-  in.tables.push_back({0, kDim, ids, std::span<const float>(grads.data(), ids.size() * kDim)});
-  auto ack = shard->Push(in);
-  if (!ack.ok()) Die("push of step " + std::to_string(step), ack.status());
-  if (shard->applied_step() != step) {
-    std::fprintf(stderr, "checkpoint_bench: step %lld not applied after its push\n",
-                 static_cast<long long>(step));
-    std::exit(1);
-  }
+  Check(bench::PushStep(shard, step, kDim, ids, grads), "push of step " + std::to_string(step));
 }
 
 // Waits (at most 120 s) until the live DB's SST files and their sizes have not changed for 1 s:

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/shard_steps.h"
 #include "common/testing/test_util.h"
 #include "server/ps/shard.h"
 
@@ -46,13 +47,6 @@ void Check(const Status& s, const std::string& what) {
   std::exit(1);
 }
 
-uint64_t IdOf(uint64_t i) {  // splitmix64's finaliser: ids in random key order
-  uint64_t z = i + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 ps::ShardOptions Options(const std::string& dir) {
   embedding::TableSpec t;
   t.table_id = 0;
@@ -71,13 +65,7 @@ ps::ShardOptions Options(const std::string& dir) {
 
 void Push(ps::Shard* shard, int64_t step, std::span<const uint64_t> ids,
           const std::vector<float>& grads) {
-  ps::PushInput in;
-  in.timeline = shard->timeline();
-  in.step = step;
-  in.rank = 0;
-  in.incarnation = 1;
-  in.tables.push_back({0, kDim, ids, std::span<const float>(grads.data(), ids.size() * kDim)});
-  Check(shard->Push(in).status(), "push of step " + std::to_string(step));
+  Check(PushStep(shard, step, kDim, ids, grads), "push of step " + std::to_string(step));
 }
 
 // Opens a fresh copy of `dir` and returns the seconds Shard::Open took; checks the step.
@@ -167,10 +155,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const uint64_t v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (flag == "--rows") a.rows = v;
-    else if (flag == "--pushes") a.pushes = v;
-    else if (flag == "--rows-per-push") a.rows_per_push = v;
-    else if (flag == "--reps") a.reps = static_cast<int>(std::max<uint64_t>(1, v));
+    if (flag == "--rows")
+      a.rows = v;
+    else if (flag == "--pushes")
+      a.pushes = v;
+    else if (flag == "--rows-per-push")
+      a.rows_per_push = v;
+    else if (flag == "--reps")
+      a.reps = static_cast<int>(std::max<uint64_t>(1, v));
   }
   return tandem::bench::Run(a);
 }

@@ -208,10 +208,10 @@ void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterVi
 // Updates detection and recovery of a fired fault from what is observable now.
 // `latest`: r is the fault fired last, the one a job failure now is put down to.
 void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_t step,
-             const Context& ctx, bool latest, FaultRecord& r) {
+             const Context& ctx, bool latest, bool superseded, FaultRecord& r) {
   if (!r.fired) return;
   const Fault& f = r.fault;
-  if (!r.detect_ms) {
+  if (!r.detect_ms && !superseded) {
     std::string by;
     if (f.kind == FaultKind::kCorruptLatest) {
       const std::string now = ReadAll(ctx.job->checkpoint.dir + "/LATEST");
@@ -239,7 +239,7 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
       r.detected_by = by;
     }
   }
-  if (view) r.after = MarksOf(*view, f);
+  if (view && !superseded) r.after = MarksOf(*view, f);
   // The chief's view lags the workers by up to a heartbeat, so steps already under way when a
   // process was killed can still appear: after a kill, progress counts only once the fault has
   // been seen (restart, new incarnation or term).
@@ -393,7 +393,12 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
         ::kill(r.pid, SIGCONT);
         r.cont_at.reset();
       }
-      Observe(view, watcher, step, ctx, next > 0 && &r == &records[next - 1], r);
+      // A fault fired well after this one owns what happens from then on (restarts, new
+      // incarnations); faults fired together share it.
+      const bool superseded = std::any_of(records.begin(), records.end(), [&](const auto& o) {
+        return o.fired && o.fired_at - r.fired_at > std::chrono::seconds(2);
+      });
+      Observe(view, watcher, step, ctx, next > 0 && &r == &records[next - 1], superseded, r);
     }
     // `@rollback N`: once `tandem local` rolled back N times and every worker of the new run
     // trains (its all-reduce group formed), with the processes in cluster.json (the chief's

@@ -1,0 +1,39 @@
+// Shared by the benchmarks that drive a ps::Shard directly (checkpoint_bench, ps_replay_bench):
+// ids in random key order, and one k = 0 step of one worker on table 0.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "server/ps/shard.h"
+
+namespace tandem::bench {
+
+// A bijection of uint64 (splitmix64's finaliser): row i's id, so ids look like hashed features
+// and RocksDB sees them in random key order, as in a job.
+inline uint64_t IdOf(uint64_t i) {
+  uint64_t z = i + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Rank 0 pushes `ids` (distinct, dim floats of `grads` each) as step `step` to table 0; the shard
+// (k = 0, M = 1) applies it at once. kInternal when it did not.
+inline Status PushStep(ps::Shard* shard, int64_t step, uint32_t dim, std::span<const uint64_t> ids,
+                       const std::vector<float>& grads) {
+  ps::PushInput in;
+  in.timeline = shard->timeline();
+  in.step = step;
+  in.rank = 0;
+  in.incarnation = 1;
+  in.tables.push_back({0, dim, ids, std::span<const float>(grads.data(), ids.size() * dim)});
+  TANDEM_RETURN_IF_ERROR(shard->Push(in).status());
+  if (shard->applied_step() != step)
+    return Status::Internal("step " + std::to_string(step) + " not applied after its push");
+  return Status::Ok();
+}
+
+}  // namespace tandem::bench
