@@ -12,7 +12,7 @@
 //  - recovery_rollback_lost_ps_s: a lost PS machine (a rollback) vs the job's checkpoint
 //    interval in seconds (what a rollback can cost at most in lost training).
 // Every run must also end with the fault-free model_checksum, or the benchmark fails.
-// Usage: recovery_bench [--tandem PATH] [--runs N]
+// Usage: recovery_bench [--tandem PATH] [--runs N] [--only NAME]
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,7 +115,7 @@ double IntervalSeconds(const std::string& reference) {
   return static_cast<double>(kEverySteps) / steps_per_s;
 }
 
-int Run(const std::string& tandem, int runs) {
+int Run(const std::string& tandem, int runs, const std::string& only) {
   struct Kind {
     const char* name;
     const char* fault;
@@ -133,6 +133,7 @@ int Run(const std::string& tandem, int runs) {
   std::string reference;
   bool ok = true;
   for (const Kind& k : kinds) {
+    if (!only.empty() && only != k.name) continue;
     std::vector<double> seconds;
     std::string path;
     for (int r = 0; r < runs; ++r) {
@@ -160,12 +161,15 @@ int Run(const std::string& tandem, int runs) {
 int main(int argc, char** argv) {
   std::string tandem = TANDEM_BINARY;
   int runs = 3;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--tandem")
       tandem = argv[i + 1];
     else if (flag == "--runs")
       runs = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--only")
+      only = argv[i + 1];
   }
-  return tandem::bench::Run(tandem, runs);
+  return tandem::bench::Run(tandem, runs, only);
 }

@@ -256,7 +256,13 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
   // back run's own.
   if (r.step_at_failure >= 0) step = view && view->job_state == "training" ? view->step : -1;
   const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
-  if (!r.recovery_ms && step > r.step_before && !r.cont_at && (r.detect_ms || !needs_detection))
+  // A stopped process replaced meanwhile (killed on the chief's verdict) no longer holds the
+  // job up: its SIGCONT, still due, changes nothing.
+  const MemberView* m = view && !f.role.empty() ? FindMember(*view, f.role, f.index) : nullptr;
+  const bool replaced =
+      m != nullptr && m->incarnation != 0 && m->incarnation != r.before.incarnation;
+  if (!r.recovery_ms && step > r.step_before && (!r.cont_at || replaced) &&
+      (r.detect_ms || !needs_detection))
     r.recovery_ms = MsSince(r.fired_at);
 }
 

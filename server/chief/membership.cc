@@ -273,6 +273,14 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   TLOG_INFO("{}#{} registered from {} (pid {}, host {}, step {}){}", who, incarnation, in.address,
             in.pid, in.host, in.step,
             same_process ? " again" : (adopt ? ", keeping its incarnation" : ""));
+  if (joins_running_job && !awaiting_workers_) {
+    // A loss this chief never saw (it was away, PROTOCOLS §10): the survivors' group is of the
+    // generation they knew, so the replacement's must be another one.
+    if (BumpGeneration(who + " was replaced while the chief was away").ok()) {
+      awaiting_workers_ = true;
+      last_worker_loss_ = now;
+    }
+  }
   if (in.role == MemberRole::kWorker) TryCompleteGeneration();
   m.generation_seen = state_->data().generation;
   UpdateJobState(now);

@@ -355,6 +355,32 @@ TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack)
   EXPECT_EQ(disk->generation, 3u);
 }
 
+// A worker replaced while the chief was away (a restarted chief never saw the loss): the
+// replacement still gets a generation of its own, raised again once the survivor is heard from.
+TEST_F(MembershipTest, AReplacementARestartedChiefNeverSawLostGetsANewGeneration) {
+  ASSERT_TRUE(members_->OpenRun(-1).ok());
+  RegisterAll();
+  ASSERT_EQ(members_->job_state(), "training");
+  now_ += milliseconds(1000);
+  wall_ms_ += 1000;
+  Restart();  // the chief was killed; worker 1 dies while it is away
+  members_->RejoinRun(now_);
+  const uint64_t before = members_->generation();
+  EXPECT_EQ(Reg(MemberRole::kPs, 0, ps0_), ps0_);
+  EXPECT_EQ(Reg(MemberRole::kWorker, 0, w0_), w0_);
+  EXPECT_EQ(members_->generation(), before) << "members that stayed keep the generation";
+  now_ += milliseconds(10);
+  auto replacement = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_TRUE(replacement->joins_running_job);
+  EXPECT_EQ(replacement->generation, before + 1);
+  EXPECT_TRUE(members_->Snapshot(now_).generation_pending);
+  now_ += milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
+  EXPECT_EQ(members_->generation(), before + 2);
+  EXPECT_FALSE(members_->Snapshot(now_).generation_pending);
+}
+
 TEST_F(MembershipTest, JobTrainsOnceEveryoneRegisteredAndIsDoneWithRankZerosResult) {
   const uint64_t w0 = Reg(MemberRole::kWorker, 0);
   const uint64_t w1 = Reg(MemberRole::kWorker, 1);

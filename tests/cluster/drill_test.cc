@@ -146,6 +146,21 @@ TEST(DrillTest, TwoWorkersKilledAtOnceAreRecoveredByAGlobalRollbackWithTheFaultF
   EXPECT_TRUE(lines.back().value("final", false));
 }
 
+// The chief and a worker killed together: the worker's recovery waits for the restarted chief
+// (which never saw the loss) and then rolls forward; the model is the fault-free run's.
+TEST(DrillTest, AWorkerLostWhileTheChiefIsDownIsRolledForwardOnceItIsBack) {
+  TempDir dir;
+  WriteJob(dir, 400);
+  auto r = Drill(dir, "kill chief @step 120; kill worker:1 @step 120");
+  const nlohmann::json report = PassedReport(dir, r);
+  ASSERT_TRUE(report.is_object());
+  ASSERT_EQ(report["faults"].size(), 2u);
+  for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("recovered", false)) << f.dump(2);
+  EXPECT_NE(report["faults"][1].value("path", "").find("roll forward"), std::string::npos)
+      << report.dump(2);
+  EXPECT_EQ(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
+}
+
 // Scenario 20: a worker killed while the job recovers from a rollback (both workers lost at
 // once): the job still resumes from the same checkpoint, the new loss is rolled forward, and
 // the model is the fault-free run's.
