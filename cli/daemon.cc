@@ -10,6 +10,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "cli/daemon_metrics.h"
 #include "cli/roles.h"
 #include "cli/stop_signals.h"
 #include "common/build_info.h"
@@ -18,6 +19,9 @@
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/log.h"
+#include "common/metrics/metrics_http.h"
+#include "common/metrics/prometheus.h"
+#include "common/sd_notify.h"
 #include "common/wire/rpc_server.h"
 #include "server/chief/checkpoint_manifest.h"
 #include "server/chief/chief_service.h"
@@ -199,7 +203,10 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   self.role = WireRole(args.role);
   self.index = static_cast<uint32_t>(resolved->task.index);
   self.incarnation = args.incarnation;
+  // /metrics (metrics.port): declared first, so that it outlives everything it reads.
+  metrics::Registry registry;
   wire::RpcServer server(&context, options, self);
+  server.SetMetrics(&registry);
   std::unique_ptr<ps::Shard> shard;
   std::unique_ptr<ps::PsService> ps_service;
   std::unique_ptr<chief::ChiefService> chief_service;
@@ -260,16 +267,36 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
     TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
   if (args.role == config::Role::kWorker)
     TLOG_INFO("devices: {}", device::ProbeDevices().ToString());
+  WorkerGauges worker_gauges;
+  if (chief_service) AddChiefMetrics(&registry, chief_service.get());
+  if (shard) AddPsMetrics(&registry, shard.get());
+  if (args.role == config::Role::kWorker) AddWorkerMetrics(&registry, &worker_gauges);
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_http;
+  if (job->metrics.port >= 0) {
+    auto http =
+        metrics::MetricsHttpServer::Start(host, static_cast<int>(job->metrics.port), &registry);
+    if (!http.ok()) {
+      TLOG_ERROR("{}", http.status().ToString());
+      return kExitRuntimeFailure;
+    }
+    metrics_http = std::move(http).value();
+    TLOG_INFO("metrics on http://{}:{}/metrics", host, metrics_http->port());
+  }
   if (!args.ready_file.empty()) {
     nlohmann::json ready = {{"address", server.endpoint()},
                             {"pid", ::getpid()},
                             {"task", resolved->task.ToString()},
                             {"job_id", job_id->ToHex()}};
+    if (metrics_http) ready["metrics_port"] = metrics_http->port();
     if (!WriteFileAtomically(args.ready_file, ready.dump() + "\n")) {
       TLOG_ERROR("cannot write ready file {}", args.ready_file);
       return kExitRuntimeFailure;
     }
   }
+  // systemd (Type=notify): the chief is ready once bound (its monitor pings the watchdog); a PS
+  // or worker once registered, when its heartbeat thread starts pinging (cli/member.cc).
+  if (args.role == config::Role::kChief)
+    SdNotify("READY=1\nSTATUS=chief bound " + server.endpoint());
   RoleContext ctx;
   ctx.job = &*job;
   ctx.index = resolved->task.index;
@@ -279,6 +306,7 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   ctx.server = &server;
   ctx.stop_signals = stop_signals;
   ctx.restored_step = restored_step;
+  ctx.worker_gauges = &worker_gauges;
   int status = kExitOk;
   switch (args.role) {
     case config::Role::kChief:

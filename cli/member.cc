@@ -2,6 +2,7 @@
 
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 
 namespace tandem::cli {
 
@@ -38,6 +39,10 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
             reg->term, reg->incarnation, reg->generation, reg->timeline);
   if (registration != nullptr) *registration = *reg;
   client->StartHeartbeats();
+  // systemd (Type=notify): registered, and the heartbeat thread now pings the watchdog.
+  SdNotify("READY=1\nSTATUS=" + std::string(wire::RoleName(role)) + ":" +
+           std::to_string(ctx.index) + " registered as incarnation " +
+           std::to_string(reg->incarnation));
   return client;
 }
 

@@ -22,6 +22,8 @@ class ChiefService;
 
 namespace tandem::cli {
 
+struct WorkerGauges;
+
 struct RoleContext {
   const config::JobConfig* job = nullptr;
   int index = 0;
@@ -33,6 +35,7 @@ struct RoleContext {
   // ps: the checkpoint step RunDaemon restored the shard to before serving (a job resuming), or
   // -1 (a fresh job, or a shard restarted while the job trains: it recovers from its own log).
   int64_t restored_step = -1;
+  WorkerGauges* worker_gauges = nullptr;  // worker: its progress for /metrics
 };
 
 int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service);

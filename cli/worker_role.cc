@@ -8,6 +8,7 @@
 
 #include "cli/all_reduce_group.h"
 #include "cli/background_checkpointer.h"
+#include "cli/daemon_metrics.h"
 #include "cli/member.h"
 #include "cli/replica_group.h"
 #include "cli/roles.h"
@@ -167,6 +168,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.rejoin = rejoin;
   if (world > 1) {
     o.recover = [&] {
+      if (ctx.worker_gauges != nullptr) ctx.worker_gauges->recoveries.fetch_add(1);
       return group.Recover([&](const std::string& state) {
         progress.state = state;
         chief->SetProgress(progress);
@@ -213,6 +215,11 @@ int RunWorkerRole(const RoleContext& ctx) {
   if (rank == 0) o.dense_state_path = job.output.dir + "/model/dense.ckpt";  // creates model/
   o.on_progress = [&](const worker::LoopProgress& p) {
     log::SetStep(p.step);
+    if (ctx.worker_gauges != nullptr) {
+      ctx.worker_gauges->step.store(p.step);
+      ctx.worker_gauges->samples_per_sec.store(p.samples_per_sec / world);
+      ctx.worker_gauges->generation.store(chief->generation());
+    }
     progress.step = p.step;
     // The chief sums its members' rates: report this worker's share of the global rate.
     progress.samples_per_sec = p.samples_per_sec / world;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/sd_notify.h"
 
 namespace tandem {
 
@@ -346,6 +347,9 @@ void ChiefClient::HeartbeatLoop() {
   int failures = 0;
   for (;;) {
     const auto next = Clock::now() + options_.heartbeat_interval;
+    // The systemd watchdog (units set WatchdogSec <= the heartbeat timeout): this thread is
+    // alive, whether or not the chief answers.
+    SdNotify("WATCHDOG=1");
     Status s = SendHeartbeat(&client, *handle, HeartbeatBudget());
     if (s.IsFailedPrecondition()) {
       // A restarted chief that does not know this member: register again, keeping the

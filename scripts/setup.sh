@@ -8,6 +8,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libopenblas-dev libgloo-dev
   libspdlog-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libxxhash-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  systemd  # systemd-analyze: the unit files' test
 )
 
 missing=()

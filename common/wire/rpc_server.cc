@@ -1,5 +1,6 @@
 #include "common/wire/rpc_server.h"
 
+#include <capnp/schema.h>
 #include <kj/exception.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -90,6 +91,8 @@ struct RpcServer::Queued {
   InMessage message;
   Handler* handler;
   Clock::time_point deadline;
+  metrics::Histogram* latency = nullptr;
+  Clock::time_point received_at;
 };
 
 struct RpcServer::Lane {
@@ -115,7 +118,9 @@ Responder::Responder(Responder&& o) noexcept
     : sink_(std::move(o.sink_)),
       routing_id_(std::move(o.routing_id_)),
       request_id_(o.request_id_),
-      deadline_(o.deadline_) {}
+      deadline_(o.deadline_),
+      latency_(o.latency_),
+      received_at_(o.received_at_) {}
 
 Responder& Responder::operator=(Responder&& o) noexcept {
   if (this != &o) {
@@ -124,6 +129,8 @@ Responder& Responder::operator=(Responder&& o) noexcept {
     routing_id_ = std::move(o.routing_id_);
     request_id_ = o.request_id_;
     deadline_ = o.deadline_;
+    latency_ = o.latency_;
+    received_at_ = o.received_at_;
   }
   return *this;
 }
@@ -139,6 +146,8 @@ OutMessage Responder::NewReply() const {
 
 void Responder::Send(OutMessage reply) {
   if (!sink_) return;
+  if (latency_ != nullptr)
+    latency_->Observe(std::chrono::duration<double>(Clock::now() - received_at_).count());
   std::vector<zmq::message_t> frames;
   frames.push_back(std::move(routing_id_));
   for (auto& f : std::move(reply).Finish()) frames.push_back(std::move(f));
@@ -186,6 +195,47 @@ void RpcServer::Handle(Envelope::Body::Which body, int lane, Handler handler) {
 }
 
 void RpcServer::SetGate(Gate gate) { gate_ = std::move(gate); }
+
+void RpcServer::SetMetrics(metrics::Registry* registry) {
+  registry_ = registry;
+  const AtomicStats* s = stats_.get();
+  registry->AddCollector([s](std::vector<metrics::Registry::Sample>* out) {
+    const std::pair<const char*, uint64_t> events[] = {
+        {"received", s->received.load()},
+        {"replied", s->replied.load()},
+        {"dropped_malformed", s->dropped_malformed.load()},
+        {"invalid", s->invalid.load()},
+        {"wrong_job", s->wrong_job.load()},
+        {"gated", s->gated.load()},
+        {"unimplemented", s->unimplemented.load()},
+        {"overloaded", s->overloaded.load()},
+        {"expired", s->expired.load()},
+        {"failed_sends", s->failed_sends.load()},
+        {"handler_errors", s->handler_errors.load()}};
+    for (const auto& [event, n] : events)
+      out->push_back({"tandem_rpc_server_events_total",
+                      "Requests the RPC server saw, by what became of them",
+                      "counter",
+                      {{"event", event}},
+                      static_cast<double>(n)});
+  });
+}
+
+RpcServer::RpcMetrics* RpcServer::MetricsFor(uint16_t tag) {
+  if (registry_ == nullptr) return nullptr;
+  auto it = rpc_metrics_.find(tag);
+  if (it != rpc_metrics_.end()) return &it->second;
+  std::string name = std::to_string(tag);
+  for (auto field : capnp::Schema::from<Envelope::Body>().getUnionFields())
+    if (field.getProto().getDiscriminantValue() == tag) name = field.getProto().getName();
+  const metrics::Labels labels = {{"rpc", name}};
+  RpcMetrics m;
+  m.requests = registry_->counter("tandem_rpc_requests_total", "Requests served, by RPC", labels);
+  m.latency = registry_->histogram("tandem_rpc_latency_seconds",
+                                   "From a request's receipt to its reply, by RPC", labels,
+                                   metrics::LatencyBuckets());
+  return &rpc_metrics_.emplace(tag, m).first->second;
+}
 
 Identity RpcServer::identity() const { return sink_->identity(); }
 void RpcServer::SetIdentity(const Identity& identity) { sink_->set_identity(identity); }
@@ -339,8 +389,14 @@ void RpcServer::Dispatch(zmq::message_t routing_id, InMessage message) {
                                        : Clock::now() + std::chrono::milliseconds(budget_ms);
   const int lane_index = it->second.first;
   Handler* handler = &it->second.second;
+  RpcMetrics* rpc = MetricsFor(tag);
+  if (rpc != nullptr) rpc->requests->Add();
   if (lane_index == kInlineLane) {
     Responder responder(sink_, std::move(routing_id), request_id, deadline);
+    if (rpc != nullptr) {
+      responder.latency_ = rpc->latency;
+      responder.received_at_ = Clock::now();
+    }
     try {
       (*handler)(message, std::move(responder));
     } catch (...) {
@@ -355,7 +411,8 @@ void RpcServer::Dispatch(zmq::message_t routing_id, InMessage message) {
     if (lane->queue.size() < lane->options.max_queued &&
         (lane->queue.empty() || lane->queued_bytes + bytes <= lane->options.max_queued_bytes)) {
       lane->queued_bytes += bytes;
-      lane->queue.push_back(Queued{std::move(routing_id), std::move(message), handler, deadline});
+      lane->queue.push_back(Queued{std::move(routing_id), std::move(message), handler, deadline,
+                                   rpc != nullptr ? rpc->latency : nullptr, Clock::now()});
       lane->cv.Signal();
       return;
     }
@@ -378,6 +435,8 @@ void RpcServer::LaneLoop(Lane* lane) {
     }
     Responder responder(sink_, std::move(item->routing_id), item->message.request_id(),
                         item->deadline);
+    responder.latency_ = item->latency;
+    responder.received_at_ = item->received_at;
     if (Clock::now() >= item->deadline) {
       stats_->expired++;  // the sender has stopped waiting (PROTOCOLS §13)
       responder.Abandon();

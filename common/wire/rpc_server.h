@@ -16,6 +16,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/metrics/prometheus.h"
 #include "common/status.h"
 #include "common/sync.h"
 #include "common/wire/identity.h"
@@ -74,6 +75,9 @@ class Responder {
   zmq::message_t routing_id_;
   uint64_t request_id_ = 0;
   std::chrono::steady_clock::time_point deadline_;
+  // SetMetrics: the request's latency, from receipt to the reply, goes here.
+  metrics::Histogram* latency_ = nullptr;
+  std::chrono::steady_clock::time_point received_at_;
 };
 
 // Runs on a lane thread (or the I/O thread for kInlineLane). REQUIRES: answers via `responder`.
@@ -113,6 +117,10 @@ class RpcServer {
 
   void Handle(Envelope::Body::Which body, int lane, Handler handler);
   void SetGate(Gate gate);
+  // Before Start(): requests and reply latency per RPC (tandem_rpc_requests_total,
+  // tandem_rpc_latency_seconds, labelled rpc="pullRequest" and so on) and the server's stats
+  // (tandem_rpc_server_events_total{event}) go to `registry` (not owned; must outlive this).
+  void SetMetrics(metrics::Registry* registry);
   // Binds and starts the threads. kUnavailable when the address cannot be bound.
   Status Start();
   void Stop();
@@ -151,6 +159,14 @@ class RpcServer {
 
   struct AtomicStats;
   std::unique_ptr<AtomicStats> stats_;
+  struct RpcMetrics {
+    metrics::Counter* requests = nullptr;
+    metrics::Histogram* latency = nullptr;
+  };
+  // The I/O thread's: per body tag, created on first use.
+  RpcMetrics* MetricsFor(uint16_t tag);
+  metrics::Registry* registry_ = nullptr;
+  std::map<uint16_t, RpcMetrics> rpc_metrics_;
 };
 
 }  // namespace tandem::wire

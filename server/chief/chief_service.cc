@@ -11,6 +11,7 @@
 #include "common/build_info.h"
 #include "common/durable_file.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "common/wire/diagnostics.h"
 
 namespace tandem::chief {
@@ -47,6 +48,9 @@ void SendStatus(wire::Responder& r, const Status& s) {
       break;
     case StatusCode::kPermissionDenied:
       r.SendView(ReplyCode::STALE, s.message(), kNoAppliedStep);
+      break;
+    case StatusCode::kUnavailable:
+      r.SendError(ReplyCode::RETRY, s.message());
       break;
     default:
       r.SendError(ReplyCode::INTERNAL, s.message());
@@ -263,9 +267,13 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
     return Status::Ok();
   }
   // The first member to come is a new process: nobody outlived the last chief, the whole job was
-  // started again (after a crash of everything). Only then is this a job start after all. A
-  // rank's process restarted while the chief was away could come first too, but survivors
-  // re-register within a heartbeat interval of this chief's start, before it can.
+  // started again (after a crash of everything), and this is a job start after all. Or a rank's
+  // process restarted while the chief was away came before the survivors: they re-register
+  // within a heartbeat interval of this chief's start, so a newcomer waits (RETRY) that long
+  // before it may decide (its replacement then rolls forward, PROTOCOLS §8).
+  const auto grace = milliseconds(std::max<int64_t>(1000, job_.chief.heartbeat_timeout_ms / 2));
+  if (Clock::now() - started_at_ < grace)
+    return Status::Unavailable("the chief waits for the members of the run to come back first");
   rejoin_unconfirmed_ = false;
   TLOG_WARN(
       "{}:{} registers as a new process before any survivor of the open run: starting the "
@@ -662,6 +670,7 @@ void ChiefService::MonitorLoop() {
       }
       last_tick = now;
     }
+    SdNotify("WATCHDOG=1");  // the chief's heartbeat: its monitor runs (PROTOCOLS §12)
     MonitorTick(&client, &handles);
     last_tick = Clock::now();  // probes may take a while: that is not a stall
   }

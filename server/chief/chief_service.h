@@ -122,6 +122,7 @@ class ChiefService {
   std::map<std::string, std::string> kv_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
   bool rejoin_unconfirmed_ GUARDED_BY(mu_) = false;  // see ConfirmRejoin
+  const std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
   Status fatal_ GUARDED_BY(mu_);
   std::thread monitor_;
 };

@@ -855,6 +855,12 @@ Status EmbeddingStore::ForEachAdmissionCount(
                      });
 }
 
+uint64_t EmbeddingStore::RocksIntProperty(const std::string& name) const {
+  uint64_t v = 0;
+  if (impl_->db == nullptr || !impl_->db->GetIntProperty(name, &v)) return 0;
+  return v;
+}
+
 StoreStats EmbeddingStore::stats() const {
   StoreStats total;
   for (const std::unique_ptr<Stripe>& s : impl_->stripes) {

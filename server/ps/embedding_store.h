@@ -99,6 +99,8 @@ class EmbeddingStore {
       const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn);
 
   StoreStats stats() const;
+  // A RocksDB integer property ("rocksdb.estimate-num-keys", ...); 0 when it has none.
+  uint64_t RocksIntProperty(const std::string& name) const;
 
   EmbeddingStore(const EmbeddingStore&) = delete;
   EmbeddingStore& operator=(const EmbeddingStore&) = delete;

@@ -182,6 +182,8 @@ class Shard {
   uint64_t timeline() const { return timeline_; }
   const ShardOptions& options() const { return options_; }
   ShardStats stats() const;
+  // Bytes in every push-log segment (0 without a log). Thread-safe.
+  uint64_t push_log_bytes() const { return log_ ? log_->total_bytes() : 0; }
   EmbeddingStore* store() { return store_.get(); }
 
  private:

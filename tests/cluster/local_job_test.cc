@@ -1,6 +1,7 @@
 // Whole jobs as a user runs them: `tandem local` (chief, PS shards and workers as processes on
 // 127.0.0.1) and the daemons started by hand, with the chief's view read by `tandem status`.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -10,10 +11,13 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/subprocess.h"
+#include "common/testing/notify_listener.h"
 #include "common/testing/test_util.h"
 #include "tests/cluster/local_job_util.h"
 
@@ -430,7 +434,8 @@ class HandStartedCluster : public ::testing::Test {
     return {"--set", "cluster.chief=[127.0.0.1:" + chief_port_ + "]"};
   }
 
-  void Start(const std::string& role, const std::string& task, bool wait_ready = true) {
+  void Start(const std::string& role, const std::string& task, bool wait_ready = true,
+             std::vector<std::string> env = {}) {
     Proc& proc = procs_[task];
     proc.log = dir_.File(task + ".log");
     const std::string ready = dir_.File(task + ".ready");
@@ -442,6 +447,7 @@ class HandStartedCluster : public ::testing::Test {
       o.argv.insert(o.argv.end(), s.begin(), s.end());
     }
     o.unset_env = {"TF_CONFIG"};
+    o.set_env = std::move(env);
     o.output_path = proc.log;
     auto p = Subprocess::Spawn(o);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -716,6 +722,89 @@ TEST_F(HandStartedCluster, NoReplacementWithinMaxWaitFailsTheJobNamingTheRankAnd
       RunCommand({TANDEM_BINARY, "checksum", "--checkpoint", dir_.path() + "/ckpt", "--verify"}, {},
                  {}, milliseconds(60000));
   EXPECT_EQ(sum.exit.exit_code, 0) << sum.output;
+}
+
+// Under systemd (Type=notify, WatchdogSec): the chief says READY once bound, a PS once
+// registered, and both then ping the watchdog at the heartbeat interval (PROTOCOLS §12).
+TEST_F(HandStartedCluster, DaemonsNotifySystemdReadyAndPingItsWatchdog) {
+  NotifyListener chief_socket(dir_.File("chief.notify"));
+  NotifyListener ps_socket(dir_.File("ps.notify"));
+  ASSERT_TRUE(chief_socket.bound() && ps_socket.bound());
+  Start("chief", "chief:0", true, {"NOTIFY_SOCKET=" + dir_.File("chief.notify")});
+  Start("ps", "ps:0", true, {"NOTIFY_SOCKET=" + dir_.File("ps.notify")});
+  for (NotifyListener* socket : {&chief_socket, &ps_socket}) {
+    std::vector<std::string> got;
+    for (int i = 0; i < 20 && got.size() < 4; ++i) {
+      std::string m = socket->Receive(milliseconds(1000));
+      if (!m.empty()) got.push_back(m);
+    }
+    ASSERT_GE(got.size(), 3u) << ReadFile(procs_["chief:0"].log);
+    const auto ready = std::find_if(got.begin(), got.end(),
+                                    [](const std::string& m) { return m.starts_with("READY=1"); });
+    ASSERT_NE(ready, got.end()) << got.front();
+    // Pings keep coming after READY (the heartbeat interval is 200 ms).
+    EXPECT_GE(std::count(ready, got.end(), std::string("WATCHDOG=1")), 2) << *ready;
+  }
+}
+
+// /metrics (metrics.port: 0 = an ephemeral port, named in the ready file): every daemon serves
+// the Prometheus text format, and its counters move as the job trains.
+TEST_F(HandStartedCluster, EveryDaemonServesMetricsWhoseCountersMoveAsTheJobTrains) {
+  WriteFile(dir_.File("job.yaml"), SmallJob(dir_.path(), 1000000) + "metrics:\n  port: 0\n");
+  Start("chief", "chief:0");
+  Start("ps", "ps:0");
+  Start("worker", "worker:0");
+  auto scrape = [&](const std::string& task) {
+    const auto ready = nlohmann::json::parse(ReadFile(dir_.File(task + ".ready")));
+    httplib::Client client("127.0.0.1", ready.value("metrics_port", 0));
+    client.set_read_timeout(5, 0);
+    auto res = client.Get("/metrics");
+    EXPECT_TRUE(res && res->status == 200) << task;
+    return res ? res->body : std::string();
+  };
+  // The value of the sample line that starts with `prefix` (name and labels), or -1.
+  auto value = [](const std::string& text, const std::string& prefix) {
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.starts_with(prefix + " ")) return std::stod(line.substr(prefix.size() + 1));
+    return -1.0;
+  };
+  const std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? [-+0-9.eEInfNa]+$)");
+  auto well_formed = [&](const std::string& text) {
+    std::istringstream in(text);
+    std::string line;
+    int samples = 0;
+    while (std::getline(in, line)) {
+      if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) continue;
+      EXPECT_TRUE(std::regex_match(line, sample)) << line;
+      ++samples;
+    }
+    return samples;
+  };
+  const std::string push = "tandem_rpc_requests_total{rpc=\"pushRequest\"}";
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  std::string ps = scrape("ps:0");
+  while (value(ps, push) < 1) {
+    ASSERT_LT(Clock::now(), deadline) << ps << ReadFile(procs_["worker:0"].log);
+    std::this_thread::sleep_for(milliseconds(200));
+    ps = scrape("ps:0");
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  const std::string later = scrape("ps:0");
+  EXPECT_GT(well_formed(later), 20);
+  EXPECT_GT(value(later, push), value(ps, push)) << "the push counter did not move";
+  EXPECT_GT(value(later, "tandem_ps_rows_applied_total"),
+            value(ps, "tandem_ps_rows_applied_total"));
+  EXPECT_GT(value(later, "tandem_rpc_latency_seconds_count{rpc=\"pullRequest\"}"), 0) << later;
+  EXPECT_GE(value(later, "tandem_ps_rocksdb{property=\"rocksdb.estimate-num-keys\"}"), 0);
+  const std::string worker = scrape("worker:0");
+  EXPECT_GT(well_formed(worker), 3);
+  EXPECT_GE(value(worker, "tandem_worker_step"), 0) << worker;
+  const std::string chief = scrape("chief:0");
+  EXPECT_GT(well_formed(chief), 5);
+  EXPECT_EQ(value(chief, "tandem_members{state=\"up\"}"), 2) << chief;
+  EXPECT_GT(value(chief, "tandem_rpc_requests_total{rpc=\"heartbeat\"}"), 0) << chief;
 }
 
 }  // namespace
