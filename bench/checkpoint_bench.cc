@@ -101,20 +101,9 @@ uint64_t DirBytes(const std::string& dir) {
 
 // `rows` sizes the cache so that it holds the whole table (see the top of Run).
 ps::ShardOptions Options(const std::string& dir, uint64_t rows) {
-  embedding::TableSpec t;
-  t.table_id = 0;
-  t.name = "C1";
-  t.dim = kDim;
-  t.optimizer = embedding::OptimizerKind::kAdagrad;
-  ps::ShardOptions o;
-  o.num_workers = 1;
-  o.staleness = 0;
-  o.tables = {t};
-  o.dir = dir;
+  ps::ShardOptions o = bench::OneTableShard(dir, kDim);
   o.max_rows_per_push = kMaxIdsPerPush;
-  o.cache_bytes = std::max<uint64_t>(o.cache_bytes, rows * 2 * t.row_bytes());
-  // Restore points only where the bench takes them.
-  o.restore_point_every_bytes = 1ull << 50;
+  o.cache_bytes = std::max<uint64_t>(o.cache_bytes, rows * 2 * o.tables[0].row_bytes());
   return o;
 }
 

@@ -47,21 +47,7 @@ void Check(const Status& s, const std::string& what) {
   std::exit(1);
 }
 
-ps::ShardOptions Options(const std::string& dir) {
-  embedding::TableSpec t;
-  t.table_id = 0;
-  t.name = "C1";
-  t.dim = kDim;
-  t.optimizer = embedding::OptimizerKind::kAdagrad;
-  ps::ShardOptions o;
-  o.num_workers = 1;
-  o.staleness = 0;
-  o.tables = {t};
-  o.dir = dir;
-  o.max_rows_per_push = 1'000'000;
-  o.restore_point_every_bytes = 1ull << 50;  // only the restore points the bench takes
-  return o;
-}
+ps::ShardOptions Options(const std::string& dir) { return OneTableShard(dir, kDim); }
 
 void Push(ps::Shard* shard, int64_t step, std::span<const uint64_t> ids,
           const std::vector<float>& grads) {

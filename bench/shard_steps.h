@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -18,6 +19,24 @@ inline uint64_t IdOf(uint64_t i) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+// One shard (k = 0, one worker) of one table C1 of `dim` floats (Adagrad) in `dir`, taking
+// restore points only where the caller does.
+inline ps::ShardOptions OneTableShard(const std::string& dir, uint32_t dim) {
+  embedding::TableSpec t;
+  t.table_id = 0;
+  t.name = "C1";
+  t.dim = dim;
+  t.optimizer = embedding::OptimizerKind::kAdagrad;
+  ps::ShardOptions o;
+  o.num_workers = 1;
+  o.staleness = 0;
+  o.tables = {t};
+  o.dir = dir;
+  o.max_rows_per_push = 1'000'000;
+  o.restore_point_every_bytes = 1ull << 50;
+  return o;
 }
 
 // Rank 0 pushes `ids` (distinct, dim floats of `grads` each) as step `step` to table 0; the shard
