@@ -211,6 +211,8 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
              const Context& ctx, bool latest, bool superseded, FaultRecord& r) {
   if (!r.fired) return;
   const Fault& f = r.fault;
+  // A corrupt LATEST is repaired only by the next commit, whatever fired meanwhile.
+  if (f.kind == FaultKind::kCorruptLatest) superseded = false;
   if (!r.detect_ms && !superseded) {
     std::string by;
     if (f.kind == FaultKind::kCorruptLatest) {
