@@ -235,10 +235,16 @@ TEST(ReplicaResyncTest, ACompletedStepIsUndoneAndRedoneFromItsRetainedBucket) {
   ASSERT_TRUE(rs.ok()) << rs.status();
   EXPECT_EQ(rs->next_step, 4);
   EXPECT_TRUE(rs->rolled_back);
+  // A loss during the redo: the step stays undone, to be redone after the next resync.
+  faulty.group.fail_next = true;
+  EXPECT_FALSE(faulty.trainer->RedoLastStep().ok());
+  EXPECT_TRUE(faulty.trainer->collective_failed());
+  EXPECT_TRUE(faulty.trainer->redo_pending());
   const int calls = faulty.group.calls;
   auto redo = faulty.trainer->RedoLastStep();
   ASSERT_TRUE(redo.ok()) << redo.status();
   EXPECT_EQ(faulty.group.calls, calls + 1);
+  EXPECT_FALSE(faulty.trainer->redo_pending());
   EXPECT_EQ(faulty.embeddings.pushes[4].size(), 1u) << "a redone step pushes nothing";
   ASSERT_TRUE(faulty.TrainSteps(5, 8).ok());
   EXPECT_EQ(faulty.trainer->DenseChecksum().Hex(), clean.trainer->DenseChecksum().Hex());

@@ -85,8 +85,10 @@ class Trainer {
   // all-reduce is then redone by RedoLastStep. kFailedPrecondition when `step` is not retained.
   Status RollBackLastStep(int64_t step);
   // Redoes the all-reduce of the rolled-back step from its retained local bucket and applies
-  // the update again (its pushes were acknowledged before: none are sent).
+  // the update again (its pushes were acknowledged before: none are sent). A failed redo leaves
+  // the step undone: redo_pending() stays true.
   StatusOr<StepStats> RedoLastStep();
+  bool redo_pending() const { return redo_step_ >= 0; }
 
   // The dense state (parameters, optimizer state, fp16 loss scaler) as one flat buffer, the
   // same size on every replica of one config: what a replacement takes from a survivor.

@@ -182,23 +182,26 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
       }
       ++result.recoveries;
       const int64_t next = rs->next_step;
-      if (rs->rolled_back) {
-        auto redo = trainer->RedoLastStep();
-        if (!redo.ok()) {
-          if (!trainer->collective_failed()) return redo.status();
-          TLOG_WARN("{}: recovering again", redo.status().ToString());
+      // Undone now, or before a loss that interrupted its redo (then completed = next - 1).
+      const bool redo = rs->rolled_back || trainer->redo_pending();
+      if (redo) {
+        auto redone = trainer->RedoLastStep();
+        if (!redone.ok()) {
+          if (!trainer->collective_failed()) return redone.status();
+          TLOG_WARN("{}: recovering again", redone.status().ToString());
           completed = next - 1;  // the undone step is redone after the next resync
           pushes_acknowledged = true;
           continue;
         }
         TLOG_INFO("step {} redone: its all-reduce was taken again", next);
       }
-      const int64_t go_on = rs->rolled_back ? next + 1 : next;
+      const int64_t go_on = redo ? next + 1 : next;
       mark_recovery(go_on);
       if (active_prefetcher) active_prefetcher->Resume();
-      if (go_on != completed + 1)
-        return Status::Internal("resync left step " + std::to_string(completed + 1) +
-                                " for step " + std::to_string(go_on));
+      // An undone step counts as completed again once redone.
+      if (go_on != completed + 1 + (redo && !rs->rolled_back ? 1 : 0))
+        return Status::Internal("resync left step " + std::to_string(completed + 1) + " for step " +
+                                std::to_string(go_on));
       return go_on;
     }
   };
@@ -413,7 +416,8 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         if (Status e = evaluate(step + 1); !e.ok()) {
           if (!eval_recoverable(e)) return e;
           // The replacement cannot know that the others were evaluating: this eval is skipped.
-          TLOG_WARN("eval after step {} skipped: {}; recovering (roll forward)", step, e.ToString());
+          TLOG_WARN("eval after step {} skipped: {}; recovering (roll forward)", step,
+                    e.ToString());
           progress.evaluating = false;
           TANDEM_ASSIGN_OR_RETURN(const int64_t go_on, roll_forward(step, true));
           if (go_on != step + 1) return Status::Internal("recovery went on from another step");
