@@ -137,9 +137,10 @@ TEST(DrillTest, WorkerKillRollsForwardWithTheFaultFreeModel) {
 TEST(DrillTest, TwoWorkersKilledAtOnceAreRecoveredByAGlobalRollbackWithTheFaultFreeModel) {
   TempDir dir;
   WriteJob(dir, 400);
-  // Lines every 10 steps, so that steps logged before the kill are logged again after it.
-  auto r = Drill(dir, "kill worker:0 @step 120; kill worker:1 @step 120",
-                 {"--set", "train.log_every_steps=10"});
+  // A line every step, so that any step trained between the checkpoint (step 99) and the kill
+  // is logged again after it, however far the chief's view lags the workers.
+  auto r = Drill(dir, "kill worker:0 @step 110; kill worker:1 @step 110",
+                 {"--set", "train.log_every_steps=1"});
   const nlohmann::json report = PassedReport(dir, r);
   ASSERT_TRUE(report.is_object());
   ASSERT_EQ(report["faults"].size(), 2u);
