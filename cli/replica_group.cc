@@ -73,8 +73,8 @@ Status ReplicaGroup::Recover(const std::function<void(const std::string&)>& on_s
                     rebuilt.ToString());
           continue;  // another loss while the group formed: the next generation
         }
-        TANDEM_RETURN_IF_ERROR(rebuilt.WithContext("rebuilding the all-reduce group of generation " +
-                                                   std::to_string(v->generation)));
+        TANDEM_RETURN_IF_ERROR(rebuilt.WithContext(
+            "rebuilding the all-reduce group of generation " + std::to_string(v->generation)));
         TLOG_INFO("all-reduce group rebuilt under generation {}", v->generation);
         on_state("training");
         return Status::Ok();

@@ -104,10 +104,11 @@ StatusOr<ResyncResult> ResyncReplicas(collective::Collective* group, Trainer* tr
   TANDEM_RETURN_IF_ERROR(
       GroupError(group->Broadcast(shared.data(), shared.size(), r.root), "dense state"));
   TANDEM_RETURN_IF_ERROR(trainer->ImportDenseState(shared).WithContext("resync: dense state"));
-  TLOG_INFO("resync: {} of {} replicas survived; every replica goes on from step {} with the "
-            "dense state of worker:{}{}",
-            r.survivors, m, r.next_step, r.root,
-            r.rolled_back ? " (this one undid its step " + std::to_string(r.next_step) + ")" : "");
+  TLOG_INFO(
+      "resync: {} of {} replicas survived; every replica goes on from step {} with the "
+      "dense state of worker:{}{}",
+      r.survivors, m, r.next_step, r.root,
+      r.rolled_back ? " (this one undid its step " + std::to_string(r.next_step) + ")" : "");
   return r;
 }
 

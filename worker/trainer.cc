@@ -278,8 +278,8 @@ StatusOr<StepStats> Trainer::RedoLastStep() {
   bucket_ = retained_bucket_;
   Status reduced = coll->AllReduceSum(bucket_.data(), bucket_.size());
   collective_failed_ = !reduced.ok();
-  TANDEM_RETURN_IF_ERROR(reduced.WithContext("all-reduce of step " + std::to_string(step) +
-                                             " (redone)"));
+  TANDEM_RETURN_IF_ERROR(
+      reduced.WithContext("all-reduce of step " + std::to_string(step) + " (redone)"));
   st.allreduce_s = Since(t0);
   t0 = Clock::now();
   auto grads = model_->grads();
