@@ -4,8 +4,15 @@
 
 namespace tandem::wire {
 
+namespace {
+ClientOptions WithDefaultKeys(ClientOptions o) {
+  if (!o.curve) o.curve = DefaultCurveKeys();
+  return o;
+}
+}  // namespace
+
 RpcClient::RpcClient(zmq::context_t* context, Identity identity, ClientOptions options)
-    : context_(context), identity_(identity), options_(options) {
+    : context_(context), identity_(identity), options_(WithDefaultKeys(std::move(options))) {
   // Random start so a restarted client's ids do not collide with its predecessor's late replies.
   std::random_device rd;
   next_request_id_ = ((static_cast<uint64_t>(rd()) << 32) | rd()) & 0x7fffffffffffull;
@@ -21,6 +28,13 @@ StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
     s->set(zmq::sockopt::linger, 0);
     s->set(zmq::sockopt::sndhwm, options_.hwm);
     s->set(zmq::sockopt::rcvhwm, options_.hwm);
+    if (options_.curve) {
+      s->set(zmq::sockopt::curve_serverkey, options_.curve_server_key.empty()
+                                                ? options_.curve->public_key
+                                                : options_.curve_server_key);
+      s->set(zmq::sockopt::curve_publickey, options_.curve->public_key);
+      s->set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
+    }
     s->connect(endpoint);
     sockets_.push_back(std::move(s));
     in_flight_bytes_.push_back(0);

@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "common/wire/curve_keys.h"
 #include "common/wire/identity.h"
 #include "common/wire/message.h"
 
@@ -24,6 +25,12 @@ struct ClientOptions {
   uint64_t max_in_flight_bytes = 512ull << 20;  // per server; Send waits (up to its budget)
   DecodeLimits limits;
   int hwm = 20000;  // send/receive high-water marks, in messages
+  // CURVE: this process's keys (the cluster's). nullopt: DefaultCurveKeys(), nullopt without
+  // `security.keys`. A server whose handshake fails is never connected: Send reports it
+  // unreachable when its budget runs out.
+  std::optional<CurveKeys> curve;
+  // The server's public key; empty: curve->public_key (every server holds the cluster's keys).
+  std::string curve_server_key;
 };
 
 struct ClientStats {

@@ -5,9 +5,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
+#include <cstring>
 #include <deque>
+#include <unordered_map>
 
 #include "common/log.h"
+#include "common/wire/zap_authenticator.h"
 
 namespace tandem::wire {
 namespace internal {
@@ -22,9 +27,24 @@ class ReplySink {
   }
   int fd() const { return efd_; }
 
+  // Counts a request of the connection `routing_id` as in flight until its reply is pushed or
+  // it is abandoned; false (nothing counted) when that connection has `limit` in flight already.
+  bool Admit(const zmq::message_t& routing_id, int64_t limit) {
+    MutexLock lock(&mu_);
+    int64_t& n = in_flight_[routing_id.to_string()];
+    if (n >= limit) return false;
+    ++n;
+    return true;
+  }
+  void Release(const zmq::message_t& routing_id) {
+    MutexLock lock(&mu_);
+    ReleaseLocked(routing_id);
+  }
+
   void Push(std::vector<zmq::message_t> frames) {
     {
       MutexLock lock(&mu_);
+      ReleaseLocked(frames[0]);
       if (closed_) return;
       queue_.push_back(std::move(frames));
     }
@@ -45,6 +65,7 @@ class ReplySink {
     MutexLock lock(&mu_);
     closed_ = true;
     queue_.clear();
+    in_flight_.clear();
   }
   Identity identity() {
     MutexLock lock(&mu_);
@@ -56,8 +77,14 @@ class ReplySink {
   }
 
  private:
+  void ReleaseLocked(const zmq::message_t& routing_id) EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = in_flight_.find(routing_id.to_string());
+    if (it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
+  }
+
   Mutex mu_;
   std::deque<std::vector<zmq::message_t>> queue_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, int64_t> in_flight_ GUARDED_BY(mu_);
   bool closed_ GUARDED_BY(mu_) = false;
   Identity identity_ GUARDED_BY(mu_);
   const int efd_;
@@ -67,6 +94,11 @@ class ReplySink {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+ServerOptions WithDefaultKeys(ServerOptions o) {
+  if (!o.curve) o.curve = DefaultCurveKeys();
+  return o;
+}
 
 OutMessage MakeReply(const Identity& id, uint64_t request_id, ReplyCode code,
                      std::string_view message) {
@@ -83,7 +115,8 @@ OutMessage MakeReply(const Identity& id, uint64_t request_id, ReplyCode code,
 
 struct RpcServer::AtomicStats {
   std::atomic<uint64_t> received{0}, replied{0}, dropped_malformed{0}, invalid{0}, wrong_job{0},
-      gated{0}, unimplemented{0}, overloaded{0}, expired{0}, failed_sends{0}, handler_errors{0};
+      gated{0}, unimplemented{0}, overloaded{0}, expired{0}, failed_sends{0}, handler_errors{0},
+      client_in_flight_limit{0}, refused_handshakes{0};
 };
 
 struct RpcServer::Queued {
@@ -174,15 +207,19 @@ void Responder::SendView(ReplyCode code, std::string_view message, uint64_t appl
   Send(std::move(out));
 }
 
-void Responder::Abandon() { sink_ = nullptr; }
+void Responder::Abandon() {
+  if (sink_) sink_->Release(routing_id_);
+  sink_ = nullptr;
+}
 
 // ---- RpcServer ----
 
 RpcServer::RpcServer(zmq::context_t* context, ServerOptions options, Identity identity)
     : context_(context),
-      options_(std::move(options)),
+      options_(WithDefaultKeys(std::move(options))),
       sink_(std::make_shared<internal::ReplySink>(identity)),
-      stats_(std::make_unique<AtomicStats>()) {}
+      stats_(std::make_unique<AtomicStats>()),
+      zap_domain_(std::make_shared<ZapDomain>()) {}
 
 RpcServer::~RpcServer() { Stop(); }
 
@@ -211,13 +248,29 @@ void RpcServer::SetMetrics(metrics::Registry* registry) {
         {"overloaded", s->overloaded.load()},
         {"expired", s->expired.load()},
         {"failed_sends", s->failed_sends.load()},
-        {"handler_errors", s->handler_errors.load()}};
+        {"handler_errors", s->handler_errors.load()},
+        {"client_in_flight_limit", s->client_in_flight_limit.load()},
+        {"refused_handshake", s->refused_handshakes.load()}};
     for (const auto& [event, n] : events)
       out->push_back({"tandem_rpc_server_events_total",
                       "Requests the RPC server saw, by what became of them",
                       "counter",
                       {{"event", event}},
                       static_cast<double>(n)});
+  });
+  registry->AddCollector([d = zap_domain_](std::vector<metrics::Registry::Sample>* out) {
+    const std::pair<const char*, uint64_t> reasons[] = {
+        {"key", d->refused_key.load()},
+        {"mechanism", d->refused_mechanism.load()},
+        {"connection_limit", d->refused_connections.load()}};
+    for (const auto& [reason, n] : reasons)
+      out->push_back({"tandem_rpc_refused_connections_total",
+                      "Connections the ZAP handler refused, by reason",
+                      "counter",
+                      {{"reason", reason}},
+                      static_cast<double>(n)});
+    out->push_back({"tandem_rpc_connections", "Live connections to the RPC server", "gauge", {},
+                    static_cast<double>(d->live_connections.load())});
   });
 }
 
@@ -241,6 +294,17 @@ Identity RpcServer::identity() const { return sink_->identity(); }
 void RpcServer::SetIdentity(const Identity& identity) { sink_->set_identity(identity); }
 
 Status RpcServer::Start() {
+  // Every handshake goes through the ZAP handler, with or without CURVE, so that the connection
+  // limit holds either way (libzmq consults it for the NULL mechanism once a domain is set).
+  if (options_.curve) zap_domain_->client_key = options_.curve->public_key;
+  zap_domain_->max_connections = options_.max_connections;
+  auto zap = RegisterZapDomain(context_, zap_domain_);
+  if (!zap.ok()) return zap.status();
+  zap_ = std::move(zap).value();
+  static std::atomic<uint64_t> next_monitor{0};
+  const std::string monitor_endpoint = "inproc://tandem-rpc-monitor-" +
+                                       std::to_string(::getpid()) + "-" +
+                                       std::to_string(next_monitor++);
   try {
     router_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::router);
     router_->set(zmq::sockopt::router_mandatory, 1);
@@ -248,10 +312,26 @@ Status RpcServer::Start() {
     router_->set(zmq::sockopt::maxmsgsize, options_.max_frame_bytes);
     router_->set(zmq::sockopt::sndhwm, options_.hwm);
     router_->set(zmq::sockopt::rcvhwm, options_.hwm);
+    router_->set(zmq::sockopt::zap_domain, zap_->domain_name());
+    if (options_.curve) {
+      router_->set(zmq::sockopt::curve_server, 1);
+      router_->set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
+    }
+    if (zmq_socket_monitor(router_->handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+      throw zmq::error_t();
+    monitor_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(monitor_endpoint);
     router_->bind(options_.bind_endpoint);
     endpoint_ = router_->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
+    monitor_.reset();
     router_.reset();
+    zap_.reset();
     return Status::Unavailable("cannot bind " + options_.bind_endpoint + ": " + e.what());
   }
   for (const auto& lo : options_.lanes) {
@@ -285,30 +365,44 @@ void RpcServer::Stop() {
     lane->queue.clear();  // their Responders answer into a closed sink below
   }
   sink_->Close();
+  if (router_) zmq_socket_monitor(router_->handle(), nullptr, 0);
+  monitor_.reset();
   router_.reset();
+  zap_.reset();
 }
 
 ServerStats RpcServer::stats() const {
   const auto& s = *stats_;
-  return ServerStats{s.received.load(),      s.replied.load(),       s.dropped_malformed.load(),
-                     s.invalid.load(),       s.wrong_job.load(),     s.gated.load(),
-                     s.unimplemented.load(), s.overloaded.load(),    s.expired.load(),
-                     s.failed_sends.load(),  s.handler_errors.load()};
+  ServerStats out{s.received.load(),      s.replied.load(),       s.dropped_malformed.load(),
+                  s.invalid.load(),       s.wrong_job.load(),     s.gated.load(),
+                  s.unimplemented.load(), s.overloaded.load(),    s.expired.load(),
+                  s.failed_sends.load(),  s.handler_errors.load()};
+  out.client_in_flight_limit = s.client_in_flight_limit.load();
+  out.refused_handshakes = s.refused_handshakes.load();
+  if (zap_domain_) {
+    out.refused_key = zap_domain_->refused_key.load();
+    out.refused_mechanism = zap_domain_->refused_mechanism.load();
+    out.refused_connection_limit = zap_domain_->refused_connections.load();
+    out.connections = zap_domain_->live_connections.load();
+  }
+  return out;
 }
 
 void RpcServer::IoLoop() {
-  zmq::pollitem_t items[2] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
-                              {nullptr, sink_->fd(), ZMQ_POLLIN, 0}};
+  zmq::pollitem_t items[3] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
+                              {nullptr, sink_->fd(), ZMQ_POLLIN, 0},
+                              {monitor_->handle(), 0, ZMQ_POLLIN, 0}};
   std::vector<zmq::message_t> frames;
   while (!stopping_) {
     int timeout_ms = deferred_.empty() ? 100 : 2;
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(timeout_ms));
+      zmq::poll(items, 3, std::chrono::milliseconds(timeout_ms));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       TLOG_ERROR("rpc server poll failed: {}", e.what());
       break;
     }
+    if (items[2].revents & ZMQ_POLLIN) DrainMonitor();
     if (items[1].revents & ZMQ_POLLIN || !deferred_.empty()) FlushReplies();
     // Bounded batch per wake-up so replies are never starved by a flood of requests.
     for (int n = 0; n < 256 && (items[0].revents & ZMQ_POLLIN); ++n) {
@@ -329,6 +423,55 @@ void RpcServer::IoLoop() {
       }
       if (!got_any) break;
       HandleIncoming(frames);
+    }
+  }
+}
+
+void RpcServer::DrainMonitor() {
+  for (;;) {
+    zmq::message_t event, address;
+    try {
+      if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
+      if (event.more()) (void)monitor_->recv(address, zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    if (event.size() < 6) continue;
+    uint16_t kind;
+    uint32_t value;  // the fd for ACCEPTED/DISCONNECTED, the error or ZAP status for failures
+    std::memcpy(&kind, event.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+    switch (kind) {
+      case ZMQ_EVENT_ACCEPTED:
+        if (accepted_fds_.emplace(value, true).second) zap_domain_->live_connections++;
+        break;
+      case ZMQ_EVENT_DISCONNECTED:
+        if (accepted_fds_.erase(value) > 0) zap_domain_->live_connections--;
+        break;
+      default: {
+        stats_->refused_handshakes++;
+        // The ZAP handler logs its own refusals with the peer's address; these are the ones
+        // libzmq refuses before asking it (no CURVE, a wrong server key), at most every 10 s.
+        if (kind == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) break;
+        const auto now = Clock::now();
+        if (last_refusal_log_ != Clock::time_point{} &&
+            now - last_refusal_log_ < std::chrono::seconds(10)) {
+          ++unlogged_refusals_;
+          break;
+        }
+        std::string why = "error " + std::to_string(value);
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+          why = options_.curve ? "the client does not use CURVE (no cluster keys?)"
+                               : "the client uses CURVE, this server does not (security.keys)";
+        else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+          why = "the client's CURVE handshake does not open (not the cluster's server key?)";
+        TLOG_WARN("{} refused a connection: {}{}", endpoint_, why,
+                  unlogged_refusals_ > 0
+                      ? " (and " + std::to_string(unlogged_refusals_) + " refusals before)"
+                      : "");
+        last_refusal_log_ = now;
+        unlogged_refusals_ = 0;
+      }
     }
   }
 }
@@ -391,6 +534,13 @@ void RpcServer::Dispatch(zmq::message_t routing_id, InMessage message) {
   Handler* handler = &it->second.second;
   RpcMetrics* rpc = MetricsFor(tag);
   if (rpc != nullptr) rpc->requests->Add();
+  if (!sink_->Admit(routing_id, options_.max_in_flight_per_client)) {
+    stats_->client_in_flight_limit++;
+    RejectNow(routing_id, request_id, ReplyCode::OVERLOADED,
+              "this connection has " + std::to_string(options_.max_in_flight_per_client) +
+                  " requests in flight (security.max_in_flight_per_client)");
+    return;
+  }
   if (lane_index == kInlineLane) {
     Responder responder(sink_, std::move(routing_id), request_id, deadline);
     if (rpc != nullptr) {
@@ -417,6 +567,7 @@ void RpcServer::Dispatch(zmq::message_t routing_id, InMessage message) {
       return;
     }
   }
+  sink_->Release(routing_id);
   stats_->overloaded++;
   RejectNow(routing_id, request_id, ReplyCode::OVERLOADED,
             "lane " + lane->options.name + " is full");

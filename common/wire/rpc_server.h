@@ -19,6 +19,7 @@
 #include "common/metrics/prometheus.h"
 #include "common/status.h"
 #include "common/sync.h"
+#include "common/wire/curve_keys.h"
 #include "common/wire/identity.h"
 #include "common/wire/message.h"
 
@@ -27,6 +28,8 @@ namespace tandem::wire {
 namespace internal {
 class ReplySink;
 }
+struct ZapDomain;
+class ZapRegistration;
 
 // Handler threads of one lane share one bounded queue.
 struct LaneOptions {
@@ -42,6 +45,14 @@ struct ServerOptions {
   DecodeLimits limits;
   int64_t max_frame_bytes = 1ll << 30;  // ZMQ_MAXMSGSIZE: larger frames disconnect the peer
   int hwm = 20000;                      // send/receive high-water marks, in messages
+  // CURVE: admit only clients holding these (the cluster's) keys. nullopt: DefaultCurveKeys(),
+  // which is nullopt without `security.keys` (no authentication).
+  std::optional<CurveKeys> curve;
+  // Connections beyond this are refused at their handshake (security.max_connections).
+  int64_t max_connections = 4096;
+  // Requests of one connection queued, running or parked at once; more are answered OVERLOADED
+  // (security.max_in_flight_per_client), so one client cannot take every lane slot.
+  int64_t max_in_flight_per_client = 4096;
 };
 
 // Answers one request exactly once, from any thread. Move-only. Destroying an unanswered
@@ -103,6 +114,14 @@ struct ServerStats {
   uint64_t expired = 0;         // budget ran out in the queue: dropped
   uint64_t failed_sends = 0;    // ROUTER_MANDATORY: peer gone
   uint64_t handler_errors = 0;  // a handler threw
+  uint64_t client_in_flight_limit = 0;  // OVERLOADED: max_in_flight_per_client reached
+  // Connections: handshakes that failed (no keys, wrong keys, wrong server key, over the limit),
+  // and of those the ones the ZAP handler refused, by reason.
+  uint64_t refused_handshakes = 0;
+  uint64_t refused_key = 0;
+  uint64_t refused_mechanism = 0;
+  uint64_t refused_connection_limit = 0;
+  int64_t connections = 0;  // live, as the socket monitor counts them
 };
 
 // Safe for concurrent use after Start(); Handle/SetGate only before Start().
@@ -143,6 +162,7 @@ class RpcServer {
                  std::string_view message, uint16_t unimplemented_tag = 0);
   void FlushReplies();
   bool SendFrames(std::vector<zmq::message_t>& frames);
+  void DrainMonitor();
 
   zmq::context_t* const context_;
   const ServerOptions options_;
@@ -150,6 +170,11 @@ class RpcServer {
   std::map<uint16_t, std::pair<int, Handler>> handlers_;
   Gate gate_;
   std::unique_ptr<zmq::socket_t> router_;  // owned by the I/O thread once started
+  std::unique_ptr<zmq::socket_t> monitor_;  // the router's connection events (I/O thread)
+  std::map<uint32_t, bool> accepted_fds_;   // connections the monitor saw accepted (I/O thread)
+  std::unique_ptr<ZapRegistration> zap_;
+  std::chrono::steady_clock::time_point last_refusal_log_{};
+  uint64_t unlogged_refusals_ = 0;
   std::string endpoint_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::thread io_thread_;
@@ -159,6 +184,7 @@ class RpcServer {
 
   struct AtomicStats;
   std::unique_ptr<AtomicStats> stats_;
+  std::shared_ptr<ZapDomain> zap_domain_;  // shared with the ZAP thread and metrics
   struct RpcMetrics {
     metrics::Counter* requests = nullptr;
     metrics::Histogram* latency = nullptr;
