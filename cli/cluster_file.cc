@@ -10,6 +10,7 @@ namespace tandem::cli {
 Status WriteClusterFile(const std::string& path, const ClusterFile& file) {
   nlohmann::json j;
   j["job_id"] = file.job_id;
+  if (!file.security_keys.empty()) j["security_keys"] = file.security_keys;
   j["members"] = nlohmann::json::array();
   for (const auto& m : file.members)
     j["members"].push_back({{"task", m.task}, {"endpoint", m.endpoint}, {"pid", m.pid}});
@@ -26,6 +27,7 @@ StatusOr<ClusterFile> ReadClusterFile(const std::string& path) {
     return Status::DataLoss(path + ": not a cluster file");
   ClusterFile f;
   f.job_id = j.value("job_id", "");
+  f.security_keys = j.value("security_keys", "");
   for (const auto& m : j["members"]) {
     if (!m.is_object()) return Status::DataLoss(path + ": bad member entry");
     f.members.push_back({m.value("task", ""), m.value("endpoint", ""), m.value("pid", 0)});

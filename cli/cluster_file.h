@@ -18,6 +18,9 @@ struct ClusterMember {
 struct ClusterFile {
   std::string job_id;  // hex
   std::vector<ClusterMember> members;
+  // The job's security.keys (absolute), so that `tandem status --dir` can talk to a protected
+  // chief; empty without keys.
+  std::string security_keys;
 };
 
 Status WriteClusterFile(const std::string& path, const ClusterFile& file);

@@ -12,6 +12,7 @@
 
 #include "cli/daemon_metrics.h"
 #include "cli/roles.h"
+#include "cli/security_setup.h"
 #include "cli/stop_signals.h"
 #include "common/build_info.h"
 #include "common/checkpoint_layout.h"
@@ -183,9 +184,16 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
     return kExitInvalid;
   }
 
+  if (Status secured = ApplySecurity(*job); !secured.ok()) {
+    TLOG_ERROR("{}", secured.message());
+    return kExitInvalid;
+  }
   zmq::context_t context(2);
   wire::ServerOptions options;
   options.bind_endpoint = "tcp://" + resolved->address;
+  options.max_connections = job->security.max_connections;
+  options.max_in_flight_per_client = job->security.max_in_flight_per_client;
+  options.max_frame_bytes = job->security.max_message_bytes;
   std::vector<wire::LaneOptions> lanes;
   switch (args.role) {
     case config::Role::kChief:
@@ -265,6 +273,8 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   TLOG_INFO("bound {} (job {})", server.endpoint(), job_id->ToHex());
   if (job->security.keys.empty() && !IsLoopback(host))
     TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
+  if (!job->security.keys.empty())
+    TLOG_INFO("CURVE on: only holders of {}/cluster.key are served", job->security.keys);
   if (args.role == config::Role::kWorker)
     TLOG_INFO("devices: {}", device::ProbeDevices().ToString());
   WorkerGauges worker_gauges;

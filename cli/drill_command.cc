@@ -13,6 +13,7 @@
 
 #include "cli/cluster_file.h"
 #include "cli/drill_faults.h"
+#include "cli/security_setup.h"
 #include "cli/stop_signals.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
@@ -544,6 +545,10 @@ int RunDrill(const DrillArgs& args) {
   auto job = config::LoadJobConfig(args.local.config_path, overrides);
   if (!job.ok()) {
     std::fprintf(stderr, "tandem drill: %s\n", job.status().message().c_str());
+    return kExitInvalid;
+  }
+  if (Status secured = ApplySecurity(*job); !secured.ok()) {
+    std::fprintf(stderr, "tandem drill: %s\n", secured.message().c_str());
     return kExitInvalid;
   }
   const Context ctx{&*job, job->output.dir};

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/cluster_file.h"
+#include "cli/security_setup.h"
 #include "cli/stop_signals.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
@@ -126,9 +127,10 @@ Status AwaitReady(Child* c, Clock::time_point deadline) {
   }
 }
 
-void WriteCluster(const std::string& path, const std::string& job_hex,
+void WriteCluster(const std::string& path, const std::string& job_hex, const std::string& keys,
                   std::vector<Child>& children) {
-  ClusterFile f{job_hex, {}};
+  ClusterFile f{job_hex, {}, {}};
+  if (!keys.empty()) f.security_keys = std::filesystem::absolute(keys).string();
   for (auto& c : children)
     f.members.push_back({c.task(), c.endpoint, c.process ? c.process->pid() : 0});
   if (Status s = WriteClusterFile(path, f); !s.ok())
@@ -210,6 +212,10 @@ int RunLocal(const LocalArgs& args) {
     std::fprintf(stderr, "tandem local: %s\n", job.status().message().c_str());
     return kExitInvalid;
   }
+  if (Status secured = ApplySecurity(*job); !secured.ok()) {
+    std::fprintf(stderr, "tandem local: %s\n", secured.message().c_str());
+    return kExitInvalid;
+  }
   auto job_id = LoadOrCreateJobId(job->checkpoint.dir);
   if (!job_id.ok()) {
     std::fprintf(stderr, "tandem local: %s\n", job_id.status().ToString().c_str());
@@ -282,7 +288,7 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
     if (Status s = AwaitReady(&children[i], start_deadline); !s.ok())
       return fail_start(s, children[i]);
   const std::string cluster_path = out + "/cluster.json";
-  WriteCluster(cluster_path, job_hex, children);
+  WriteCluster(cluster_path, job_hex, job->security.keys, children);
   std::printf("tandem local: %d processes bound; chief at %s; cluster file %s\n", expected,
               chief.endpoint.c_str(), cluster_path.c_str());
 
@@ -387,7 +393,7 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
           AwaitReady(&c, Clock::now() + std::chrono::seconds(args.start_timeout_s)).ok())
         changed = true;
     }
-    if (changed) WriteCluster(cluster_path, job_hex, children);
+    if (changed) WriteCluster(cluster_path, job_hex, job->security.keys, children);
     // Every worker exited 0 but the chief never heard the job end: a worker reports its result
     // once, and a chief killed at that moment restarts without it. Ask the chief to stop the job
     // then, or the shards would wait for its end forever.

@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cluster_file.h"
+#include "cli/security_setup.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
+#include "common/wire/curve_keys.h"
 
 namespace tandem::cli {
 namespace {
@@ -32,6 +34,7 @@ StatusOr<Target> FromConfig(const StatusArgs& args) {
   for (const auto& s : args.sets) overrides.push_back({s});
   auto job = config::LoadJobConfig(args.config_path, overrides);
   if (!job.ok()) return job.status();
+  if (Status secured = ApplySecurity(*job); !secured.ok()) return secured;
   if (job->cluster.chief.empty()) return Status::InvalidArgument("cluster.chief is empty");
   const std::string& chief = job->cluster.chief[0];
   if (chief.ends_with(":0"))
@@ -43,6 +46,11 @@ StatusOr<Target> FromConfig(const StatusArgs& args) {
 StatusOr<Target> FromDir(const std::string& dir) {
   auto file = ReadClusterFile(dir + "/cluster.json");
   if (!file.ok()) return file.status();
+  if (!file->security_keys.empty()) {
+    auto keys = wire::LoadCurveKeys(file->security_keys);
+    if (!keys.ok()) return keys.status();
+    wire::SetDefaultCurveKeys(*keys);
+  }
   for (const auto& m : file->members)
     if (m.task == "chief:0") return Target{m.endpoint, file->job_id};
   return Status::NotFound(dir + "/cluster.json names no chief:0");

@@ -10,6 +10,7 @@
 #include "cli/daemon.h"
 #include "cli/data_commands.h"
 #include "cli/drill_command.h"
+#include "cli/keys_command.h"
 #include "cli/local_command.h"
 #include "cli/status_command.h"
 #include "common/build_info.h"
@@ -150,12 +151,13 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   checksum->add_flag("--sparse", sum.sparse,
                      "the embedding part only, from the PS shards (with --config)");
+  KeysArgs keys_args;
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
-  keys->add_option("--out", s1);
+  keys->add_option("--out", keys_args.out, "directory for cluster.key (created 0700)")
+      ->required();
   const NotYet not_yet[] = {{"eval", "", "the distributed-training issue"},
                             {"export", "", "the operations issue"},
-                            {"predict", "", "the operations issue"},
-                            {"keys", "", "the operations issue"}};
+                            {"predict", "", "the operations issue"}};
 
   try {
     app.parse(argc, argv);
@@ -180,6 +182,7 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("datagen")) return RunDatagen(gen);
   if (app.got_subcommand("convert")) return RunConvert(conv);
   if (app.got_subcommand("drill")) return RunDrill(drill_args);
+  if (app.got_subcommand("keys")) return RunKeys(keys_args);
   if (app.got_subcommand("checksum")) {
     if (!sum.checkpoint.empty()) return RunCheckpointChecksum(sum);
     if (!sum.config_path.empty()) return RunChecksum(sum);

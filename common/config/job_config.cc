@@ -150,6 +150,10 @@ constexpr JobKey kJobKeys[] = {
     {"checkpoint.resume", Bind<&CheckpointConfig::resume>, OneOf("auto|never|required")},
     {"output.dir", Bind<&OutputConfig::dir>, NonEmpty()},
     {"security.keys", Bind<&SecurityConfig::keys>, Any()},
+    {"security.max_connections", Bind<&SecurityConfig::max_connections>, Within(1, 1000000)},
+    {"security.max_in_flight_per_client", Bind<&SecurityConfig::max_in_flight_per_client>,
+     Within(1, 1000000)},
+    {"security.max_message_bytes", Bind<&SecurityConfig::max_message_bytes>, AtLeast(4096)},
     {"metrics.port", Bind<&MetricsConfig::port>, Within(-1, 65535)},
 };
 

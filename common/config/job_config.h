@@ -139,7 +139,10 @@ struct OutputConfig {
 };
 
 struct SecurityConfig {
-  std::string keys;  // directory of CURVE keys; empty = no authentication
+  std::string keys;                         // directory of CURVE keys; empty = no authentication
+  int64_t max_connections = 4096;           // per server socket, refused at the handshake
+  int64_t max_in_flight_per_client = 4096;  // per connection: more are answered OVERLOADED
+  int64_t max_message_bytes = 1ll << 30;    // one frame; a larger one disconnects the peer
   friend bool operator==(const SecurityConfig&, const SecurityConfig&) = default;
 };
 

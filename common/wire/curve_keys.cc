@@ -52,7 +52,8 @@ Status WriteCurveKeys(const std::string& dir, const CurveKeys& keys) {
   }
   const std::string text =
       "# tandem cluster CURVE keys: every process of the job needs this file; keep it secret\n"
-      "public " + keys.public_key + "\nsecret " + keys.secret_key + "\n";
+      "public " +
+      keys.public_key + "\nsecret " + keys.secret_key + "\n";
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
                   ::fsync(fd) == 0;
   const int saved = errno;

@@ -137,16 +137,14 @@ TEST_F(CurveTest, ConnectionsBeyondTheLimitAreRefusedAtTheirHandshake) {
     auto r = held.back()->Call(*h, Echo(), milliseconds(2000));
     ASSERT_TRUE(r.ok()) << r.status();
   }
-  ASSERT_TRUE(WaitFor([&] { return server_->stats().connections == 2; },
-                               milliseconds(2000)));
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().connections == 2; }, milliseconds(2000)));
   Status third = CallWith(ClientOptions{});
   EXPECT_TRUE(third.IsUnavailable()) << third;
   EXPECT_GE(server_->stats().refused_connection_limit, 1u);
   EXPECT_EQ(handled_.load(), 2);
   // A connection that goes away frees its place.
   held.pop_back();
-  ASSERT_TRUE(WaitFor([&] { return server_->stats().connections == 1; },
-                               milliseconds(2000)));
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().connections == 1; }, milliseconds(2000)));
   EXPECT_TRUE(CallWith(ClientOptions{}, milliseconds(3000)).ok());
 }
 

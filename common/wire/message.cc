@@ -1,11 +1,43 @@
 #include "common/wire/message.h"
 
+#include <capnp/dynamic.h>
 #include <kj/exception.h>
 
 #include <cstring>
 #include <string>
 
 namespace tandem::wire {
+
+namespace {
+
+// Reads every field that is set, as this process's schema sees it. totalSize() checks only the
+// bounds of pointers; a pointer's element type (a list of bytes where a List(UInt64) is
+// declared, a list where a struct is) and a text's NUL are checked when the field is read, so
+// they are read once here, inside Decode's try. Recursion is bounded by ReaderOptions'
+// nestingLimit.
+void ReadEveryField(capnp::DynamicValue::Reader v) {
+  switch (v.getType()) {
+    case capnp::DynamicValue::TEXT:
+      v.as<capnp::Text>();
+      break;
+    case capnp::DynamicValue::DATA:
+      v.as<capnp::Data>();
+      break;
+    case capnp::DynamicValue::LIST:
+      for (auto e : v.as<capnp::DynamicList>()) ReadEveryField(e);
+      break;
+    case capnp::DynamicValue::STRUCT: {
+      auto s = v.as<capnp::DynamicStruct>();
+      for (auto field : s.getSchema().getFields())
+        if (s.has(field)) ReadEveryField(s.get(field));  // false for inactive union members
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // namespace
 
 StatusOr<InMessage> InMessage::Decode(std::vector<zmq::message_t> frames,
                                       const DecodeLimits& limits) {
@@ -38,13 +70,23 @@ StatusOr<InMessage> InMessage::Decode(std::vector<zmq::message_t> frames,
   }
   try {
     capnp::ReaderOptions options;
-    // totalSize() below walks the whole message once; later field reads walk parts of it again,
-    // and the limit is cumulative per reader, so leave room for several passes.
-    options.traversalLimitInWords = n_words * 8 + 1024;
     options.nestingLimit = limits.max_nesting;
+    {
+      // One checked pass, under a traversal limit that bounds what a pass costs (pointers may
+      // share targets, so a message can amplify its size): the bounds of every pointer
+      // (totalSize), then their types and texts, which capnp checks only on read.
+      options.traversalLimitInWords = n_words * 8 + 1024;
+      capnp::FlatArrayMessageReader check(words, options);
+      auto root = check.getRoot<Envelope>();
+      root.totalSize();
+      ReadEveryField(capnp::toDynamic(root));
+    }
+    // The limit is cumulative per reader, and handlers read parts again (each list getter
+    // counts). Every such read costs at most what the checked pass read, so the reader kept
+    // has no limit: no later field read can throw.
+    options.traversalLimitInWords = kj::maxValue;
     m.reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words, options);
     m.root_ = m.reader_->getRoot<Envelope>();
-    m.root_.totalSize();  // validates every pointer now, so no later read can throw
     auto sizes = m.root_.getBulkSizes();
     if (sizes.size() != m.frames_.size() - 1)
       return Status::InvalidArgument("envelope declares " + std::to_string(sizes.size()) +

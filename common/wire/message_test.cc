@@ -57,6 +57,20 @@ TEST(MessageTest, MisalignedFramesAreCopiedNotRejected) {
   EXPECT_EQ((*ids)[3], 4u);
 }
 
+// Bounds are fine, types are not: Envelope's first pointer (Header, a struct) is a Ping's Data.
+// Found by tests/fuzz/message_fuzz.cc: the read used to throw after Decode had succeeded.
+TEST(MessageTest, RejectsPointerOfAnotherType) {
+  capnp::MallocMessageBuilder builder;
+  const capnp::byte payload[] = {1, 2, 3};
+  builder.initRoot<Ping>().setPayload(capnp::Data::Reader(payload, sizeof payload));
+  auto words = capnp::messageToFlatArray(builder);
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(words.begin(), words.size() * sizeof(capnp::word));
+  auto decoded = InMessage::Decode(std::move(frames), DecodeLimits{});
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_TRUE(decoded.status().IsInvalidArgument()) << decoded.status();
+}
+
 TEST(MessageTest, RejectsEmptyAndNonWordEnvelope) {
   EXPECT_TRUE(InMessage::Decode({}, DecodeLimits{}).status().IsInvalidArgument());
   std::vector<zmq::message_t> f;

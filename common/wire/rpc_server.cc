@@ -4,7 +4,6 @@
 #include <kj/exception.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
 #include <zmq.h>
 
 #include <cstring>
@@ -269,7 +268,10 @@ void RpcServer::SetMetrics(metrics::Registry* registry) {
                       "counter",
                       {{"reason", reason}},
                       static_cast<double>(n)});
-    out->push_back({"tandem_rpc_connections", "Live connections to the RPC server", "gauge", {},
+    out->push_back({"tandem_rpc_connections",
+                    "Live connections to the RPC server",
+                    "gauge",
+                    {},
                     static_cast<double>(d->live_connections.load())});
   });
 }
@@ -302,9 +304,8 @@ Status RpcServer::Start() {
   if (!zap.ok()) return zap.status();
   zap_ = std::move(zap).value();
   static std::atomic<uint64_t> next_monitor{0};
-  const std::string monitor_endpoint = "inproc://tandem-rpc-monitor-" +
-                                       std::to_string(::getpid()) + "-" +
-                                       std::to_string(next_monitor++);
+  const std::string monitor_endpoint = "inproc://tandem-rpc-monitor-" + std::to_string(::getpid()) +
+                                       "-" + std::to_string(next_monitor++);
   try {
     router_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::router);
     router_->set(zmq::sockopt::router_mandatory, 1);
@@ -317,11 +318,10 @@ Status RpcServer::Start() {
       router_->set(zmq::sockopt::curve_server, 1);
       router_->set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
     }
-    if (zmq_socket_monitor(router_->handle(), monitor_endpoint.c_str(),
-                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+    if (zmq_socket_monitor(
+            router_->handle(), monitor_endpoint.c_str(),
+            ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
       throw zmq::error_t();
     monitor_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
     monitor_->set(zmq::sockopt::linger, 0);

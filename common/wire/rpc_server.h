@@ -111,9 +111,9 @@ struct ServerStats {
   uint64_t gated = 0;  // refused by the Gate
   uint64_t unimplemented = 0;
   uint64_t overloaded = 0;
-  uint64_t expired = 0;         // budget ran out in the queue: dropped
-  uint64_t failed_sends = 0;    // ROUTER_MANDATORY: peer gone
-  uint64_t handler_errors = 0;  // a handler threw
+  uint64_t expired = 0;                 // budget ran out in the queue: dropped
+  uint64_t failed_sends = 0;            // ROUTER_MANDATORY: peer gone
+  uint64_t handler_errors = 0;          // a handler threw
   uint64_t client_in_flight_limit = 0;  // OVERLOADED: max_in_flight_per_client reached
   // Connections: handshakes that failed (no keys, wrong keys, wrong server key, over the limit),
   // and of those the ones the ZAP handler refused, by reason.
@@ -169,7 +169,7 @@ class RpcServer {
   std::shared_ptr<internal::ReplySink> sink_;
   std::map<uint16_t, std::pair<int, Handler>> handlers_;
   Gate gate_;
-  std::unique_ptr<zmq::socket_t> router_;  // owned by the I/O thread once started
+  std::unique_ptr<zmq::socket_t> router_;   // owned by the I/O thread once started
   std::unique_ptr<zmq::socket_t> monitor_;  // the router's connection events (I/O thread)
   std::map<uint32_t, bool> accepted_fds_;   // connections the monitor saw accepted (I/O thread)
   std::unique_ptr<ZapRegistration> zap_;

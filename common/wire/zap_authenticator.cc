@@ -50,8 +50,7 @@ void LogRefusal(ZapThread* z, const std::string& domain, const std::string& addr
     ++z->unlogged;
     return;
   }
-  TLOG_WARN("refused a connection from {} ({}): {}{}", address.empty() ? "?" : address, domain,
-            why,
+  TLOG_WARN("refused a connection from {} ({}): {}{}", address.empty() ? "?" : address, domain, why,
             z->unlogged > 0 ? " (and " + std::to_string(z->unlogged) + " refusals before)" : "");
   z->last_log = now;
   z->unlogged = 0;
@@ -109,8 +108,8 @@ void Serve(zmq::context_t* context, ZapThread* z, zmq::socket_t* socket) {
       const std::string request_id = frames.size() > 1 ? frames[1].to_string() : "";
       const std::string reply[] = {"1.0", request_id, code, text, "", ""};
       for (size_t i = 0; i < 6; ++i)
-        socket->send(zmq::buffer(reply[i]), i + 1 < 6 ? zmq::send_flags::sndmore
-                                                      : zmq::send_flags::none);
+        socket->send(zmq::buffer(reply[i]),
+                     i + 1 < 6 ? zmq::send_flags::sndmore : zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       if (e.num() == ETERM) break;
