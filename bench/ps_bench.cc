@@ -8,7 +8,9 @@
 //  - resident bytes per cached row against the raw row size (dim 64 Adagrad, dim 16 SGD);
 //  - 2 shards x 2 clients aggregate pull keys/s (clients are threads with their own sockets);
 //  - push keys/s with the push log in `process` and `machine` (group 10 ms) mode against the
-//    log off.
+//    log off;
+//  - pull and push keys/s with CURVE on (security.keys: every frame encrypted and authenticated)
+//    against the same with CURVE off, runs interleaved.
 #include <rocksdb/db.h>
 
 #include <atomic>
@@ -26,6 +28,7 @@
 #include "common/ps_client.h"
 #include "common/slot_map.h"
 #include "common/testing/test_util.h"
+#include "common/wire/curve_keys.h"
 #include "server/ps/ps_service.h"
 #include "server/ps/shard.h"
 
@@ -384,6 +387,33 @@ void PushLogOverhead(zmq::context_t* ctx) {
               "keys/s", true, "push log off", off);
 }
 
+// Servers and clients made while the default keys are set speak CURVE (as a daemon with
+// security.keys does); runs alternate so that machine noise hits both sides alike.
+void CurveOnOff(zmq::context_t* ctx, uint32_t dim) {
+  const auto keys = wire::GenerateCurveKeys();
+  if (!keys.ok()) std::abort();
+  std::vector<double> pull[2], push[2];
+  for (int run = 0; run < kRuns; ++run) {
+    for (int on = 0; on < 2; ++on) {
+      wire::SetDefaultCurveKeys(on ? std::optional<wire::CurveKeys>(*keys) : std::nullopt);
+      testing::TempDir dir;
+      ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
+      PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+      auto k = Keys(kKeys, 7);
+      int64_t step = 0;
+      Materialise(&c, k, dim, &step);
+      pull[on].push_back(PullKeysPerSec(&c, k, step, 10));
+      push[on].push_back(PushKeysPerSec(&c, k, dim, &step, 10));
+    }
+  }
+  wire::SetDefaultCurveKeys(std::nullopt);
+  const std::string d = "dim" + std::to_string(dim);
+  PrintFigure("ps_pull_cached_" + d + "_curve", Median(pull[1]), "keys/s", true,
+              "the same pulls with CURVE off", Median(pull[0]));
+  PrintFigure("ps_push_cached_" + d + "_curve", Median(push[1]), "keys/s", true,
+              "the same pushes with CURVE off", Median(push[0]));
+}
+
 int Main(int argc, char** argv) {
   zmq::context_t ctx(2);
   std::string only = argc > 1 ? argv[1] : "";
@@ -398,6 +428,10 @@ int Main(int argc, char** argv) {
   if (only.empty() || only == "uncached") UncachedZipfPull(&ctx);
   if (only.empty() || only == "2x2") TwoByTwo(&ctx);
   if (only.empty() || only == "log") PushLogOverhead(&ctx);
+  if (only.empty() || only == "curve") {
+    CurveOnOff(&ctx, 16);
+    CurveOnOff(&ctx, 64);
+  }
   return 0;
 }
 
