@@ -113,6 +113,10 @@ TEST_F(CurveTest, OnlyClientsHoldingTheClusterKeysAreServed) {
   // Still serving the cluster after the refusals.
   EXPECT_TRUE(CallWith(with_keys).ok());
   EXPECT_EQ(handled_.load(), 2);
+  // Refused handshakes do not hold places: with every client gone, no connection is counted
+  // (otherwise a client retrying without keys would fill max_connections for everyone).
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().connections == 0; }, milliseconds(3000)))
+      << server_->stats().connections;
 }
 
 TEST_F(CurveTest, AServerWithoutKeysRefusesCurveClientsAndServesPlainOnes) {

@@ -444,6 +444,7 @@ void RpcServer::DrainMonitor() {
     switch (kind) {
       case ZMQ_EVENT_ACCEPTED:
         if (accepted_fds_.emplace(value, true).second) zap_domain_->live_connections++;
+        zap_domain_->accepted_total++;
         break;
       case ZMQ_EVENT_DISCONNECTED:
         if (accepted_fds_.erase(value) > 0) zap_domain_->live_connections--;

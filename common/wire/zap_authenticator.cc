@@ -81,8 +81,14 @@ std::pair<std::string, std::string> Decide(ZapThread* z, std::vector<zmq::messag
       return {"400", "unknown client key"};
     }
   }
-  // The socket monitor has counted this connection already (ACCEPTED comes before the
-  // handshake), unless it lags: then the bound is enforced one connection late.
+  // Every request is a connection the socket monitor will count (ACCEPTED comes before the
+  // handshake), but the server's I/O thread may not have read that event yet: wait for it
+  // (briefly: a stalled I/O thread must not stall every handshake), so that this connection
+  // is in live_connections when the bound is checked.
+  const uint64_t seen = ++d->handshakes_total;
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (d->accepted_total.load() < seen && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   if (d->live_connections.load() > d->max_connections) {
     d->refused_connections++;
     LogRefusal(z, domain, address,

@@ -23,6 +23,8 @@ struct ZapDomain {
   std::optional<std::string> client_key;  // Z85: CURVE, only this client key; nullopt: NULL
   int64_t max_connections = 4096;
   std::atomic<int64_t> live_connections{0};
+  std::atomic<uint64_t> accepted_total{0};       // by the monitor, one per accepted connection
+  std::atomic<uint64_t> handshakes_total{0};     // by the ZAP thread, one per request
   std::atomic<uint64_t> refused_key{0};          // CURVE clients with another key
   std::atomic<uint64_t> refused_mechanism{0};    // e.g. NULL or PLAIN on a CURVE server
   std::atomic<uint64_t> refused_connections{0};  // over max_connections
