@@ -1,21 +1,18 @@
 #include "cli/checksum_command.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <utility>
 
+#include "cli/checkpoint_reader.h"
 #include "common/checkpoint_layout.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "server/chief/checkpoint_manifest.h"
-#include "server/ps/durable_copy.h"
 #include "server/ps/embedding_store.h"
 #include "server/ps/shard.h"
 #include "server/ps/shard_options.h"
@@ -129,41 +126,14 @@ int RunChecksum(const ChecksumArgs& args) {
 
 namespace {
 
-// The manifest DIR names: DIR/MANIFEST (one checkpoint) or DIR's LATEST.
-StatusOr<std::pair<std::string, chief::Manifest>> OpenManifest(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(dir + "/MANIFEST", ec)) {
-    std::ifstream in(dir + "/MANIFEST", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    TANDEM_ASSIGN_OR_RETURN(chief::Manifest m, chief::DecodeManifest(text, dir + "/MANIFEST"));
-    return std::make_pair(fs::path(dir).lexically_normal().parent_path().string(), std::move(m));
-  }
-  std::vector<std::string> warnings;
-  auto m = chief::LoadLatest(dir, /*durable_only=*/false, &warnings);
-  for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  if (!m.ok()) return m.status();
-  return std::make_pair(dir, std::move(m).value());
-}
-
 // One shard's rows from its durable copy: materialised, rebuilt into a live DB, opened.
-Status AddShardPart(const std::string& root, const chief::ManifestPart& part,
+Status AddShardPart(const OpenedCheckpoint& ckpt, const chief::ManifestPart& part,
                     const config::JobConfig& job, const std::string& scratch, ModelChecksum* sum,
                     uint64_t* rows) {
-  TANDEM_ASSIGN_OR_RETURN(ps::CheckpointPart cp, ps::CheckpointPartFromJson(part.detail));
-  const std::string durable = root + "/" + ShardDurableDir(cp.shard);
-  const std::string staged = scratch + "/" + part.name + "-checkpoint";
-  const std::string live = scratch + "/" + part.name + "-live";
-  TANDEM_RETURN_IF_ERROR(ps::MaterializePart(durable, cp, staged));
-  TANDEM_RETURN_IF_ERROR(ps::RebuildLiveDb(staged, live));
-  ps::StoreOptions so;
-  so.db_dir = live;
-  so.tables = embedding::TableSpecsFromConfig(job);
-  so.seed = job.train.seed;
-  so.cache_bytes = 64ull << 20;
-  TANDEM_ASSIGN_OR_RETURN(auto store, ps::EmbeddingStore::Open(so));
+  TANDEM_ASSIGN_OR_RETURN(auto store, OpenCheckpointShard(ckpt, part, job, scratch));
   uint64_t n = 0;
-  TANDEM_RETURN_IF_ERROR(ps::AddStoreToChecksum(store.get(), so.tables, sum, &n));
+  TANDEM_RETURN_IF_ERROR(
+      ps::AddStoreToChecksum(store.get(), embedding::TableSpecsFromConfig(job), sum, &n));
   *rows += n;
   return Status::Ok();
 }
@@ -172,12 +142,14 @@ Status AddShardPart(const std::string& root, const chief::ManifestPart& part,
 
 int RunCheckpointChecksum(const ChecksumArgs& args) {
   log::Init("checksum", args.log_level);
-  auto opened = OpenManifest(args.checkpoint);
+  auto opened = OpenCheckpoint(args.checkpoint);
   if (!opened.ok()) {
     std::fprintf(stderr, "tandem checksum: %s\n", opened.status().ToString().c_str());
     return opened.status().IsUnavailable() ? kExitRuntimeFailure : kExitInvalid;
   }
-  const auto& [root, m] = *opened;
+  const OpenedCheckpoint& ckpt = *opened;
+  const chief::Manifest& m = ckpt.manifest;
+  const std::string& root = ckpt.root;
   std::vector<std::string> bad;
   Status verified = chief::VerifyManifestFiles(root, m, args.verify, &bad);
   if (!verified.ok()) {
@@ -185,17 +157,16 @@ int RunCheckpointChecksum(const ChecksumArgs& args) {
                  static_cast<long long>(m.step), verified.ToString().c_str());
     return kExitInvalid;
   }
-  auto job = config::ParseJobConfig(m.config_yaml, root + "/" + CheckpointDirName(m.step), {});
+  auto job = CheckpointJobConfig(ckpt);
   if (!job.ok()) {
     std::fprintf(stderr, "tandem checksum: %s\n", job.status().ToString().c_str());
     return kExitInvalid;
   }
   ModelChecksum sum;
   uint64_t rows = 0;
-  char tmpl[] = "/tmp/tandem-checksum-XXXXXX";
-  const char* scratch = ::mkdtemp(tmpl);
-  if (scratch == nullptr) {
-    std::fprintf(stderr, "tandem checksum: mkdtemp: %s\n", std::strerror(errno));
+  auto scratch = ScratchDir::Create("tandem-checksum");
+  if (!scratch.ok()) {
+    std::fprintf(stderr, "tandem checksum: %s\n", scratch.status().ToString().c_str());
     return kExitRuntimeFailure;
   }
   Status s = Status::Ok();
@@ -212,11 +183,10 @@ int RunCheckpointChecksum(const ChecksumArgs& args) {
         sum.Merge(worker::DenseStateChecksum(*dense));
       }
     } else {
-      s = AddShardPart(root, part, *job, scratch, &sum, &rows).WithContext(part.name);
+      s = AddShardPart(ckpt, part, *job, (*scratch)->path(), &sum, &rows).WithContext(part.name);
     }
   }
-  std::error_code ec;
-  std::filesystem::remove_all(scratch, ec);
+  scratch->reset();
   if (!s.ok()) {
     std::fprintf(stderr, "tandem checksum: checkpoint of step %lld: %s\n",
                  static_cast<long long>(m.step), s.ToString().c_str());

@@ -12,6 +12,7 @@
 #include "cli/drill_command.h"
 #include "cli/keys_command.h"
 #include "cli/local_command.h"
+#include "cli/serving_commands.h"
 #include "cli/status_command.h"
 #include "common/build_info.h"
 #include "common/exit_codes.h"
@@ -19,12 +20,6 @@
 
 namespace tandem::cli {
 namespace {
-
-struct NotYet {
-  const char* name;
-  const char* help;
-  const char* lands_with;
-};
 
 void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a) {
   auto* sub = app.add_subcommand(name, help);
@@ -91,8 +86,6 @@ int Main(int argc, char** argv) {
   status_cmd->add_flag("--json", status.json, "print one JSON object");
   status_cmd->add_option("--timeout-ms", status.timeout_ms, "per-process answer timeout");
 
-  // Subcommands whose capability lands with a later issue: they parse their flags and say so.
-  std::string s1, s2, s3;
   DrillArgs drill_args;
   auto* drill =
       app.add_subcommand("drill", "run a job under injected faults, then without, and compare");
@@ -120,17 +113,40 @@ int Main(int argc, char** argv) {
   auto* convert = app.add_subcommand("convert", "convert Criteo TSV to the binary packed format");
   convert->add_option("--in", conv.in, "Criteo TSV file(s), in order")->required();
   convert->add_option("--out", conv.out, "binary output file")->required();
+  EvalArgs ev;
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on held-out data (AUC, logloss)");
-  eval->add_option("--config", s1);
-  eval->add_option("--checkpoint", s2);
+  eval->add_option("--checkpoint", ev.checkpoint,
+                   "a checkpoint: checkpoint.dir (its LATEST) or one ckpt-<step> directory")
+      ->required();
+  eval->add_option("--config", ev.config_path,
+                   "evaluate on this config's data.eval (default: the checkpoint's own config)")
+      ->check(CLI::ExistingFile);
+  eval->add_option("--set", ev.sets, "override a config key: key.path=value (repeatable)");
+  ExportArgs ex;
   auto* exp =
       app.add_subcommand("export", "write a self-contained serving bundle from a checkpoint");
-  exp->add_option("--checkpoint", s1);
-  exp->add_option("--out", s2);
+  exp->add_option("--checkpoint", ex.checkpoint,
+                  "a checkpoint: checkpoint.dir (its LATEST) or one ckpt-<step> directory")
+      ->required();
+  exp->add_option("--out", ex.out, "the bundle directory to create (absent or empty)")->required();
+  PredictArgs pr;
   auto* predict = app.add_subcommand("predict", "score a data file with an exported bundle");
-  predict->add_option("--model", s1);
-  predict->add_option("--data", s2);
-  predict->add_option("--out", s3);
+  predict->add_option("--model", pr.model, "a bundle directory (tandem export)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  predict->add_option("--data", pr.data, "Criteo TSV or binary data file (or a glob)")->required();
+  predict->add_option("--out", pr.out, "write the scores here, one per record (default: stdout)");
+  predict->add_option("--unknown", pr.unknown, "initial|zero: the row of an id the bundle lacks")
+      ->check(CLI::IsMember({"initial", "zero"}));
+  predict->add_option("--format", pr.format, "auto|criteo|binary (auto: by the file's header)")
+      ->check(CLI::IsMember({"auto", "criteo", "binary"}));
+  predict->add_option("--device", pr.device, "cpu|cuda (default cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  predict
+      ->add_option("--max-bad-fraction", pr.max_bad_fraction,
+                   "fail above this fraction of malformed records (default: the bundle's "
+                   "data.max_bad_fraction)")
+      ->check(CLI::Range(0.0, 1.0));
   ChecksumArgs sum;
   auto* checksum = app.add_subcommand(
       "checksum",
@@ -155,9 +171,6 @@ int Main(int argc, char** argv) {
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
   keys->add_option("--out", keys_args.out, "directory for cluster.key (created 0700)")
       ->required();
-  const NotYet not_yet[] = {{"eval", "", "the distributed-training issue"},
-                            {"export", "", "the operations issue"},
-                            {"predict", "", "the operations issue"}};
 
   try {
     app.parse(argc, argv);
@@ -183,18 +196,14 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("convert")) return RunConvert(conv);
   if (app.got_subcommand("drill")) return RunDrill(drill_args);
   if (app.got_subcommand("keys")) return RunKeys(keys_args);
+  if (app.got_subcommand("export")) return RunExport(ex);
+  if (app.got_subcommand("predict")) return RunPredict(pr);
+  if (app.got_subcommand("eval")) return RunEval(ev);
   if (app.got_subcommand("checksum")) {
     if (!sum.checkpoint.empty()) return RunCheckpointChecksum(sum);
     if (!sum.config_path.empty()) return RunChecksum(sum);
     std::fprintf(stderr, "tandem checksum: give --checkpoint DIR or --config JOB.yaml\n");
     return kExitUsage;
-  }
-  for (const auto& ny : not_yet) {
-    if (app.got_subcommand(ny.name)) {
-      std::fprintf(stderr, "tandem %s: not implemented yet (lands with %s)\n", ny.name,
-                   ny.lands_with);
-      return kExitUsage;
-    }
   }
   return kExitUsage;
 }

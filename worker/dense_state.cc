@@ -376,4 +376,34 @@ Status RestoreDenseState(const DenseState& state, Trainer* trainer) {
   return Status::Ok();
 }
 
+Status RestoreDenseParams(const DenseState& state, model::Dlrm* model) {
+  const auto& infos = model->param_info();
+  size_t n = state.tensors.size();
+  if (n == infos.size() + 1 && state.tensors.back().name == kLossScaleTensor) --n;
+  if (n != infos.size())
+    return Status::InvalidArgument("dense state has " + std::to_string(n) +
+                                   " model tensors, the model " + std::to_string(infos.size()));
+  for (size_t i = 0; i < n; ++i) {
+    const DenseTensor& t = state.tensors[i];
+    if (t.name != infos[i].name || t.shape != infos[i].shape ||
+        t.values.size() != static_cast<size_t>(infos[i].size))
+      return Status::InvalidArgument("dense state tensor " + std::to_string(i) + " is " + t.name +
+                                     ShapeString(t.shape) + "; the model has " + infos[i].name +
+                                     ShapeString(infos[i].shape));
+  }
+  auto params = model->params();
+  for (size_t i = 0; i < n; ++i)
+    std::copy(state.tensors[i].values.begin(), state.tensors[i].values.end(),
+              params.begin() + infos[i].offset);
+  return Status::Ok();
+}
+
+DenseState WithoutOptimizerState(DenseState state) {
+  if (!state.tensors.empty() && state.tensors.back().name == kLossScaleTensor)
+    state.tensors.pop_back();
+  for (auto& t : state.tensors) t.slots.clear();
+  state.optimizer_scalars.clear();
+  return state;
+}
+
 }  // namespace tandem::worker

@@ -23,6 +23,10 @@
 #include "common/model_checksum.h"
 #include "common/status.h"
 
+namespace tandem::model {
+class Dlrm;
+}
+
 namespace tandem::worker {
 
 class Trainer;
@@ -78,5 +82,13 @@ ModelChecksum DenseStateChecksum(const DenseState& state);
 // changing nothing, when the optimizer, tensor names, shapes or slot counts do not match the
 // trainer's model.
 Status RestoreDenseState(const DenseState& state, Trainer* trainer);
+
+// The parameters of `state` alone (a serving bundle holds no optimizer state; slots, scalars and
+// a trailing loss_scale tensor are ignored). kInvalidArgument, changing nothing, when the tensor
+// names or shapes do not match `model`.
+Status RestoreDenseParams(const DenseState& state, model::Dlrm* model);
+
+// `state` without what only training needs: optimizer slots and scalars, the fp16 loss scaler.
+DenseState WithoutOptimizerState(DenseState state);
 
 }  // namespace tandem::worker

@@ -50,6 +50,7 @@ StatusOr<EvalResult> Evaluator::Run(Trainer* trainer, collective::Collective* co
     batch.Dedup();
     batch.step = step;
     TANDEM_RETURN_IF_ERROR(trainer->Predict(step, batch, &probs));
+    if (sink_) TANDEM_RETURN_IF_ERROR(sink_({off, probs, batch.label, batch.weight}));
     for (int i = 0; i < b; ++i) {
       const float w = batch.weight[i];
       if (w <= 0) continue;

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 
 #include "common/config/job_config.h"
 #include "common/status.h"
@@ -25,9 +27,20 @@ struct EvalResult {
   int64_t samples = 0;       // over all ranks
 };
 
+// One evaluated batch, in record order: what `tandem predict` writes out per record.
+struct ScoredBatch {
+  int64_t first_record = 0;        // index of probs[0] in the eval source (file order)
+  std::span<const float> probs;    // the model's click probabilities
+  std::span<const float> labels;   // 0 or 1
+  std::span<const float> weights;  // 0 for a malformed record (left out of AUC and logloss)
+};
+
 // Requires external synchronization (the training thread).
 class Evaluator {
  public:
+  // Called by Run once per batch after scoring it; an error ends Run with it.
+  using ScoreSink = std::function<Status(const ScoredBatch&)>;
+
   // No held-out data (data.eval empty for files): enabled() is false and Run returns NaNs.
   static StatusOr<std::unique_ptr<Evaluator>> Create(const config::JobConfig& job, int rank,
                                                      int world);
@@ -35,6 +48,13 @@ class Evaluator {
 
   // Collective when collective != null: every rank must call it at the same step.
   StatusOr<EvalResult> Run(Trainer* trainer, collective::Collective* collective, int64_t step);
+
+  // Receives every scored batch of later Runs (offline scoring; training sets none).
+  void set_score_sink(ScoreSink sink) { sink_ = std::move(sink); }
+  // The eval source's malformed records (count and first reports); null when disabled.
+  const data::BadLineLog* bad_log() const { return source_ ? &source_->bad_log() : nullptr; }
+  // Records this rank evaluates.
+  int64_t num_records() const { return end_ - begin_; }
 
  private:
   Evaluator() = default;
@@ -46,6 +66,7 @@ class Evaluator {
   std::unique_ptr<data::SyntheticGenerator> teacher_;  // synthetic data only
   data::AucHistogram model_hist_, teacher_hist_;
   std::vector<float> bucket_;
+  ScoreSink sink_;
 };
 
 }  // namespace tandem::worker
