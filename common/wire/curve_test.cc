@@ -146,8 +146,17 @@ TEST_F(CurveTest, ConnectionsBeyondTheLimitAreRefusedAtTheirHandshake) {
   EXPECT_TRUE(third.IsUnavailable()) << third;
   EXPECT_GE(server_->stats().refused_connection_limit, 1u);
   EXPECT_EQ(handled_.load(), 2);
-  // A connection that goes away frees its place.
+  // A connection that goes away frees its place, and a client that was refused gets it: libzmq
+  // never retries a refused handshake, so RpcClient opens a new socket after a silent budget.
+  RpcClient refused(&context_, Id(Role::WORKER));
+  const int rh = *refused.Connect(server_->endpoint());
+  EXPECT_FALSE(refused.Call(rh, Echo(), milliseconds(800)).ok());
   held.pop_back();
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().connections == 1; }, milliseconds(2000)));
+  auto retried = refused.Call(rh, Echo(), milliseconds(3000));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->reply_code(), ReplyCode::OK);
+  held.clear();
   ASSERT_TRUE(WaitFor([&] { return server_->stats().connections == 1; }, milliseconds(2000)));
   EXPECT_TRUE(CallWith(ClientOptions{}, milliseconds(3000)).ok());
 }

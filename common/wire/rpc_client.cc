@@ -21,7 +21,7 @@ RpcClient::RpcClient(zmq::context_t* context, Identity identity, ClientOptions o
 
 RpcClient::~RpcClient() = default;
 
-StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
+StatusOr<std::unique_ptr<zmq::socket_t>> RpcClient::OpenSocket(const std::string& endpoint) {
   try {
     auto s = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::dealer);
     s->set(zmq::sockopt::immediate, 1);
@@ -36,12 +36,31 @@ StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
       s->set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
     }
     s->connect(endpoint);
-    sockets_.push_back(std::move(s));
-    in_flight_bytes_.push_back(0);
+    return s;
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("cannot connect to " + endpoint + ": " + e.what());
   }
+}
+
+StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
+  auto s = OpenSocket(endpoint);
+  if (!s.ok()) return s.status();
+  sockets_.push_back(std::move(s).value());
+  endpoints_.push_back(endpoint);
+  in_flight_bytes_.push_back(0);
+  reopen_.push_back(false);
   return static_cast<int>(sockets_.size() - 1);
+}
+
+void RpcClient::Reopen(int server) {
+  auto s = OpenSocket(endpoints_[server]);
+  if (!s.ok()) return;  // the endpoint connected before: keep the old socket
+  sockets_[server] = std::move(s).value();
+  // Replies to what was sent on the old socket cannot come any more; their waits time out.
+  for (auto& [id, p] : pending_)
+    if (p.server == server) p.bytes = 0;
+  in_flight_bytes_[server] = 0;
+  reopen_[server] = false;
 }
 
 StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
@@ -63,7 +82,9 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
                                  std::to_string(server));
     Pump(deadline);
   }
+  if (reopen_[server]) Reopen(server);
   zmq::socket_t& sock = *sockets_[server];
+  const uint64_t replies_before = stats_.replies;
   for (;;) {
     auto sent = sock.send(frames[0], frames.size() > 1
                                          ? zmq::send_flags::dontwait | zmq::send_flags::sndmore
@@ -71,9 +92,14 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
     if (sent) break;
     // EAGAIN: no completed connection yet (ZMQ_IMMEDIATE) or the queue is full. Drain replies
     // while waiting, so that a server blocked on our full receive queue can make progress.
-    if (Clock::now() >= deadline)
-      return Status::Unavailable("server " + std::string(sock.get(zmq::sockopt::last_endpoint)) +
-                                 " not reachable within " + std::to_string(budget.count()) + " ms");
+    if (Clock::now() >= deadline) {
+      // libzmq never reconnects a connection whose handshake was refused (a ZAP refusal is a
+      // protocol error that ends the session), also not to a server restarted on the same
+      // port: a server silent for a whole budget gets a new socket at the next send.
+      if (stats_.replies == replies_before) reopen_[server] = true;
+      return Status::Unavailable("server " + endpoints_[server] + " not reachable within " +
+                                 std::to_string(budget.count()) + " ms");
+    }
     zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN | ZMQ_POLLOUT, 0};
     auto wait =
         std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),

@@ -87,11 +87,15 @@ class RpcClient {
   void Pump(Clock::time_point until);
   void ReceiveFrom(int server);
   void Forget(uint64_t request_id);
+  StatusOr<std::unique_ptr<zmq::socket_t>> OpenSocket(const std::string& endpoint);
+  void Reopen(int server);
 
   zmq::context_t* const context_;
   Identity identity_;
   const ClientOptions options_;
   std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
+  std::vector<std::string> endpoints_;
+  std::vector<bool> reopen_;  // unreachable for a whole budget: a new socket at the next Send
   std::vector<uint64_t> in_flight_bytes_;
   std::unordered_map<uint64_t, Pending> pending_;
   uint64_t next_request_id_;
