@@ -152,6 +152,9 @@ bool WriteFileAtomically(const std::string& path, const std::string& text) {
 
 int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_config) {
   const sigset_t stop_signals = BlockStopSignals();
+  // A file-size limit (RLIMIT_FSIZE) reached must fail the write (EFBIG: the push is refused
+  // like on a full disk) instead of killing the daemon.
+  ::signal(SIGXFSZ, SIG_IGN);
   std::vector<config::Override> overrides;
   for (const auto& s : args.sets) overrides.push_back({s});
   auto job = config::LoadJobConfig(args.config_path, overrides);

@@ -15,8 +15,9 @@ void Gauge(std::vector<Sample>* out, const std::string& name, const std::string&
            metrics::Labels labels = {}) {
   out->push_back({name, help, "gauge", std::move(labels), v});
 }
-void Count(std::vector<Sample>* out, const std::string& name, const std::string& help, uint64_t v) {
-  out->push_back({name, help, "counter", {}, static_cast<double>(v)});
+void Count(std::vector<Sample>* out, const std::string& name, const std::string& help, uint64_t v,
+           metrics::Labels labels = {}) {
+  out->push_back({name, help, "counter", std::move(labels), static_cast<double>(v)});
 }
 
 }  // namespace
@@ -62,6 +63,14 @@ void AddPsMetrics(metrics::Registry* registry, ps::Shard* shard) {
     Count(out, "tandem_ps_rows_expired_total", "Rows treated as absent by eviction.ttl_steps",
           s.rows_expired);
     Count(out, "tandem_ps_restore_points_total", "Restore points taken", s.restore_points);
+    // A full disk: pushes are refused (never acknowledged) until their records can be written.
+    const char* refused_help = "Pushes refused because their push-log record failed to write";
+    Count(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_log_full,
+          {{"reason", "no_space"}});
+    Count(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_log_error,
+          {{"reason", "io_error"}});
+    Gauge(out, "tandem_ps_push_log_full", "1 while pushes are refused for lack of log space",
+          s.push_log_full ? 1 : 0);
     Gauge(out, "tandem_ps_replayed_records", "Log records replayed at the last recovery",
           static_cast<double>(s.replayed_records));
     Gauge(out, "tandem_ps_push_log_bytes", "Bytes in the push-log segments",

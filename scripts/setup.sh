@@ -8,6 +8,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libopenblas-dev libgloo-dev
   libspdlog-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libxxhash-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev  # tests/fuzz: clang with libFuzzer and the sanitizer runtimes
   systemd  # systemd-analyze: the unit files' test
 )
 

@@ -10,30 +10,54 @@ namespace tandem::wire {
 
 namespace {
 
-// Reads every field that is set, as this process's schema sees it. totalSize() checks only the
-// bounds of pointers; a pointer's element type (a list of bytes where a List(UInt64) is
+bool IsPointer(capnp::schema::Type::Which type) {
+  switch (type) {
+    case capnp::schema::Type::TEXT:
+    case capnp::schema::Type::DATA:
+    case capnp::schema::Type::LIST:
+    case capnp::schema::Type::STRUCT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// From the field's proto: StructSchema::Field::getType() would resolve brands each time, and
+// cost more than the rest of Decode.
+bool IsPointer(capnp::StructSchema::Field field) {
+  auto proto = field.getProto();
+  return proto.isGroup() || IsPointer(proto.getSlot().getType().which());
+}
+
+// Reads every pointer field that is set, as this process's schema sees it. totalSize() checks
+// only the bounds of pointers; a pointer's element type (a list of bytes where a List(UInt64) is
 // declared, a list where a struct is) and a text's NUL are checked when the field is read, so
-// they are read once here, inside Decode's try. Recursion is bounded by ReaderOptions'
+// they are read once here, inside Decode's try. Primitive and enum fields are not visited: they
+// sit in bounds-checked data and cannot throw. Recursion is bounded by ReaderOptions'
 // nestingLimit.
-void ReadEveryField(capnp::DynamicValue::Reader v) {
+void ReadPointers(capnp::DynamicValue::Reader v) {
   switch (v.getType()) {
-    case capnp::DynamicValue::TEXT:
-      v.as<capnp::Text>();
+    case capnp::DynamicValue::LIST: {
+      auto list = v.as<capnp::DynamicList>();  // the element type is checked here
+      if (!IsPointer(list.getSchema().getElementType().which())) break;
+      for (auto e : list) ReadPointers(e);
       break;
-    case capnp::DynamicValue::DATA:
-      v.as<capnp::Data>();
-      break;
-    case capnp::DynamicValue::LIST:
-      for (auto e : v.as<capnp::DynamicList>()) ReadEveryField(e);
-      break;
+    }
     case capnp::DynamicValue::STRUCT: {
+      // The union's active member only: looking at every member's type would cost more than
+      // the rest of Decode (Envelope's body has dozens). get() reads (and checks) the pointer.
       auto s = v.as<capnp::DynamicStruct>();
-      for (auto field : s.getSchema().getFields())
-        if (s.has(field)) ReadEveryField(s.get(field));  // false for inactive union members
+      auto visit = [&](capnp::StructSchema::Field field) {
+        if (IsPointer(field) && s.has(field)) ReadPointers(s.get(field));
+      };
+      for (auto field : s.getSchema().getNonUnionFields()) visit(field);
+      KJ_IF_MAYBE (active, s.which()) {
+        visit(*active);
+      }
       break;
     }
     default:
-      break;
+      break;  // TEXT and DATA: checked by get()
   }
 }
 
@@ -79,7 +103,7 @@ StatusOr<InMessage> InMessage::Decode(std::vector<zmq::message_t> frames,
       capnp::FlatArrayMessageReader check(words, options);
       auto root = check.getRoot<Envelope>();
       root.totalSize();
-      ReadEveryField(capnp::toDynamic(root));
+      ReadPointers(capnp::toDynamic(root));
     }
     // The limit is cumulative per reader, and handlers read parts again (each list getter
     // counts). Every such read costs at most what the checked pass read, so the reader kept

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/wire/diagnostics.h"
+#include "server/ps/ps_service_internal.h"
 
 namespace tandem::ps {
 
@@ -74,52 +75,9 @@ void PsService::RaiseIncarnation(uint32_t rank, uint64_t incarnation) {
   if (rank < incarnations_.size()) incarnations_[rank] = std::max(incarnations_[rank], incarnation);
 }
 
-namespace {
-
-// Reads a table slice's ids (and values when `dim_values`) from the message's bulk frames.
-Status SliceIds(wire::InMessage& m, wire::TableSlice::Reader t, std::span<const uint64_t>* ids) {
-  auto frame = m.BulkAs<uint64_t>(t.getIdsFrame());
-  if (!frame.ok())
-    return frame.status().WithContext("table " + std::to_string(t.getTableId()) + " ids");
-  if (frame->size() != t.getCount())
-    return Status::InvalidArgument("table " + std::to_string(t.getTableId()) + ": count " +
-                                   std::to_string(t.getCount()) + " but " +
-                                   std::to_string(frame->size()) + " ids");
-  *ids = *frame;
-  return Status::Ok();
-}
-
-}  // namespace
-
 void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
-  auto req = m.envelope().getBody().getPushRequest();
   PushInput in;
-  in.timeline = m.header().getTimeline();
-  in.step = req.getStep();
-  in.rank = req.getRank();
-  in.incarnation = m.header().getIncarnation();
-  in.skip = req.getSkip();
-  in.checkpoint = req.getCheckpoint();
-  Status s;
-  if (m.header().getSenderRole() != wire::Role::WORKER || m.header().getSenderIndex() != in.rank)
-    s = Status::InvalidArgument("push rank " + std::to_string(in.rank) + " from " +
-                                wire::ReadIdentity(m.header()).Who());
-  if (req.getParts() != 1) s = Status::Unimplemented("multi-part pushes");
-  for (auto t : req.getTables()) {
-    if (!s.ok()) break;
-    PushTableView v;
-    v.table_id = t.getTableId();
-    v.dim = t.getDim();
-    s = SliceIds(m, t, &v.ids);
-    if (!s.ok()) break;
-    auto grads = m.BulkAs<float>(t.getValuesFrame());
-    if (!grads.ok()) {
-      s = grads.status().WithContext("table " + std::to_string(v.table_id) + " gradients");
-      break;
-    }
-    v.grads = *grads;
-    in.tables.push_back(v);
-  }
+  Status s = internal::ReadPushRequest(m, &in);
   StatusOr<PushAck> ack = s.ok() ? shard_->Push(in) : StatusOr<PushAck>(s);
   {
     MutexLock lock(&mu_);
@@ -140,8 +98,15 @@ void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
   const std::string msg = e.message();
   switch (e.code()) {
     case StatusCode::kFailedPrecondition:
-      r.SendView(in.timeline > shard_->timeline() ? ReplyCode::RETRY : ReplyCode::STALE, msg,
-                 static_cast<uint64_t>(shard_->applied_step()));
+      if (in.timeline != shard_->timeline()) {
+        r.SendView(in.timeline > shard_->timeline() ? ReplyCode::RETRY : ReplyCode::STALE, msg,
+                   static_cast<uint64_t>(shard_->applied_step()));
+        break;
+      }
+      // Not the sender's view: the push log refuses records until the shard is reopened (an
+      // fdatasync failed). STALE here would send a live worker into recovery for nothing.
+      TLOG_ERROR("push refused: {}", e.ToString());
+      r.SendError(ReplyCode::INTERNAL, msg);
       break;
     case StatusCode::kResourceExhausted:
     case StatusCode::kUnavailable:
@@ -168,10 +133,7 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
   }
   for (auto t : req.getTables()) {
     std::span<const uint64_t> ids;
-    Status s = SliceIds(m, t, &ids);
-    if (s.ok()) s = shard_->ValidatePull(t.getTableId(), ids);
-    if (s.ok() && t.getDim() != 0 && t.getDim() != shard_->options().tables[t.getTableId()].dim)
-      s = Status::InvalidArgument("table " + std::to_string(t.getTableId()) + ": wrong dim");
+    Status s = internal::ReadPullSlice(m, t, shard_->options(), &ids);
     if (!s.ok()) {
       MutexLock lock(&mu_);
       stats_.invalid++;
@@ -302,7 +264,7 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
   Status s;
   for (unsigned i = 0; i < tables.size() && s.ok(); ++i) {
     reads[i].table = tables[i].getTableId();
-    s = SliceIds(m, tables[i], &reads[i].ids);
+    s = internal::SliceIds(m, tables[i], &reads[i].ids);
     const uint32_t dim = shard_->options().tables[reads[i].table].dim;
     rows[i].reset(new float[reads[i].ids.size() * dim]);  // every value is written below
     reads[i].out = rows[i].get();

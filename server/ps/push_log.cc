@@ -48,10 +48,11 @@ uint64_t Get64(const uint8_t* p) {
   return v;
 }
 
-// ENOSPC/EDQUOT mean "refuse pushes until space is freed"; anything else may be transient.
+// ENOSPC/EDQUOT mean "refuse pushes until space is freed", and so does EFBIG (a file-size
+// limit, RLIMIT_FSIZE, with SIGXFSZ ignored); anything else may be transient.
 Status ErrnoStatus(int err, const std::string& what) {
   std::string msg = what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) return Status::ResourceExhausted(msg);
   return Status::Unavailable(msg);
 }
 

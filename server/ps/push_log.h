@@ -81,7 +81,8 @@ class PushLog {
 
   // Assigns the next LSN to `header->lsn`, writes the record and returns once it is durable as
   // the options say (process: after write(2); machine: after the fdatasync that covers it).
-  // kResourceExhausted on ENOSPC (nothing is left half-written; the caller must refuse the push).
+  // kResourceExhausted on ENOSPC, EDQUOT or EFBIG (nothing is left half-written; the caller must
+  // refuse the push).
   // kUnavailable on other I/O errors, kInvalidArgument if grads.size() != ids.size() * dim or
   // the record exceeds 1 GiB, kFailedPrecondition once an earlier failed fdatasync has made the
   // log unusable until it is reopened.

@@ -487,6 +487,11 @@ TEST(PushLogTest, FailedWriteLeavesFileUnchangedAndLogUsable) {
   EXPECT_EQ(log->last_lsn(), 3u);
   EXPECT_EQ(log->total_bytes(), size);
 
+  // A file-size limit (RLIMIT_FSIZE) is a full disk too: refuse until it is lifted.
+  writer->FailNext(EFBIG);
+  EXPECT_EQ(log->Append(&p.header, views).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(fs::file_size(path), size);
+
   writer->FailNext(EIO);
   EXPECT_TRUE(log->Append(&p.header, views).IsUnavailable());
   EXPECT_EQ(fs::file_size(path), size);

@@ -19,6 +19,7 @@
 #include "common/flat_id_index.h"
 #include "common/log.h"
 #include "common/slot_map.h"
+#include "server/ps/shard_validation.h"
 
 namespace tandem::ps {
 
@@ -48,12 +49,6 @@ uint64_t PayloadHash(const PushInput& p) {
     XXH3_64bits_update(&st, t.grads.data(), t.grads.size_bytes());
   }
   return XXH3_64bits_digest(&st);
-}
-
-bool AllFinite(const float* g, uint32_t dim) {
-  for (uint32_t j = 0; j < dim; ++j)
-    if (!std::isfinite(g[j])) return false;
-  return true;
 }
 
 }  // namespace
@@ -151,63 +146,11 @@ Status Shard::Recover() {
 }
 
 Status Shard::ValidatePull(uint32_t table, std::span<const uint64_t> ids) const {
-  if (table >= options_.tables.size())
-    return Status::InvalidArgument("unknown table " + std::to_string(table));
-  if (ids.size() > options_.max_rows_per_push)
-    return Status::InvalidArgument("too many ids: " + std::to_string(ids.size()));
-  if (options_.num_shards == 1) return Status::Ok();  // every key is ours
-  for (uint64_t id : ids) {
-    if (ShardOf(table, id, options_.num_shards) != options_.shard_index)
-      return Status::InvalidArgument("table " + std::to_string(table) + " id " +
-                                     std::to_string(id) + " does not belong to shard " +
-                                     std::to_string(options_.shard_index));
-  }
-  return Status::Ok();
-}
-
-Status Shard::ValidatePush(const PushInput& p) const {
-  if (p.rank >= options_.num_workers)
-    return Status::InvalidArgument("rank " + std::to_string(p.rank) +
-                                   " >= " + std::to_string(options_.num_workers) + " workers");
-  if (p.step < 0) return Status::InvalidArgument("negative step");
-  std::vector<bool> seen(options_.tables.size(), false);
-  for (const auto& t : p.tables) {
-    const std::string where =
-        "step " + std::to_string(p.step) + " table " + std::to_string(t.table_id);
-    if (t.table_id >= options_.tables.size()) return Status::InvalidArgument("unknown " + where);
-    if (seen[t.table_id]) return Status::InvalidArgument(where + " appears twice in one push");
-    seen[t.table_id] = true;
-    const TableSpec& spec = options_.tables[t.table_id];
-    if (t.dim != spec.dim)
-      return Status::InvalidArgument(where + ": dim " + std::to_string(t.dim) + ", table has " +
-                                     std::to_string(spec.dim));
-    if (t.ids.size() > options_.max_rows_per_push)
-      return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) +
-                                     " rows is too many");
-    if (t.grads.size() != t.ids.size() * t.dim)
-      return Status::InvalidArgument(where + ": " + std::to_string(t.ids.size()) + " ids but " +
-                                     std::to_string(t.grads.size()) + " gradient values");
-    TANDEM_RETURN_IF_ERROR(ValidatePull(t.table_id, t.ids).WithContext(where));
-    // Unique ids per table let a step with one contributor skip the merge.
-    thread_local FlatIdIndex seen_ids;
-    seen_ids.Reset(t.ids.size());
-    for (uint64_t id : t.ids) {
-      if (!seen_ids.Insert(id).second)
-        return Status::InvalidArgument(where + " id " + std::to_string(id) + " appears twice");
-    }
-    if (options_.nan_policy == NanPolicy::kReject) {
-      for (size_t i = 0; i < t.ids.size(); ++i) {
-        if (!AllFinite(&t.grads[i * t.dim], t.dim))
-          return Status::InvalidArgument(where + " id " + std::to_string(t.ids[i]) +
-                                         ": NaN or Inf gradient");
-      }
-    }
-  }
-  return Status::Ok();
+  return ValidatePullIds(options_, table, ids);
 }
 
 StatusOr<PushAck> Shard::Push(const PushInput& push) {
-  TANDEM_RETURN_IF_ERROR(ValidatePush(push));
+  TANDEM_RETURN_IF_ERROR(ValidatePushInput(options_, push));
   MutexLock lock(&mu_);
   return PushLocked(push, /*replaying=*/false, 0);
 }
@@ -249,7 +192,10 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     h.shard = options_.shard_index;
     h.incarnation = push.incarnation;
     h.flags = (push.skip ? 1u : 0u) | (push.checkpoint ? 2u : 0u);
-    TANDEM_RETURN_IF_ERROR(log_->Append(&h, push.tables));
+    // Nothing of the push is stored before its record is: a refused push leaves the shard as
+    // it was, and the sender's retry once there is space again is a fresh push.
+    if (Status s = log_->Append(&h, push.tables); !s.ok()) return RefuseUnlogged(std::move(s));
+    LogWritable();
     lsn = h.lsn;
     stats_.pushes_logged++;
     if (log_->alarm() && !log_alarm_reported_) {
@@ -631,6 +577,25 @@ Status Shard::AddToChecksum(ModelChecksum* sum, uint64_t* rows, int64_t* applied
 }
 
 int64_t Shard::applied_step() const { return applied_.load(); }
+
+Status Shard::RefuseUnlogged(Status error) {
+  const bool full = error.code() == StatusCode::kResourceExhausted;
+  (full ? stats_.pushes_refused_log_full : stats_.pushes_refused_log_error)++;
+  stats_.push_log_full = full;
+  // Once per episode: a full disk must not fill the daemon's own log with a line per retry.
+  if (refused_since_writable_++ == 0)
+    TLOG_ERROR("shard {}: push log write failed, refusing pushes until it can be written: {}",
+               options_.shard_index, error.ToString());
+  return error;
+}
+
+void Shard::LogWritable() {
+  if (refused_since_writable_ == 0) return;
+  TLOG_INFO("shard {}: push log writable again after {} refused pushes", options_.shard_index,
+            refused_since_writable_);
+  refused_since_writable_ = 0;
+  stats_.push_log_full = false;
+}
 
 ShardStats Shard::stats() const {
   MutexLock lock(&mu_);

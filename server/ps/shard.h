@@ -107,6 +107,11 @@ struct ShardStats {
   uint64_t rows_nan_skipped = 0;   // nan_policy skip_rows
   uint64_t replayed_records = 0;   // at the last recovery
   uint64_t restore_points = 0;
+  // Pushes refused because their push-log record could not be written (nothing of them stored):
+  // for lack of space (ENOSPC, EDQUOT, EFBIG from a file-size limit), or for another error.
+  uint64_t pushes_refused_log_full = 0;
+  uint64_t pushes_refused_log_error = 0;
+  bool push_log_full = false;  // the newest append failed for lack of space
 };
 
 // Safe for concurrent use. Pushes and applies are serialized by one mutex (they are ordered by
@@ -195,7 +200,6 @@ class Shard {
   };
   explicit Shard(const ShardOptions& options);
   Status Recover();
-  Status ValidatePush(const PushInput& push) const;
   StatusOr<PushAck> PushLocked(const PushInput& push, bool replaying, uint64_t lsn)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies every complete step after applied_. `arriving` (rank, push) completes the next step
@@ -230,6 +234,10 @@ class Shard {
   void TakeCutPoint(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `dir` (may be null) gets the restore point's directory.
   Status TakeRestorePointLocked(std::string* dir = nullptr) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and logs (once per episode) a push refused because its log record failed; returns
+  // `error`. LogWritable() ends the episode after a record was written again.
+  Status RefuseUnlogged(Status error) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogWritable() EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReplayFromLsn() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
@@ -243,6 +251,7 @@ class Shard {
   // Written under mu_; read without it, so pulls never wait behind an apply.
   std::atomic<int64_t> applied_{-1};
   bool log_alarm_reported_ GUARDED_BY(mu_) = false;
+  uint64_t refused_since_writable_ GUARDED_BY(mu_) = 0;  // pushes refused in this episode
   // k = 0: pushes logged but not yet applied, by step then rank.
   std::map<int64_t, std::map<uint32_t, std::unique_ptr<BufferedPush>>> pending_ GUARDED_BY(mu_);
   uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;
