@@ -414,6 +414,52 @@ void CurveOnOff(zmq::context_t* ctx, uint32_t dim) {
               "the same pushes with CURVE off", Median(push[0]));
 }
 
+// libzmq encrypts a connection on one of its context's I/O threads, so one connection's CURVE
+// throughput is one core's. Two clients (two connections, each with its own I/O thread; the
+// server's context has two) pulling at once: the aggregate with CURVE on against off.
+void CurveTwoConnections(zmq::context_t* ctx, uint32_t dim) {
+  const auto keys = wire::GenerateCurveKeys();
+  if (!keys.ok()) std::abort();
+  std::vector<double> agg[2];
+  for (int run = 0; run < 3; ++run) {
+    for (int on = 0; on < 2; ++on) {
+      wire::SetDefaultCurveKeys(on ? std::optional<wire::CurveKeys>(*keys) : std::nullopt);
+      testing::TempDir dir;
+      ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
+      auto k = Keys(kKeys, 3);
+      {
+        PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+        int64_t step = 0;
+        Materialise(&c, k, dim, &step);
+      }
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false};
+      std::vector<std::thread> clients;
+      for (int i = 0; i < 2; ++i) {
+        clients.emplace_back([&] {
+          zmq::context_t own(1);
+          PsClient c = MakeClient(&own, {s.server->endpoint()}, dim);
+          std::vector<std::vector<float>> rows;
+          TableIds t{0, k};
+          if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
+          ready++;
+          while (!go) std::this_thread::yield();
+          for (int r = 0; r < 10; ++r)
+            if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
+        });
+      }
+      while (ready < 2) std::this_thread::yield();
+      const auto t0 = Clock::now();
+      go = true;
+      for (auto& t : clients) t.join();
+      agg[on].push_back(2.0 * 10 * k.size() / Seconds(t0));
+    }
+  }
+  wire::SetDefaultCurveKeys(std::nullopt);
+  PrintFigure("ps_pull_cached_dim" + std::to_string(dim) + "_curve_2clients", Median(agg[1]),
+              "keys/s", true, "the same two clients with CURVE off", Median(agg[0]));
+}
+
 int Main(int argc, char** argv) {
   zmq::context_t ctx(2);
   std::string only = argc > 1 ? argv[1] : "";
@@ -431,6 +477,7 @@ int Main(int argc, char** argv) {
   if (only.empty() || only == "curve") {
     CurveOnOff(&ctx, 16);
     CurveOnOff(&ctx, 64);
+    CurveTwoConnections(&ctx, 64);
   }
   return 0;
 }
