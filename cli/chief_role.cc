@@ -31,6 +31,7 @@ int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
     if (Status s = service->fatal(); !s.ok()) {
       service->Stop();
       if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
+      if (s.IsFailedPrecondition()) return kExitFenced;  // recovery.max_rollbacks: do not restart
       return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
     }
   }

@@ -227,6 +227,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       auto created = chief::ChiefService::Create(*job, &server, args.new_run);
       if (!created.ok()) {
         TLOG_ERROR("cannot start the chief: {}", created.status().ToString());
+        // Refusing to restart a job that keeps failing (recovery.max_rollbacks): 75, which the
+        // units do not restart.
+        if (created.status().IsFailedPrecondition()) return kExitFenced;
         return created.status().IsDataLoss() || created.status().IsInvalidArgument()
                    ? kExitInvalid
                    : kExitRuntimeFailure;

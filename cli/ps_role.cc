@@ -97,11 +97,20 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
       break;
     }
   }
+  const bool job_failed = chief->job_state() == "failed";
   progress.step = shard->applied_step();
   progress.state = "stopped";
   chief->SetProgress(progress);
   chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
   chief->StopHeartbeats();
+  // A failed job goes on only from its last checkpoint, with every process started again (the
+  // chief and the workers of a failed job exit non-zero too): under systemd's
+  // Restart=on-failure a shard that exited 0 would never come back for that restart.
+  if (job_failed) {
+    TLOG_WARN("the job failed: exiting {} so that the supervisor restarts this shard",
+              static_cast<int>(kExitRuntimeFailure));
+    return kExitRuntimeFailure;
+  }
   return kExitOk;
 }
 

@@ -143,6 +143,7 @@ constexpr JobKey kJobKeys[] = {
     {"collective.iface", Bind<&CollectiveConfig::iface>, NonEmpty()},
     {"collective.abort_grace_ms", Bind<&CollectiveConfig::abort_grace_ms>, AtLeast(1)},
     {"recovery.max_wait_s", Bind<&RecoveryConfig::max_wait_s>, AtLeast(1)},
+    {"recovery.max_rollbacks", Bind<&RecoveryConfig::max_rollbacks>, AtLeast(0)},
     {"checkpoint.dir", Bind<&CheckpointConfig::dir>, NonEmpty()},
     {"checkpoint.every_steps", Bind<&CheckpointConfig::every_steps>, AtLeast(0)},
     {"checkpoint.every_seconds", Bind<&CheckpointConfig::every_seconds>, AtLeast(0)},

@@ -121,6 +121,9 @@ struct CollectiveConfig {
 
 struct RecoveryConfig {
   int64_t max_wait_s = 300;  // >= 1
+  // A chief refuses to start a job whose last max_rollbacks + 1 runs all failed from the same
+  // checkpoint (a supervisor would restart it forever).
+  int64_t max_rollbacks = 3;
   friend bool operator==(const RecoveryConfig&, const RecoveryConfig&) = default;
 };
 

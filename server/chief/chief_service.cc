@@ -147,7 +147,8 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
       if (!kv.ok()) return kv.status();
       service->kv_ = std::move(kv).value();
     } else {
-      TANDEM_RETURN_IF_ERROR(service->membership_.OpenRun(service->checkpoints_->resume_step()));
+      TANDEM_RETURN_IF_ERROR(service->membership_.OpenRun(service->checkpoints_->resume_step(),
+                                                          job.recovery.max_rollbacks));
       // An earlier run's rendezvous keys must not meet this run's members.
       std::error_code ec;
       std::filesystem::remove(KvPath(job), ec);
@@ -290,7 +291,7 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
   kv_.clear();
   std::error_code ec;
   std::filesystem::remove(KvPath(job_), ec);
-  fatal_ = membership_.OpenRun(checkpoints_->resume_step());
+  fatal_ = membership_.OpenRun(checkpoints_->resume_step(), job_.recovery.max_rollbacks);
   return fatal_;
 }
 

@@ -23,7 +23,8 @@ std::string EncodeChiefState(const ChiefStateData& d) {
                       {"run_ended_ms", d.run_ended_ms},
                       {"run_stop_reason", d.run_stop_reason},
                       {"run_end_state", d.run_end_state},
-                      {"run_result", d.run_result}};
+                      {"run_result", d.run_result},
+                      {"futile_runs", d.futile_runs}};
   return j.dump(2) + "\n";
 }
 
@@ -50,9 +51,10 @@ StatusOr<ChiefStateData> DecodeChiefState(const std::string& text, const std::st
       if (!j["run_open"].is_boolean()) return Status::DataLoss(name + ": 'run_open' is not a bool");
       d.run_open = j["run_open"].get<bool>();
     }
-    for (auto [key, out] : {std::pair{"run_resume_step", &d.run_resume_step},
-                            std::pair{"run_training_ms", &d.run_training_ms},
-                            std::pair{"run_ended_ms", &d.run_ended_ms}}) {
+    for (auto [key, out] :
+         {std::pair{"run_resume_step", &d.run_resume_step},
+          std::pair{"run_training_ms", &d.run_training_ms},
+          std::pair{"run_ended_ms", &d.run_ended_ms}, std::pair{"futile_runs", &d.futile_runs}}) {
       if (!j.contains(key)) continue;
       if (!j[key].is_number_integer())
         return Status::DataLoss(name + ": '" + key + "' is not an integer");

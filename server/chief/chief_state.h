@@ -29,6 +29,10 @@ struct ChiefStateData {
   std::string run_stop_reason;   // a stop was requested (SIGTERM, StopJob)
   std::string run_end_state;     // the terminal job state, once reached; "" before
   std::string run_result;        // JSON: worker 0's final report once the job is done
+  // Runs in a row that failed having resumed from the checkpoint of run_resume_step, i.e.
+  // without committing a newer one: the restarts a supervisor's rollback (systemd, tandem
+  // local) got nothing from. Bounded by recovery.max_rollbacks.
+  int64_t futile_runs = 0;
 
   friend bool operator==(const ChiefStateData&, const ChiefStateData&) = default;
 };

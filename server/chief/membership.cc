@@ -106,8 +106,19 @@ void Membership::SaveRun(const std::function<void(ChiefStateData*)>& change) {
   Persist(d).IgnoreError();  // logged by Persist
 }
 
-Status Membership::OpenRun(int64_t resume_step) {
+Status Membership::OpenRun(int64_t resume_step, int64_t max_rollbacks) {
   ChiefStateData d = state_->data();
+  // The previous run failed and committed nothing after the checkpoint this run resumes from:
+  // restarting it again would most likely fail the same way, forever under systemd.
+  const bool futile = d.run_end_state == kJobFailed && d.run_resume_step == resume_step;
+  d.futile_runs = futile ? d.futile_runs + 1 : 0;
+  if (d.futile_runs > max_rollbacks)
+    return Status::FailedPrecondition(
+        "the job failed " + std::to_string(d.futile_runs) + " times in a row from the " +
+        (resume_step >= 0 ? "checkpoint of step " + std::to_string(resume_step) : "start") +
+        " without committing a newer one (recovery.max_rollbacks = " +
+        std::to_string(max_rollbacks) +
+        "): not starting it again; the last failure: " + DecodeResult(d.run_result).detail);
   d.run_open = true;
   d.run_resume_step = resume_step;
   d.run_training_ms = d.run_ended_ms = 0;

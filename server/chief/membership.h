@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -183,7 +184,9 @@ class Membership {
 
   // A job start: opens a new run in the persisted state, resuming from `resume_step` (-1: from
   // scratch). kUnavailable when it cannot be persisted.
-  Status OpenRun(int64_t resume_step);
+  // kFailedPrecondition (nothing changed) when the last `max_rollbacks` + 1 runs all failed
+  // from this same resume step: see ChiefStateData::futile_runs.
+  Status OpenRun(int64_t resume_step, int64_t max_rollbacks = std::numeric_limits<int64_t>::max());
   // A chief restarted into the open run (PROTOCOLS §10): takes over the run's persisted job
   // state (a terminal one with worker 0's final report, or a requested stop) and its training
   // start, so the elapsed time and the end of the job are the run's. Members come back by

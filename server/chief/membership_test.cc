@@ -605,6 +605,31 @@ TEST_F(MembershipTest, ClosedRunIsNotRejoinedAndOpenRunStartsClean) {
   EXPECT_FALSE(disk->run_open);
 }
 
+// A supervisor restarts a failed job from its last checkpoint (systemd on bare metal): a job
+// that fails again and again without committing a newer one is refused past max_rollbacks, with
+// the reason, instead of being restarted forever.
+TEST_F(MembershipTest, AJobFailingAgainFromTheSameCheckpointIsRefusedPastMaxRollbacks) {
+  for (int run = 0; run < 3; ++run) {  // the first run and two restarts, max_rollbacks = 2
+    ASSERT_TRUE(members_->OpenRun(7, 2).ok()) << "run " << run;
+    RegisterAll();
+    Beat(MemberRole::kWorker, 0, w0_, "failed");
+    ASSERT_EQ(members_->job_state(), "failed");
+    ASSERT_TRUE(members_->CloseRun().ok());
+    Restart();
+  }
+  EXPECT_EQ(state_->data().futile_runs, 2);
+  Status refused = members_->OpenRun(7, 2);
+  EXPECT_TRUE(refused.IsFailedPrecondition()) << refused;
+  EXPECT_NE(refused.message().find("3 times in a row from the checkpoint of step 7"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.message().find("recovery.max_rollbacks = 2"), std::string::npos);
+  EXPECT_FALSE(state_->data().run_open);
+  // A newer checkpoint committed in between: not futile, counting starts again.
+  ASSERT_TRUE(members_->OpenRun(9, 2).ok());
+  EXPECT_EQ(state_->data().futile_runs, 0);
+}
+
 // Workers stopped after a stop the restarted chief never heard of: the job is stopped anyway,
 // or the PS would wait for its end forever.
 TEST_F(MembershipTest, EveryWorkerStoppedEndsTheJobWithoutAStopRequest) {
