@@ -311,6 +311,33 @@ void MemoryPerRow(uint32_t dim, embedding::OptimizerKind opt, const std::string&
               "raw row (embedding + optimizer state)", raw);
 }
 
+// `clients` threads, each with its own context and sockets, connect and warm up, then all pull
+// `keys` 10 times at once: the total keys pulled over the wall time of the slowest client.
+double ConcurrentPullKeysPerSec(const std::vector<std::string>& eps,
+                                const std::vector<uint64_t>& keys, uint32_t dim, int clients) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&] {
+      zmq::context_t own(1);
+      PsClient c = MakeClient(&own, eps, dim);
+      std::vector<std::vector<float>> rows;
+      TableIds t{0, keys};
+      if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
+      ready++;
+      while (!go) std::this_thread::yield();
+      for (int r = 0; r < 10; ++r)
+        if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
+    });
+  }
+  while (ready < clients) std::this_thread::yield();
+  const auto t0 = Clock::now();
+  go = true;
+  for (auto& t : threads) t.join();
+  return double(clients) * 10 * keys.size() / Seconds(t0);
+}
+
 void TwoByTwo(zmq::context_t* ctx) {
   const uint32_t dim = 16;
   std::vector<double> agg;
@@ -325,31 +352,7 @@ void TwoByTwo(zmq::context_t* ctx) {
       int64_t step = 0;
       Materialise(&c, keys, dim, &step);
     }
-    // Each client connects and warms up, then all pull together; the figure is the total keys
-    // pulled over the wall time of the slowest client.
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    Clock::time_point t0;
-    std::vector<std::thread> clients;
-    for (int i = 0; i < 2; ++i) {
-      clients.emplace_back([&] {
-        zmq::context_t own(1);
-        PsClient c = MakeClient(&own, eps, dim);
-        std::vector<std::vector<float>> rows;
-        TableIds t{0, keys};
-        if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
-        ready++;
-        while (!go) std::this_thread::yield();
-        for (int r = 0; r < 10; ++r)
-          if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
-      });
-    }
-    while (ready < 2) std::this_thread::yield();
-    t0 = Clock::now();
-    go = true;
-    for (auto& t : clients) t.join();
-    const double total = 2.0 * 10 * keys.size();
-    agg.push_back(total / Seconds(t0));
+    agg.push_back(ConcurrentPullKeysPerSec(eps, keys, dim, 2));
   }
   std::vector<double> one;
   for (int run = 0; run < 3; ++run) {
@@ -432,27 +435,7 @@ void CurveTwoConnections(zmq::context_t* ctx, uint32_t dim) {
         int64_t step = 0;
         Materialise(&c, k, dim, &step);
       }
-      std::atomic<int> ready{0};
-      std::atomic<bool> go{false};
-      std::vector<std::thread> clients;
-      for (int i = 0; i < 2; ++i) {
-        clients.emplace_back([&] {
-          zmq::context_t own(1);
-          PsClient c = MakeClient(&own, {s.server->endpoint()}, dim);
-          std::vector<std::vector<float>> rows;
-          TableIds t{0, k};
-          if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
-          ready++;
-          while (!go) std::this_thread::yield();
-          for (int r = 0; r < 10; ++r)
-            if (!c.Pull(1, {&t, 1}, &rows).ok()) std::abort();
-        });
-      }
-      while (ready < 2) std::this_thread::yield();
-      const auto t0 = Clock::now();
-      go = true;
-      for (auto& t : clients) t.join();
-      agg[on].push_back(2.0 * 10 * k.size() / Seconds(t0));
+      agg[on].push_back(ConcurrentPullKeysPerSec({s.server->endpoint()}, k, dim, 2));
     }
   }
   wire::SetDefaultCurveKeys(std::nullopt);
