@@ -169,8 +169,7 @@ int Main(int argc, char** argv) {
                      "the embedding part only, from the PS shards (with --config)");
   KeysArgs keys_args;
   auto* keys = app.add_subcommand("keys", "generate the cluster's CURVE key material");
-  keys->add_option("--out", keys_args.out, "directory for cluster.key (created 0700)")
-      ->required();
+  keys->add_option("--out", keys_args.out, "directory for cluster.key (created 0700)")->required();
 
   try {
     app.parse(argc, argv);
