@@ -21,7 +21,9 @@ struct ChecksumArgs {
   int num_workers = 0;     // > 0: the job ran with this many workers (`tandem local --workers M`)
   bool sparse = false;     // the embedding part only (no dense.ckpt needed)
   std::string checkpoint;  // --checkpoint: a checkpoint.dir (its LATEST) or one ckpt-<step> dir
-  bool verify = false;     // --verify: every file's CRC32C, not only presence and size
+  // --verify: every file's CRC32C, not only presence and size, and every row summed and
+  // compared with the sum the shard kept
+  bool verify = false;
   std::string log_level = "warn";
 };
 

@@ -154,7 +154,9 @@ int Main(int argc, char** argv) {
   auto* sum_checkpoint = checksum->add_option(
       "--checkpoint", sum.checkpoint,
       "a checkpoint: checkpoint.dir (its LATEST) or one ckpt-<step> directory");
-  checksum->add_flag("--verify", sum.verify, "verify every file's CRC32C (with --checkpoint)");
+  checksum->add_flag(
+      "--verify", sum.verify,
+      "verify every file's CRC32C and sum every row against the kept sum (with --checkpoint)");
   checksum
       ->add_option("--config", sum.config_path,
                    "a stopped job's config: read its PS shards and output.dir/model/dense.ckpt")

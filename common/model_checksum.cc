@@ -30,11 +30,19 @@ ModelChecksum ModelChecksum::FromParts(uint64_t high, uint64_t low) {
   return sum;
 }
 
+void ModelChecksum::AddHash(uint64_t high, uint64_t low, bool subtract) {
+  if (subtract) {  // adding the two's complement of (high, low) mod 2^128
+    low = ~low + 1;
+    high = ~high + (low == 0 ? 1 : 0);
+  }
+  const uint64_t lo = lo_ + low;
+  hi_ += high + (lo < lo_ ? 1 : 0);  // carry: the sum is taken mod 2^128
+  lo_ = lo;
+}
+
 void ModelChecksum::AddRecord(const std::string& bytes) {
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
-  const uint64_t lo = lo_ + h.low64;
-  hi_ += h.high64 + (lo < lo_ ? 1 : 0);  // carry: the sum is taken mod 2^128
-  lo_ = lo;
+  AddHash(h.high64, h.low64, false);
 }
 
 void ModelChecksum::AddDenseTensor(std::string_view name, std::span<const int64_t> shape,
@@ -53,10 +61,15 @@ void ModelChecksum::AddDenseTensor(std::string_view name, std::span<const int64_
   AddRecord(r);
 }
 
-void ModelChecksum::AddRow(uint32_t table, uint64_t id, std::span<const float> embedding,
-                           std::span<const float> state, int64_t last_updated_step,
-                           uint64_t frequency) {
-  std::string r;
+namespace {
+
+// Row and counter records are hashed on every apply of a shard (twice per row), so they are
+// laid out in a per-thread buffer instead of a fresh string.
+XXH128_hash_t RowRecordHash(uint32_t table, uint64_t id, std::span<const float> embedding,
+                            std::span<const float> state, int64_t last_updated_step,
+                            uint64_t frequency) {
+  thread_local std::string r;
+  r.clear();
   Put<uint8_t>(&r, 2);
   Put<uint32_t>(&r, table);
   Put<uint64_t>(&r, id);
@@ -66,23 +79,47 @@ void ModelChecksum::AddRow(uint32_t table, uint64_t id, std::span<const float> e
   PutFloats(&r, state);
   Put<int64_t>(&r, last_updated_step);
   Put<uint64_t>(&r, frequency);
-  AddRecord(r);
+  return XXH3_128bits(r.data(), r.size());
+}
+
+XXH128_hash_t CounterRecordHash(uint32_t table, uint64_t id, uint64_t count) {
+  char r[1 + 4 + 8 + 8];
+  r[0] = 3;
+  std::memcpy(r + 1, &table, 4);
+  std::memcpy(r + 5, &id, 8);
+  std::memcpy(r + 13, &count, 8);
+  return XXH3_128bits(r, sizeof(r));
+}
+
+}  // namespace
+
+void ModelChecksum::AddRow(uint32_t table, uint64_t id, std::span<const float> embedding,
+                           std::span<const float> state, int64_t last_updated_step,
+                           uint64_t frequency) {
+  const XXH128_hash_t h = RowRecordHash(table, id, embedding, state, last_updated_step, frequency);
+  AddHash(h.high64, h.low64, false);
+}
+
+void ModelChecksum::SubtractRow(uint32_t table, uint64_t id, std::span<const float> embedding,
+                                std::span<const float> state, int64_t last_updated_step,
+                                uint64_t frequency) {
+  const XXH128_hash_t h = RowRecordHash(table, id, embedding, state, last_updated_step, frequency);
+  AddHash(h.high64, h.low64, true);
 }
 
 void ModelChecksum::AddAdmissionCounter(uint32_t table, uint64_t id, uint64_t count) {
-  std::string r;
-  Put<uint8_t>(&r, 3);
-  Put<uint32_t>(&r, table);
-  Put<uint64_t>(&r, id);
-  Put<uint64_t>(&r, count);
-  AddRecord(r);
+  const XXH128_hash_t h = CounterRecordHash(table, id, count);
+  AddHash(h.high64, h.low64, false);
 }
 
-void ModelChecksum::Merge(const ModelChecksum& other) {
-  const uint64_t lo = lo_ + other.lo_;
-  hi_ += other.hi_ + (lo < lo_ ? 1 : 0);
-  lo_ = lo;
+void ModelChecksum::SubtractAdmissionCounter(uint32_t table, uint64_t id, uint64_t count) {
+  const XXH128_hash_t h = CounterRecordHash(table, id, count);
+  AddHash(h.high64, h.low64, true);
 }
+
+void ModelChecksum::Merge(const ModelChecksum& other) { AddHash(other.hi_, other.lo_, false); }
+
+void ModelChecksum::Unmerge(const ModelChecksum& other) { AddHash(other.hi_, other.lo_, true); }
 
 std::string ModelChecksum::Hex() const {
   char buf[33];

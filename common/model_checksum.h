@@ -29,7 +29,15 @@ class ModelChecksum {
   void AddRow(uint32_t table, uint64_t id, std::span<const float> embedding,
               std::span<const float> state, int64_t last_updated_step, uint64_t frequency);
   void AddAdmissionCounter(uint32_t table, uint64_t id, uint64_t count);
+  // The inverses of AddRow / AddAdmissionCounter: a sum kept up to date as rows change (a
+  // shard's store, issue 21) takes out a row's old record and adds its new one.
+  void SubtractRow(uint32_t table, uint64_t id, std::span<const float> embedding,
+                   std::span<const float> state, int64_t last_updated_step, uint64_t frequency);
+  void SubtractAdmissionCounter(uint32_t table, uint64_t id, uint64_t count);
   void Merge(const ModelChecksum& other);
+  // Merge's inverse: this - other (mod 2^128).
+  void Unmerge(const ModelChecksum& other);
+  bool operator==(const ModelChecksum& other) const = default;
 
   std::string Hex() const;  // 32 lowercase hex chars, high half first
   uint64_t high() const { return hi_; }
@@ -37,6 +45,7 @@ class ModelChecksum {
 
  private:
   void AddRecord(const std::string& bytes);
+  void AddHash(uint64_t high, uint64_t low, bool subtract);
   uint64_t hi_ = 0;
   uint64_t lo_ = 0;
 };

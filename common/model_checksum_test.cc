@@ -71,5 +71,32 @@ TEST(ModelChecksumTest, FromPartsRoundTripsAndMergesWithCarry) {
   EXPECT_EQ(wraps.Hex(), "00000000000000000000000000000001");
 }
 
+// A sum kept up to date (a row's old record out, its new one in) ends where summing the final
+// records from scratch does, borrows across the halves included.
+TEST(ModelChecksumTest, SubtractingARecordUndoesAddingIt) {
+  std::vector<float> e1 = {0.5f, -1.25f}, e2 = {3.0f, 4.0f}, st = {0.1f};
+  ModelChecksum kept;
+  kept.AddRow(0, 7, e1, st, 3, 2);
+  kept.AddAdmissionCounter(1, 4, 2);
+  kept.SubtractRow(0, 7, e1, st, 3, 2);
+  kept.AddRow(0, 7, e2, st, 4, 3);
+  kept.SubtractAdmissionCounter(1, 4, 2);
+  kept.AddAdmissionCounter(1, 4, 3);
+  ModelChecksum fresh;
+  fresh.AddAdmissionCounter(1, 4, 3);
+  fresh.AddRow(0, 7, e2, st, 4, 3);
+  EXPECT_EQ(kept, fresh);
+  ModelChecksum empty;
+  empty.AddRow(1, 1, e1, st, 0, 1);
+  empty.SubtractRow(1, 1, e1, st, 0, 1);
+  EXPECT_EQ(empty.Hex(), std::string(32, '0'));
+  ModelChecksum borrow = ModelChecksum::FromParts(8, 0);
+  borrow.Unmerge(ModelChecksum::FromParts(0, 1));
+  EXPECT_EQ(borrow.high(), 7u);
+  EXPECT_EQ(borrow.low(), ~0ull);
+  borrow.Merge(ModelChecksum::FromParts(0, 1));
+  EXPECT_EQ(borrow, ModelChecksum::FromParts(8, 0));
+}
+
 }  // namespace
 }  // namespace tandem

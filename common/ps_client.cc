@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "common/log.h"
 #include "common/slot_map.h"
 
 namespace tandem {
@@ -335,11 +336,14 @@ StatusOr<ModelChecksum> PsClient::Checksum(int64_t step, uint64_t* rows) {
   return sum;
 }
 
+// A shard answers "copying" while its part's copy runs (its time grows with the table), so the
+// deadline applies to each round of asking, never to the copy: a shard that keeps answering is
+// waited for however long its copy takes.
 StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
                                                              const std::vector<int64_t>& retained) {
   if (step < 0) return Status::InvalidArgument("checkpoint of step " + std::to_string(step));
-  std::vector<size_t> targets(shards_.size());
-  for (size_t s = 0; s < targets.size(); ++s) targets[s] = s;
+  std::vector<size_t> todo(shards_.size());
+  for (size_t s = 0; s < todo.size(); ++s) todo[s] = s;
   std::vector<std::string> parts(shards_.size());
   auto build = [&](size_t) {
     wire::OutMessage m;
@@ -349,6 +353,8 @@ StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
     for (unsigned i = 0; i < retained.size(); ++i) list.set(i, retained[i]);
     return m;
   };
+  std::vector<size_t> copying;
+  std::string progress;
   auto on_reply = [&](size_t s, wire::InMessage& r) -> Status {
     auto body = r.envelope().getBody();
     if (body.which() != wire::Envelope::Body::CHECKPOINT_PART_REPLY)
@@ -357,11 +363,37 @@ StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
     if (reply.getStep() != step)
       return Status::InvalidArgument("shard " + std::to_string(s) + " answered the part of step " +
                                      std::to_string(reply.getStep()));
+    if (reply.getCopying()) {
+      copying.push_back(s);
+      progress += " shard " + std::to_string(s) + ": " +
+                  std::to_string(reply.getBytesDone() >> 20) + " of " +
+                  std::to_string(reply.getBytesTotal() >> 20) + " MiB";
+      if (reply.getCopyingStep() != step)
+        progress += " (finishing the part of step " + std::to_string(reply.getCopyingStep()) + ")";
+      return Status::Ok();
+    }
     parts[s] = reply.getPart();
     return Status::Ok();
   };
-  TANDEM_RETURN_IF_ERROR(CallShards(targets, build, on_reply, Clock::now() + options_.timeout));
-  return parts;
+  const auto t0 = Clock::now();
+  auto logged = t0;
+  milliseconds pause{2};
+  for (;;) {
+    copying.clear();
+    progress.clear();
+    TANDEM_RETURN_IF_ERROR(CallShards(todo, build, on_reply, Clock::now() + options_.timeout));
+    if (copying.empty()) return parts;
+    todo = copying;
+    if (Clock::now() - logged >= std::chrono::seconds(10)) {
+      logged = Clock::now();
+      TLOG_INFO("checkpoint of step {}: waiting {:.0f} s for the shards' copies:{}", step,
+                std::chrono::duration<double>(logged - t0).count(), progress);
+    }
+    if (options_.interrupted && options_.interrupted())
+      return Status::Cancelled("interrupted: the chief announced a new generation");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(250));
+  }
 }
 
 Status PsClient::ResendRetained(size_t shard, Clock::time_point deadline) {

@@ -69,4 +69,11 @@ struct CheckpointPartRequest {
 struct CheckpointPartReply {
   step @0 :Int64;
   part @1 :Text;  # JSON: the shard's files (durable_copy.h CheckpointPartToJson)
+  # The copy runs in the background (its time grows with the table): while it does, a request
+  # is answered at once with copying = true, no part, and how far it has got; the client asks
+  # again, without a deadline on the copy as long as the shard answers.
+  copying @2 :Bool;
+  bytesDone @3 :UInt64;
+  bytesTotal @4 :UInt64;
+  copyingStep @5 :Int64;  # the step being copied (another one's copy may still be finishing)
 }

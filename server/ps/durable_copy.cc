@@ -322,7 +322,8 @@ std::string StepDirName(int64_t step) {
 
 StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
                                        const std::string& durable_root, uint32_t shard,
-                                       int64_t step, const CheckpointPart* previous) {
+                                       int64_t step, const CheckpointPart* previous,
+                                       CopyProgress* progress) {
   std::error_code ec;
   if (!fs::is_directory(restore_point_dir, ec)) {
     return Status::NotFound("durable copy: no restore point at " + restore_point_dir);
@@ -346,9 +347,18 @@ StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
   // Its entry in the root is made durable by Commit.
   if (!fs::create_directory(job.root / job.step_dir, ec) && ec)
     return ErrorCodeStatus(ec, "mkdir " + (job.root / job.step_dir).string());
+  if (progress != nullptr) {
+    uint64_t total = 0;
+    for (const auto& entry : listing) total += entry.second;
+    progress->bytes_total = total;
+    progress->bytes_done = 0;
+  }
   for (const auto& [name, size] : listing) {
+    if (progress != nullptr && progress->cancel)
+      return Status::Cancelled("durable copy of shard " + std::to_string(shard) + " stopped");
     Status s = SstNumber(name) ? CopySst(&job, name, size) : CopyOther(&job, name);
     if (!s.ok()) return s.WithContext("durable copy of shard " + std::to_string(shard));
+    if (progress != nullptr) progress->bytes_done += size;
   }
   Status committed = job.Commit();
   if (!committed.ok())

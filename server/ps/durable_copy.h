@@ -21,6 +21,7 @@
 // it, so a checkpoint reads only what it copies.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -57,6 +58,14 @@ struct CheckpointPart {
 // "step-000000000042".
 std::string StepDirName(int64_t step);
 
+// How far a CopyToDurable has got, read by other threads (a part request asked again while its
+// copy runs answers with it), and a way to stop it between two files.
+struct CopyProgress {
+  std::atomic<uint64_t> bytes_done{0};   // of the restore point's files, copied or found held
+  std::atomic<uint64_t> bytes_total{0};  // every file of the restore point
+  std::atomic<bool> cancel{false};       // set: the copy ends with kCancelled at the next file
+};
+
 // Copies the restore point at `restore_point_dir` (a RocksDB checkpoint; left unchanged) into
 // the durable copy at `durable_root` (created if absent). An SST already in the pool is not
 // copied again: when `previous` (the last part copied to this root, or null) lists it with the
@@ -65,11 +74,14 @@ std::string StepDirName(int64_t step);
 // Errors: kDataLoss when a file of the restore point does not match the checksum RocksDB
 // recorded for it (the restore point is corrupt); kResourceExhausted on ENOSPC; kUnavailable
 // on other I/O errors; kNotFound when there is no restore point.
+// `progress` (may be null) is updated after every file; its `cancel` stops the copy
+// (kCancelled; nothing of it is named by a part).
 // REQUIRES: no other CopyToDurable or CollectGarbage on `durable_root` runs concurrently.
 // Thread-safe otherwise (no shared state).
 StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
                                        const std::string& durable_root, uint32_t shard,
-                                       int64_t step, const CheckpointPart* previous);
+                                       int64_t step, const CheckpointPart* previous,
+                                       CopyProgress* progress = nullptr);
 
 // Checks that every file of `part` is present under `durable_root` with its recorded size and,
 // with `full`, re-reads it and checks its CRC32C, except files listed identically in

@@ -7,7 +7,10 @@
 //
 // RocksDB key: 4-byte big-endian table id + 8-byte big-endian id (12 bytes); value: the row
 // bytes exactly as RowRef lays them out. Admission counters (ids seen but not yet admitted) are
-// stored under the key prefix 0xFFFFFFFF + table (4 B) + id (8 B), value u64 count.
+// stored under the key prefix 0xFFFFFFFF + table (4 B) + id (8 B), value u64 count. The store's
+// part of model_checksum is kept up to date by every change and stored under 0xFFFFFFFE "sum"
+// with each flush, so a RocksDB checkpoint carries the sum of its rows (issue 21: nothing at
+// the end of a job scans the table).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "common/embedding/table_spec.h"
+#include "common/model_checksum.h"
 #include "common/status.h"
 
 namespace tandem::ps {
@@ -97,6 +101,19 @@ class EmbeddingStore {
   Status ForEachRow(const std::function<void(uint32_t table, uint64_t id, const uint8_t* row)>& fn);
   Status ForEachAdmissionCount(
       const std::function<void(uint32_t table, uint64_t id, uint64_t count)>& fn);
+
+  // Adds the store's part of model_checksum (DESIGN §12: every stored row and admission
+  // counter) to `sum`, without a scan: the store keeps it up to date through every change and
+  // persists it with each flush. A store written before the sum was kept is scanned once
+  // (`scanned` says so). `rows` / `counters` (may be null) get the stored row / counter counts.
+  // Exact when no change runs concurrently (the shard holds its applies off).
+  Status Checksum(ModelChecksum* sum, uint64_t* rows = nullptr, uint64_t* counters = nullptr,
+                  bool* scanned = nullptr);
+  bool checksum_known() const;
+  // The same sum computed by visiting every row and counter (`tandem checksum --verify`, tests);
+  // `progress` (may be empty) is called every 2^20 rows with the rows visited so far.
+  Status ScanChecksum(ModelChecksum* sum, uint64_t* rows = nullptr, uint64_t* counters = nullptr,
+                      const std::function<void(uint64_t rows)>& progress = {});
 
   StoreStats stats() const;
   // A RocksDB integer property ("rocksdb.estimate-num-keys", ...); 0 when it has none.

@@ -156,6 +156,7 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
       return;
     }
     case PullVerdict::kPark:
+      Prefetch(m);
       break;
   }
   {
@@ -169,7 +170,21 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
   ReleaseParked();
 }
 
-// On the push lane: the part is taken between two applies, like a push's own work.
+PsService::~PsService() {
+  std::unique_ptr<PartCopy> copy;
+  {
+    MutexLock lock(&part_mu_);
+    copy = std::move(part_copy_);
+  }
+  if (copy == nullptr) return;
+  copy->progress.cancel = true;
+  if (copy->thread.joinable()) copy->thread.join();
+}
+
+// On the push lane, answered at once: the copy, whose time grows with the table, runs on its own
+// thread (pushes and applies go on meanwhile), and a client asks again while it runs. A part
+// request resent after its reply was lost starts a new copy, which CheckpointPartAt answers
+// from the part it already made.
 void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
   const int64_t step = m.envelope().getBody().getCheckpointPartRequest().getStep();
   if (step < 0) {
@@ -178,29 +193,74 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
     r.SendError(ReplyCode::INVALID, "checkpoint of step " + std::to_string(step));
     return;
   }
+  auto answer_copying = [&](const PartCopy& copy) {
+    wire::OutMessage reply = r.NewReply();
+    auto body = reply.envelope().getBody().initCheckpointPartReply();
+    body.setStep(step);
+    body.setCopying(true);
+    body.setCopyingStep(copy.step);
+    body.setBytesDone(copy.progress.bytes_done);
+    body.setBytesTotal(copy.progress.bytes_total);
+    r.Send(std::move(reply));
+  };
+  std::unique_ptr<PartCopy> finished;
+  {
+    MutexLock lock(&part_mu_);
+    if (part_copy_ != nullptr && !part_copy_->done) {
+      answer_copying(*part_copy_);  // this step's copy, or an older one still finishing
+      return;
+    }
+    if (part_copy_ != nullptr) {
+      finished = std::move(part_copy_);
+      if (finished->step != step) finished.reset();  // a result nobody waits for any more
+    }
+  }
+  if (finished != nullptr) {
+    if (finished->thread.joinable()) finished->thread.join();
+    const StatusOr<CheckpointPart>& part = finished->result;
+    if (!part.ok()) {
+      if (part.status().IsUnavailable()) {
+        r.SendView(ReplyCode::RETRY, part.status().message(),
+                   static_cast<uint64_t>(shard_->applied_step()));
+      } else {
+        TLOG_ERROR("checkpoint part of step {}: {}", step, part.status().ToString());
+        r.SendError(part.status().IsFailedPrecondition() ? ReplyCode::INVALID : ReplyCode::INTERNAL,
+                    part.status().message());
+      }
+      return;
+    }
+    TLOG_INFO("checkpoint part of step {}: {} files, {} copied ({} bytes)", step,
+              part->files.size(), part->files_copied, part->bytes_copied);
+    wire::OutMessage reply = r.NewReply();
+    auto body = reply.envelope().getBody().initCheckpointPartReply();
+    body.setStep(step);
+    const std::string json = CheckpointPartToJson(*part).dump();
+    body.setPart(capnp::Text::Reader(json.data(), json.size()));
+    r.Send(std::move(reply));
+    return;
+  }
+  if (shard_->applied_step() < step) {
+    r.SendView(ReplyCode::RETRY,
+               "step " + std::to_string(step) + " is not applied yet (applied " +
+                   std::to_string(shard_->applied_step()) + ")",
+               static_cast<uint64_t>(shard_->applied_step()));
+    return;
+  }
   const auto kept = m.envelope().getBody().getCheckpointPartRequest().getRetainedSteps();
   std::vector<int64_t> retained;
   for (int64_t s : kept) retained.push_back(s);
-  auto part = shard_->CheckpointPartAt(step, shard_->options().durable_dir, retained);
-  if (!part.ok()) {
-    if (part.status().IsUnavailable()) {
-      r.SendView(ReplyCode::RETRY, part.status().message(),
-                 static_cast<uint64_t>(shard_->applied_step()));
-    } else {
-      TLOG_ERROR("checkpoint part of step {}: {}", step, part.status().ToString());
-      r.SendError(part.status().IsFailedPrecondition() ? ReplyCode::INVALID : ReplyCode::INTERNAL,
-                  part.status().message());
-    }
-    return;
-  }
-  TLOG_INFO("checkpoint part of step {}: {} files, {} copied ({} bytes)", step, part->files.size(),
-            part->files_copied, part->bytes_copied);
-  wire::OutMessage reply = r.NewReply();
-  auto body = reply.envelope().getBody().initCheckpointPartReply();
-  body.setStep(step);
-  const std::string json = CheckpointPartToJson(*part).dump();
-  body.setPart(capnp::Text::Reader(json.data(), json.size()));
-  r.Send(std::move(reply));
+  MutexLock lock(&part_mu_);
+  part_copy_ = std::make_unique<PartCopy>();
+  part_copy_->step = step;
+  PartCopy* copy = part_copy_.get();
+  copy->thread = std::thread([this, copy, step, retained = std::move(retained)] {
+    StatusOr<CheckpointPart> part =
+        shard_->CheckpointPartAt(step, shard_->options().durable_dir, retained, &copy->progress);
+    MutexLock done_lock(&part_mu_);
+    copy->result = std::move(part);
+    copy->done = true;
+  });
+  answer_copying(*copy);
 }
 
 void PsService::HandleChecksum(wire::InMessage& m, wire::Responder r) {
@@ -252,6 +312,22 @@ void PsService::ReleaseParked() {
       p.responder.SendView(ReplyCode::STALE, "the shard moved past the pulled version",
                            static_cast<uint64_t>(shard_->applied_step()));
     }
+  }
+}
+
+// A pull parks (k = 0) while the step before it is applied; reading its rows now brings the
+// ones that are not cached in from RocksDB while the apply runs, so the answer finds them in
+// the cache (issue 21: with a table far larger than the cache most of a pull's time is its
+// misses). Only a read: the cache is coherent with the apply, so the answer is the same.
+void PsService::Prefetch(wire::InMessage& m) {
+  thread_local std::vector<float> scratch;
+  for (auto t : m.envelope().getBody().getPullRequest().getTables()) {
+    std::span<const uint64_t> ids;
+    if (!internal::ReadPullSlice(m, t, shard_->options(), &ids).ok()) return;
+    const uint32_t table = t.getTableId();
+    scratch.resize(ids.size() * size_t{shard_->options().tables[table].dim});
+    // A failure shows again, and is answered, when the pull is.
+    shard_->Read(table, ids, scratch.data()).IgnoreError();
   }
 }
 

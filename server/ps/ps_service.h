@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/sync.h"
@@ -34,6 +35,8 @@ struct PsServiceStats {
 class PsService {
  public:
   PsService(Shard* shard, wire::RpcServer* server);
+  // Stops a part copy in flight (between two files) and waits for it.
+  ~PsService();
   PsService(const PsService&) = delete;
   PsService& operator=(const PsService&) = delete;
 
@@ -48,8 +51,11 @@ class PsService {
   // view) before that. Runs on the pull lane: the scan holds the apply mutex, never a push
   // handler thread.
   void HandleChecksum(wire::InMessage& request, wire::Responder responder);
+  // Starts the part's copy in the background and answers "copying" (with progress) until it
+  // is done; then the part, or the copy's error.
   void HandleCheckpointPart(wire::InMessage& request, wire::Responder responder);
   void AnswerPull(wire::InMessage& request, wire::Responder responder);
+  void Prefetch(wire::InMessage& request);
   void ReleaseParked();
   std::optional<wire::Rejection> Fence(const wire::InMessage& request);
   void RaiseIncarnation(uint32_t rank, uint64_t incarnation);
@@ -60,6 +66,16 @@ class PsService {
   mutable Mutex mu_;
   std::vector<uint64_t> incarnations_ GUARDED_BY(mu_);  // highest seen per worker rank
   PsServiceStats stats_ GUARDED_BY(mu_);
+  // The part copy in the background: one at a time (the durable root allows no other).
+  struct PartCopy {
+    int64_t step = -1;
+    CopyProgress progress;
+    bool done = false;  // under part_mu_
+    StatusOr<CheckpointPart> result = Status::Unavailable("copying");
+    std::thread thread;
+  };
+  Mutex part_mu_;
+  std::unique_ptr<PartCopy> part_copy_ GUARDED_BY(part_mu_);
 };
 
 // Registers diagnostics only (a PS started without a shard, e.g. in tests of the RPC layer).

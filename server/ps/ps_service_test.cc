@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/local_embedding_table.h"
@@ -27,7 +28,8 @@ wire::Identity Worker(uint32_t rank, uint64_t incarnation = 1) {
 class PsServiceTest : public ::testing::Test {
  protected:
   void Start(uint32_t workers, int handler_threads = 4, int64_t k = 0) {
-    options_ = SmallShard(dir_.path(), workers, k);
+    options_ = SmallShard(dir_.path() + "/shard", workers, k);
+    options_.durable_dir = dir_.path() + "/durable";
     auto s = Shard::Open(options_);
     ASSERT_TRUE(s.ok()) << s.status();
     shard_ = std::move(s).value();
@@ -340,6 +342,65 @@ TEST_F(PsServiceTest, ClientChecksumWaitsForTheStep) {
   auto r = raw.Call(*raw.Connect(server_->endpoint()), ChecksumRequest(-2), milliseconds(5000));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->reply_code(), wire::ReplyCode::INVALID);
+}
+
+wire::OutMessage PartRequest(int64_t step) {
+  wire::OutMessage m;
+  m.envelope().getBody().initCheckpointPartRequest().setStep(step);
+  return m;
+}
+
+// A part request is answered at once: "copying" with progress while the copy runs in the
+// background (its time grows with the table), then the part; the client waits through it
+// however long it takes (each round of asking has the deadline, not the copy); a step not
+// applied yet is RETRY, as before.
+TEST_F(PsServiceTest, CheckpointPartIsCopiedInTheBackgroundWithProgress) {
+  Start(1);
+  PsClient c = Client(0);
+  std::vector<uint64_t> ids(2000);
+  for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919;
+  std::vector<float> grads(ids.size() * 4, 0.5f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(c.Push(0, {&g, 1}).ok());
+  wire::RpcClient raw(&context_, Worker(0));
+  const int h = *raw.Connect(server_->endpoint());
+  auto r = raw.Call(h, PartRequest(1), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reply_code(), wire::ReplyCode::RETRY);  // step 1 is not applied yet
+  r = raw.Call(h, PartRequest(0), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->reply_code(), wire::ReplyCode::OK) << wire::ReplyStatus(*r);
+  auto first = r->envelope().getBody().getCheckpointPartReply();
+  EXPECT_TRUE(first.getCopying());  // the copy was only started by this request
+  EXPECT_EQ(first.getCopyingStep(), 0);
+  EXPECT_TRUE(first.getPart().size() == 0);
+  std::string part;
+  for (int i = 0; i < 500 && part.empty(); ++i) {
+    r = raw.Call(h, PartRequest(0), milliseconds(5000));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->reply_code(), wire::ReplyCode::OK) << wire::ReplyStatus(*r);
+    auto body = r->envelope().getBody().getCheckpointPartReply();
+    if (body.getCopying()) {
+      EXPECT_LE(body.getBytesDone(), body.getBytesTotal());
+      std::this_thread::sleep_for(milliseconds(10));
+      continue;
+    }
+    part = body.getPart();
+  }
+  ASSERT_FALSE(part.empty()) << "the copy never finished";
+  auto parsed = CheckpointPartFromJson(nlohmann::json::parse(part));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->step, 0);
+  EXPECT_FALSE(parsed->files.empty());
+  // The client: the same part (asked again, it is the part already made), through the polling.
+  auto parts = c.CheckpointParts(0);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ(parts->size(), 1u);
+  EXPECT_EQ(CheckpointPartFromJson(nlohmann::json::parse((*parts)[0]))->files, parsed->files);
+  ASSERT_TRUE(c.Push(1, {&g, 1}).ok());
+  parts = c.CheckpointParts(1);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ(CheckpointPartFromJson(nlohmann::json::parse((*parts)[0]))->step, 1);
 }
 
 // The key property: training through PsClient on two shards and training a LocalEmbeddingTable

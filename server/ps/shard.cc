@@ -554,24 +554,19 @@ Status Shard::ReadTables(std::span<const TableRead> reads, bool from_pre_images)
   return Status::Ok();
 }
 
+// The store keeps its sum through every apply (no scan, whatever the table's size): under mu_
+// it is the sum as of one applied step.
 Status Shard::AddToChecksum(ModelChecksum* sum, uint64_t* rows, int64_t* applied_step) {
   MutexLock lock(&mu_);
-  // A local partial sum, so a failed scan leaves `sum` as it was.
-  ModelChecksum part;
-  uint64_t n = 0;
-  TANDEM_RETURN_IF_ERROR(store_->ForEachRow([&](uint32_t table, uint64_t id, const uint8_t* bytes) {
-    const TableSpec& spec = options_.tables[table];
-    const RowRef row{const_cast<uint8_t*>(bytes)};
-    part.AddRow(table, id, {row.embedding(), spec.dim}, {row.state(spec.dim), spec.state_floats()},
-                row.meta()->last_updated_step, row.meta()->frequency);
-    ++n;
-  }));
-  TANDEM_RETURN_IF_ERROR(
-      store_->ForEachAdmissionCount([&](uint32_t table, uint64_t id, uint64_t count) {
-        part.AddAdmissionCounter(table, id, count);
-      }));
-  sum->Merge(part);
-  if (rows != nullptr) *rows = n;
+  bool scanned = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(store_->Checksum(sum, rows, nullptr, &scanned));
+  if (scanned)
+    TLOG_INFO(
+        "shard {}: model checksum computed by a scan in {:.1f} s (a store written before "
+        "the sum was kept; kept from now on)",
+        options_.shard_index,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (applied_step != nullptr) *applied_step = applied_.load();
   return Status::Ok();
 }
@@ -657,7 +652,8 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
 }
 
 StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string& durable_root,
-                                                 const std::vector<int64_t>& retained) {
+                                                 const std::vector<int64_t>& retained,
+                                                 CopyProgress* progress) {
   // The copy runs outside mu_: pushes and applies go on while a part is copied.
   MutexLock copy_lock(&copy_mu_);
   if (last_part_ && last_part_->step == step) return *last_part_;  // a resent request
@@ -688,7 +684,7 @@ StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string
   }
   TANDEM_ASSIGN_OR_RETURN(CheckpointPart part,
                           CopyToDurable(dir, durable_root, options_.shard_index, step,
-                                        last_part_ ? &*last_part_ : nullptr));
+                                        last_part_ ? &*last_part_ : nullptr, progress));
   {
     MutexLock lock(&mu_);  // the restore point may go now
     cut_points_.erase(cut_points_.begin(), cut_points_.upper_bound(step));

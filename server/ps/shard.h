@@ -180,8 +180,10 @@ class Shard {
   // lost with a restart). Asked twice, returns the same part.
   // `retained`: the committed checkpoints the chief keeps; once every one of them is a part this
   // process took, pool files no kept part needs are deleted (CollectGarbage).
+  // `progress` (may be null) follows the copy (CopyToDurable).
   StatusOr<CheckpointPart> CheckpointPartAt(int64_t step, const std::string& durable_root,
-                                            const std::vector<int64_t>& retained = {});
+                                            const std::vector<int64_t>& retained = {},
+                                            CopyProgress* progress = nullptr);
 
   int64_t applied_step() const;
   uint64_t timeline() const { return timeline_; }

@@ -1,28 +1,48 @@
 #include "server/ps/store_checksum.h"
 
+#include <chrono>
+#include <cstdio>
+
 namespace tandem::ps {
 
-Status AddStoreToChecksum(EmbeddingStore* store, const std::vector<embedding::TableSpec>& tables,
-                          ModelChecksum* sum, uint64_t* rows) {
+Status AddStoreToChecksum(EmbeddingStore* store, ModelChecksum* sum, uint64_t* rows, bool scan,
+                          const std::string& what) {
+  const bool kept = store->checksum_known();
+  ModelChecksum stored;
+  uint64_t stored_rows = 0;
+  if (kept) TANDEM_RETURN_IF_ERROR(store->Checksum(&stored, &stored_rows));
+  if (kept && !scan) {
+    sum->Merge(stored);
+    if (rows != nullptr) *rows = stored_rows;
+    return Status::Ok();
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  if (kept) {
+    std::fprintf(stderr, "%s: scanning %llu rows\n", what.c_str(),
+                 static_cast<unsigned long long>(stored_rows));
+  } else {
+    std::fprintf(stderr, "%s: no kept sum (written by an older tandem): scanning every row\n",
+                 what.c_str());
+  }
   ModelChecksum part;
   uint64_t n = 0;
-  Status bad = Status::Ok();
-  TANDEM_RETURN_IF_ERROR(store->ForEachRow([&](uint32_t table, uint64_t id, const uint8_t* bytes) {
-    if (table >= tables.size()) {
-      bad = Status::DataLoss("a row of table " + std::to_string(table) + ", which the job lacks");
-      return;
+  TANDEM_RETURN_IF_ERROR(store->ScanChecksum(&part, &n, nullptr, [&](uint64_t done) {
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double rate = s > 0 ? done / s : 0;
+    if (kept && rate > 0 && stored_rows > done) {
+      std::fprintf(stderr, "%s: %llu of %llu rows, %.0f rows/s, about %.0f s left\n", what.c_str(),
+                   static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(stored_rows), rate, (stored_rows - done) / rate);
+    } else {
+      std::fprintf(stderr, "%s: %llu rows, %.0f rows/s\n", what.c_str(),
+                   static_cast<unsigned long long>(done), rate);
     }
-    const embedding::TableSpec& spec = tables[table];
-    const embedding::RowRef row{const_cast<uint8_t*>(bytes)};
-    part.AddRow(table, id, {row.embedding(), spec.dim}, {row.state(spec.dim), spec.state_floats()},
-                row.meta()->last_updated_step, row.meta()->frequency);
-    ++n;
   }));
-  TANDEM_RETURN_IF_ERROR(bad);
-  TANDEM_RETURN_IF_ERROR(
-      store->ForEachAdmissionCount([&](uint32_t table, uint64_t id, uint64_t count) {
-        part.AddAdmissionCounter(table, id, count);
-      }));
+  if (kept && (part != stored || n != stored_rows))
+    return Status::DataLoss(what + ": the rows sum to " + part.Hex() + " (" + std::to_string(n) +
+                            " rows), but the store's kept sum is " + stored.Hex() + " (" +
+                            std::to_string(stored_rows) + " rows)");
   sum->Merge(part);
   if (rows != nullptr) *rows = n;
   return Status::Ok();

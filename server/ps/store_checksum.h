@@ -1,20 +1,23 @@
 // The embedding part of model_checksum (DESIGN §12) of one store: every materialised row and
-// admission counter. Used by a live shard and by `tandem checksum --checkpoint`, which opens a
-// checkpoint's shards from the durable copy.
+// admission counter. Used by `tandem checksum --checkpoint`, which opens a checkpoint's shards
+// from the durable copy.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <string>
 
-#include "common/embedding/table_spec.h"
 #include "common/model_checksum.h"
 #include "common/status.h"
 #include "server/ps/embedding_store.h"
 
 namespace tandem::ps {
 
-// Adds to `sum` only when the whole scan succeeded; `rows` (may be null) gets the row count.
-Status AddStoreToChecksum(EmbeddingStore* store, const std::vector<embedding::TableSpec>& tables,
-                          ModelChecksum* sum, uint64_t* rows);
+// Adds the store's part to `sum` only when it succeeded; `rows` (may be null) gets the row
+// count. Without `scan`, the sum the store keeps (instant; a store written before the sum was
+// kept is scanned). With `scan`, every row is visited (progress and an estimate of the time
+// left on stderr, naming `what`) and the result is compared with the kept sum: kDataLoss when
+// they differ.
+Status AddStoreToChecksum(EmbeddingStore* store, ModelChecksum* sum, uint64_t* rows, bool scan,
+                          const std::string& what);
 
 }  // namespace tandem::ps
