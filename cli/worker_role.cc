@@ -118,6 +118,9 @@ int RunWorkerRole(const RoleContext& ctx) {
   po.dims.assign(static_cast<size_t>(job.data.num_categorical),
                  static_cast<uint32_t>(job.model.embedding_dim));
   po.timeout = std::chrono::milliseconds(std::max<int64_t>(120000, job.recovery.max_wait_s * 1000));
+  // Validated with the config (OneOf), so the parse cannot fail here.
+  if (auto precision = ParseWirePrecision(job.ps.wire_precision); precision.ok())
+    po.wire_precision = *precision;
   if (world > 1) po.interrupted = [&] { return group.Interrupted(); };
   PsClient ps(ctx.context, self, po);
   std::unique_ptr<PsClient> prefetch_ps;

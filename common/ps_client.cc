@@ -171,6 +171,7 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
     auto req = m.envelope().getBody().initPullRequest();
     req.setStep(step);
     req.setFromPreImages(from_pre_images);
+    req.setPrecision(static_cast<uint8_t>(options_.wire_precision));
     unsigned n = 0;
     for (const auto& v : ids[s]) n += !v.empty();
     auto slices = req.initTables(n);
@@ -196,13 +197,28 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
       if (ids[s][i].empty()) continue;
       if (k >= slices.size()) return Status::InvalidArgument("pull reply lacks a table");
       const uint32_t dim = options_.dims[tables[i].table];
-      auto values = r.BulkAs<float>(slices[k].getValuesFrame());
-      if (!values.ok()) return values.status();
-      if (values->size() != ids[s][i].size() * dim)
-        return Status::InvalidArgument("pull reply has the wrong number of values");
+      const size_t n = ids[s][i].size() * dim;
       float* dst = no_repeats[i] ? (*rows)[i].data() : unique_rows[i].data();
-      for (size_t j = 0; j < ids[s][i].size(); ++j)
-        std::copy_n(values->data() + j * dim, dim, dst + size_t{pos[s][i][j]} * dim);
+      const uint8_t precision = slices[k].getPrecision();
+      if (precision == static_cast<uint8_t>(WirePrecision::kFp32)) {
+        auto values = r.BulkAs<float>(slices[k].getValuesFrame());
+        if (!values.ok()) return values.status();
+        if (values->size() != n)
+          return Status::InvalidArgument("pull reply has the wrong number of values");
+        for (size_t j = 0; j < ids[s][i].size(); ++j)
+          std::copy_n(values->data() + j * dim, dim, dst + size_t{pos[s][i][j]} * dim);
+      } else if (precision <= static_cast<uint8_t>(WirePrecision::kFp16)) {
+        auto values = r.BulkAs<uint16_t>(slices[k].getValuesFrame());
+        if (!values.ok()) return values.status();
+        if (values->size() != n)
+          return Status::InvalidArgument("pull reply has the wrong number of values");
+        const auto p = static_cast<WirePrecision>(precision);
+        for (size_t j = 0; j < ids[s][i].size(); ++j)
+          DecodeHalf(p, values->subspan(j * dim, dim), {dst + size_t{pos[s][i][j]} * dim, dim});
+      } else {
+        return Status::InvalidArgument("pull reply of unknown precision " +
+                                       std::to_string(precision));
+      }
       ++k;
     }
     return Status::Ok();
@@ -252,7 +268,13 @@ wire::OutMessage PsClient::BuildPush(int64_t step,
     slices[k].setIdsFrame(static_cast<uint16_t>(2 * k));
     slices[k].setValuesFrame(static_cast<uint16_t>(2 * k + 1));
     m.AddBulk(SharedFrame(p.ids[k].data(), p.ids[k].size() * sizeof(uint64_t), payload));
-    m.AddBulk(SharedFrame(p.grads[k].data(), p.grads[k].size() * sizeof(float), payload));
+    if (p.half_grads.empty()) {
+      m.AddBulk(SharedFrame(p.grads[k].data(), p.grads[k].size() * sizeof(float), payload));
+    } else {
+      slices[k].setPrecision(static_cast<uint8_t>(options_.wire_precision));
+      m.AddBulk(
+          SharedFrame(p.half_grads[k].data(), p.half_grads[k].size() * sizeof(uint16_t), payload));
+    }
   }
   return m;
 }
@@ -283,6 +305,16 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
       p.ids[slot[s]].push_back(t.ids[j]);
       p.grads[slot[s]].insert(p.grads[slot[s]].end(), t.grads.begin() + j * dim,
                               t.grads.begin() + (j + 1) * dim);
+    }
+  }
+  if (options_.wire_precision != WirePrecision::kFp32) {
+    // Encoded once: a resent push carries the same bytes (the shard checks resends bit for bit).
+    for (Payload& p : payloads) {
+      for (std::vector<float>& g : p.grads) {
+        p.half_grads.emplace_back(g.size());
+        EncodeHalf(options_.wire_precision, g, p.half_grads.back());
+        std::vector<float>().swap(g);
+      }
     }
   }
   std::vector<size_t> targets;

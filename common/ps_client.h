@@ -21,6 +21,7 @@
 #include "common/model_checksum.h"
 #include "common/status.h"
 #include "common/wire/rpc_client.h"
+#include "common/wire_precision.h"
 
 namespace tandem {
 
@@ -33,6 +34,8 @@ struct PsClientOptions {
   // kCancelled. A worker sets it when the chief announces a new generation, so that a pull
   // parked for a lost worker's push gives way to recovery (PROTOCOLS §8).
   std::function<bool()> interrupted;
+  // ps.wire_precision: pulled rows are asked for, and gradients pushed, at this precision.
+  WirePrecision wire_precision = WirePrecision::kFp32;
 };
 
 struct PsClientStats {
@@ -90,6 +93,8 @@ class PsClient : public EmbeddingClient {
     std::vector<uint32_t> tables;
     std::vector<std::vector<uint64_t>> ids;
     std::vector<std::vector<float>> grads;
+    // ps.wire_precision bf16/fp16: grads as they travel (grads itself is then empty).
+    std::vector<std::vector<uint16_t>> half_grads;
   };
   struct ShardState {
     int handle = -1;

@@ -13,6 +13,9 @@ struct TableSlice {
   dim @2 :UInt32;
   idsFrame @3 :UInt16;
   valuesFrame @4 :UInt16;
+  # How the values frame holds its values (common/wire_precision.h): 0 fp32, 1 bf16, 2 fp16
+  # (ps.wire_precision; the PS keeps fp32 state).
+  precision @5 :UInt8;
 }
 
 struct PullRequest {
@@ -20,6 +23,7 @@ struct PullRequest {
   tables @1 :List(TableSlice);
   fromPreImages @2 :Bool;    # recovery (PROTOCOLS §8): a shard that applied `step` answers
                              # from the pre-images of that apply
+  precision @3 :UInt8;       # the rows' wire precision the reply is to use (as TableSlice's)
 }
 
 struct PullReply {

@@ -134,6 +134,7 @@ constexpr JobKey kJobKeys[] = {
     {"ps.push_log.max_bytes", Bind<&PsConfig::push_log_max_bytes>, Above(0)},
     {"ps.restore_point_every_bytes", Bind<&PsConfig::restore_point_every_bytes>, AtLeast(0)},
     {"ps.max_buffered_bytes", Bind<&PsConfig::max_buffered_bytes>, Above(0)},
+    {"ps.wire_precision", Bind<&PsConfig::wire_precision>, OneOf("fp32|bf16|fp16")},
     {"ps.nan_policy", Bind<&PsConfig::nan_policy>, OneOf("reject|skip_rows")},
     {"ps.watchdog_ms", Bind<&PsConfig::watchdog_ms>, AtLeast(100)},
     {"ps.handler_threads", Bind<&PsConfig::handler_threads>, Within(1, 1024)},
@@ -177,7 +178,8 @@ constexpr TableKey kTableKeys[] = {
 };
 
 // The sections whose keys define the computation (PROTOCOLS §1), besides `tables`.
-constexpr std::string_view kComputationSections[] = {"model.", "data.", "train."};
+constexpr std::string_view kComputationSections[] = {"model.", "data.", "train.",
+                                                     "ps.wire_precision"};
 
 // ---------------------------------------------------------------------------------------------
 // Key lookup

@@ -102,6 +102,9 @@ struct PsConfig {
   // time); 0 = only at checkpoints, >= 0.
   int64_t restore_point_every_bytes = int64_t{1} << 30;
   int64_t max_buffered_bytes = 256 << 20;  // `ps.max_buffered_bytes`: k = 0 push buffer, > 0
+  // `ps.wire_precision`: fp32 | bf16 | fp16, pulled rows and pushed gradients on the wire (a
+  // computation key: it changes the model).
+  std::string wire_precision = "fp32";
   friend bool operator==(const PsConfig&, const PsConfig&) = default;
 };
 

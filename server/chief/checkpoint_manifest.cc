@@ -346,6 +346,7 @@ void Flatten(const YAML::Node& n, const std::string& prefix, Flat* out) {
 }
 
 bool IsComputationKey(const std::string& path) {
+  if (path == "ps.wire_precision") return true;  // rounds every pulled row and pushed gradient
   for (std::string_view s : {"model.", "data.", "train.", "tables."}) {
     if (path.starts_with(s)) return path != "train.steps";
   }

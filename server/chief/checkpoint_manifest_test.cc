@@ -391,6 +391,13 @@ TEST(CheckpointManifestTest, DifferingComputationKeysNamesExactlyTheDifferingKey
                 "tables.C5.init.scale: 0.05 -> 0.5"}));
 }
 
+// The wire precision rounds every row and gradient: a resume may not change it.
+TEST(CheckpointManifestTest, DifferingComputationKeysNamesTheWirePrecision) {
+  EXPECT_EQ(DifferingComputationKeys(Config({}), Config({"ps.wire_precision=bf16"})),
+            std::vector<std::string>{"ps.wire_precision: fp32 -> bf16"});
+  EXPECT_NE(Config({}).ComputationHash(), Config({"ps.wire_precision=fp16"}).ComputationHash());
+}
+
 TEST(CheckpointManifestTest, DifferingComputationKeysComparesEffectiveTableValues) {
   // The same effective lr for C1 reached two ways is no difference; the default's change
   // matters through the tables that follow it.

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/wire/diagnostics.h"
+#include "common/wire_precision.h"
 #include "server/ps/ps_service_internal.h"
 
 namespace tandem::ps {
@@ -77,7 +78,8 @@ void PsService::RaiseIncarnation(uint32_t rank, uint64_t incarnation) {
 
 void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
   PushInput in;
-  Status s = internal::ReadPushRequest(m, &in);
+  std::vector<std::vector<float>> decoded;
+  Status s = internal::ReadPushRequest(m, &in, &decoded);
   StatusOr<PushAck> ack = s.ok() ? shard_->Push(in) : StatusOr<PushAck>(s);
   {
     MutexLock lock(&mu_);
@@ -140,6 +142,13 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
       r.SendError(ReplyCode::INVALID, s.message());
       return;
     }
+  }
+  if (req.getPrecision() > static_cast<uint8_t>(WirePrecision::kFp16)) {
+    MutexLock lock(&mu_);
+    stats_.invalid++;
+    r.SendError(ReplyCode::INVALID,
+                "pull of unknown precision " + std::to_string(req.getPrecision()));
+    return;
   }
   switch (shard_->CheckPull(m.header().getTimeline(), req.getStep(), req.getFromPreImages())) {
     case PullVerdict::kReady:
@@ -333,6 +342,8 @@ void PsService::Prefetch(wire::InMessage& m) {
 
 void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
   auto req = m.envelope().getBody().getPullRequest();
+  // An unknown precision was refused by HandlePull.
+  const auto precision = static_cast<WirePrecision>(req.getPrecision());
   // One list reader: each getTables() call counts against the message's traversal limit.
   const auto tables = req.getTables();
   std::vector<TableRead> reads(tables.size());
@@ -367,7 +378,15 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
     slices[i].setCount(static_cast<uint32_t>(reads[i].ids.size()));
     slices[i].setDim(dim);
     slices[i].setValuesFrame(static_cast<uint16_t>(i));
-    reply.AddBulkArray(std::move(rows[i]), reads[i].ids.size() * dim);
+    const size_t n = reads[i].ids.size() * dim;
+    if (precision == WirePrecision::kFp32) {
+      reply.AddBulkArray(std::move(rows[i]), n);
+    } else {
+      std::unique_ptr<uint16_t[]> half(new uint16_t[n]);
+      EncodeHalf(precision, {rows[i].get(), n}, {half.get(), n});
+      slices[i].setPrecision(static_cast<uint8_t>(precision));
+      reply.AddBulkArray(std::move(half), n);
+    }
   }
   body.setAppliedStep(shard_->applied_step());
   r.Send(std::move(reply));

@@ -26,6 +26,8 @@ Status ReadPullSlice(wire::InMessage& m, wire::TableSlice::Reader t, const Shard
 // rank, in one part, each table's ids and gradients in their frames. kInvalidArgument or
 // kUnimplemented (multi-part); `in` is filled as far as it could be read either way. The
 // shard's own checks (Shard::Push) come after.
-Status ReadPushRequest(wire::InMessage& m, PushInput* in);
+// Gradients sent at bf16/fp16 (ps.wire_precision) are decoded to fp32 into `decoded`, which
+// `in` then views (keep it alive with the message).
+Status ReadPushRequest(wire::InMessage& m, PushInput* in, std::vector<std::vector<float>>* decoded);
 
 }  // namespace tandem::ps::internal

@@ -1,6 +1,7 @@
 #include <string>
 
 #include "common/wire/identity.h"
+#include "common/wire_precision.h"
 #include "server/ps/ps_service_internal.h"
 #include "server/ps/shard_validation.h"
 
@@ -27,7 +28,8 @@ Status ReadPullSlice(wire::InMessage& m, wire::TableSlice::Reader t, const Shard
   return Status::Ok();
 }
 
-Status ReadPushRequest(wire::InMessage& m, PushInput* in) {
+Status ReadPushRequest(wire::InMessage& m, PushInput* in,
+                       std::vector<std::vector<float>>* decoded) {
   auto req = m.envelope().getBody().getPushRequest();
   in->timeline = m.header().getTimeline();
   in->step = req.getStep();
@@ -39,15 +41,31 @@ Status ReadPushRequest(wire::InMessage& m, PushInput* in) {
     return Status::InvalidArgument("push rank " + std::to_string(in->rank) + " from " +
                                    wire::ReadIdentity(m.header()).Who());
   if (req.getParts() != 1) return Status::Unimplemented("multi-part pushes");
+  decoded->reserve(decoded->size() + req.getTables().size());
   for (auto t : req.getTables()) {
     PushTableView v;
     v.table_id = t.getTableId();
     v.dim = t.getDim();
     TANDEM_RETURN_IF_ERROR(SliceIds(m, t, &v.ids));
-    auto grads = m.BulkAs<float>(t.getValuesFrame());
-    if (!grads.ok())
-      return grads.status().WithContext("table " + std::to_string(v.table_id) + " gradients");
-    v.grads = *grads;
+    const uint8_t precision = t.getPrecision();
+    if (precision == static_cast<uint8_t>(WirePrecision::kFp32)) {
+      auto grads = m.BulkAs<float>(t.getValuesFrame());
+      if (!grads.ok())
+        return grads.status().WithContext("table " + std::to_string(v.table_id) + " gradients");
+      v.grads = *grads;
+    } else if (precision <= static_cast<uint8_t>(WirePrecision::kFp16)) {
+      auto half = m.BulkAs<uint16_t>(t.getValuesFrame());
+      if (!half.ok())
+        return half.status().WithContext("table " + std::to_string(v.table_id) + " gradients");
+      // Decoded now, so that the log, the duplicate check and the apply all see fp32 values
+      // that are a function of the wire bytes alone.
+      decoded->emplace_back(half->size());
+      DecodeHalf(static_cast<WirePrecision>(precision), *half, decoded->back());
+      v.grads = decoded->back();
+    } else {
+      return Status::InvalidArgument("table " + std::to_string(v.table_id) +
+                                     ": unknown gradient precision " + std::to_string(precision));
+    }
     in->tables.push_back(v);
   }
   return Status::Ok();

@@ -403,6 +403,66 @@ TEST_F(PsServiceTest, CheckpointPartIsCopiedInTheBackgroundWithProgress) {
   EXPECT_EQ(CheckpointPartFromJson(nlohmann::json::parse((*parts)[0]))->step, 1);
 }
 
+// ps.wire_precision bf16 / fp16: a pull answers the shard's fp32 rows rounded to the format, and
+// a push applies gradients exactly as if they had been rounded before an fp32 push (the shard
+// keeps fp32 state): the same model as a worker that rounds its own gradients.
+TEST(PsWirePrecisionTest, HalfPrecisionPullsAndPushesEqualRoundedFp32) {
+  for (WirePrecision precision : {WirePrecision::kBf16, WirePrecision::kFp16}) {
+    zmq::context_t context(2);
+    TempDir half_dir, full_dir;
+    std::unique_ptr<Shard> shards[2];
+    std::unique_ptr<wire::RpcServer> servers[2];
+    std::unique_ptr<PsService> services[2];
+    std::vector<std::unique_ptr<PsClient>> clients;
+    for (int i = 0; i < 2; ++i) {
+      auto o = SmallShard((i == 0 ? half_dir : full_dir).path(), 1);
+      auto s = Shard::Open(o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      shards[i] = std::move(s).value();
+      wire::ServerOptions so;
+      so.lanes = PsLanes(2);
+      servers[i] = std::make_unique<wire::RpcServer>(&context, so, wire::Identity{});
+      services[i] = std::make_unique<PsService>(shards[i].get(), servers[i].get());
+      services[i]->Register();
+      ASSERT_TRUE(servers[i]->Start().ok());
+      PsClientOptions co;
+      co.shards = {servers[i]->endpoint()};
+      for (const auto& t : o.tables) co.dims.push_back(t.dim);
+      co.timeout = milliseconds(20000);
+      co.wire_precision = i == 0 ? precision : WirePrecision::kFp32;
+      clients.push_back(std::make_unique<PsClient>(&context, Worker(0), co));
+    }
+    std::vector<uint64_t> ids = {3, 17, 40, 41};
+    for (int64_t step = 0; step < 5; ++step) {
+      std::vector<float> grads(ids.size() * 4);
+      for (size_t j = 0; j < grads.size(); ++j)
+        grads[j] = 0.0123f * static_cast<float>(j + 1) - 0.07f * static_cast<float>(step);
+      std::vector<uint16_t> half(grads.size());
+      std::vector<float> rounded(grads.size());
+      EncodeHalf(precision, grads, half);
+      DecodeHalf(precision, half, rounded);
+      ASSERT_NE(rounded, grads);  // the test must see the rounding
+      TableGrads g_half{0, ids, grads}, g_full{0, ids, rounded};
+      ASSERT_TRUE(clients[0]->Push(step, {&g_half, 1}).ok());
+      ASSERT_TRUE(clients[1]->Push(step, {&g_full, 1}).ok());
+      TableIds t{0, ids};
+      std::vector<std::vector<float>> rows_half, rows_full;
+      ASSERT_TRUE(clients[0]->Pull(step + 1, {&t, 1}, &rows_half).ok());
+      ASSERT_TRUE(clients[1]->Pull(step + 1, {&t, 1}, &rows_full).ok());
+      std::vector<uint16_t> enc(rows_full[0].size());
+      std::vector<float> want(rows_full[0].size());
+      EncodeHalf(precision, rows_full[0], enc);
+      DecodeHalf(precision, enc, want);
+      EXPECT_EQ(rows_half[0], want) << "step " << step;
+    }
+    ModelChecksum a, b;
+    ASSERT_TRUE(shards[0]->AddToChecksum(&a, nullptr).ok());
+    ASSERT_TRUE(shards[1]->AddToChecksum(&b, nullptr).ok());
+    EXPECT_EQ(a.Hex(), b.Hex());
+    for (auto& s : servers) s->Stop();
+  }
+}
+
 // The key property: training through PsClient on two shards and training a LocalEmbeddingTable
 // with the same gradients give the same model_checksum.
 TEST(PsChecksumTest, TwoShardsThroughTheClientEqualTheLocalTable) {

@@ -94,7 +94,8 @@ void ReadAll(capnp::DynamicValue::Reader v) {
 
 void FuzzPush(wire::InMessage& m) {
   ps::PushInput in;
-  if (!ps::internal::ReadPushRequest(m, &in).ok()) return;
+  std::vector<std::vector<float>> decoded;
+  if (!ps::internal::ReadPushRequest(m, &in, &decoded).ok()) return;
   ps::ValidatePushInput(Options(), in).IgnoreError();
 }
 

@@ -1,0 +1,59 @@
+// ps.wire_precision (issue 21): pulled rows and pushed gradients may cross the wire as bf16 or
+// fp16 (half the bytes); the parameter server keeps fp32 state. The rounding is round to
+// nearest, ties to even, on both sides the same function, so at k = 0 a job is bit-exact within
+// one setting (the setting is part of the config's computation hash).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace tandem {
+
+// Values as they travel in a bulk frame. The numbers are the wire's (TableSlice.precision).
+enum class WirePrecision : uint8_t { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+
+inline uint16_t ToBf16Bits(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0)
+    return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float FromBf16Bits(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
+// IEEE binary16: subnormals kept, |x| >= 65520 becomes infinity.
+inline uint16_t ToFp16Bits(float x) { return std::bit_cast<uint16_t>(static_cast<_Float16>(x)); }
+inline float FromFp16Bits(uint16_t b) { return static_cast<float>(std::bit_cast<_Float16>(b)); }
+
+// Bytes per value on the wire.
+inline size_t WireBytes(WirePrecision p) { return p == WirePrecision::kFp32 ? 4 : 2; }
+
+// REQUIRES: out.size() == in.size(); p is kBf16 or kFp16.
+inline void EncodeHalf(WirePrecision p, std::span<const float> in, std::span<uint16_t> out) {
+  if (p == WirePrecision::kBf16) {
+    for (size_t i = 0; i < in.size(); ++i) out[i] = ToBf16Bits(in[i]);
+  } else {
+    for (size_t i = 0; i < in.size(); ++i) out[i] = ToFp16Bits(in[i]);
+  }
+}
+inline void DecodeHalf(WirePrecision p, std::span<const uint16_t> in, std::span<float> out) {
+  if (p == WirePrecision::kBf16) {
+    for (size_t i = 0; i < in.size(); ++i) out[i] = FromBf16Bits(in[i]);
+  } else {
+    for (size_t i = 0; i < in.size(); ++i) out[i] = FromFp16Bits(in[i]);
+  }
+}
+
+// "fp32" | "bf16" | "fp16"; kInvalidArgument otherwise.
+inline StatusOr<WirePrecision> ParseWirePrecision(std::string_view name) {
+  if (name == "fp32") return WirePrecision::kFp32;
+  if (name == "bf16") return WirePrecision::kBf16;
+  if (name == "fp16") return WirePrecision::kFp16;
+  return Status::InvalidArgument("ps.wire_precision: unknown precision '" + std::string(name) +
+                                 "' (fp32 | bf16 | fp16)");
+}
+
+}  // namespace tandem
