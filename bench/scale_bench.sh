@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# Scale benchmark (issue "Huge tables for real", item 6): a whole `tandem local` job (2 PS x 2
+# workers, k = 0, batch 1024 per worker) on binary Zipf data, once with every row of the table
+# in the PS caches and once each with caches of about 1/10 and 1/100 of the table, so the cost of
+# a table far larger than memory is measured end to end (pulls that miss, writebacks, RocksDB
+# compactions, checkpoints of a big live DB, the end of the job).
+#
+# Usage: bench/scale_bench.sh [--vocab V] [--rows R] [--steps S] [--reps N] [--out DIR]
+#                             [--eval-rows E] [--ckpt-every C] [--keep]
+#   (or scripts/bench.sh scale -- ARGS). Defaults: vocab 20000000 ids per field, rows = one
+#   pass over the data (steps x 2 x 1024), 1200 steps, 1 rep, out/scale_bench, 20000 eval rows,
+#   a checkpoint every steps/4 steps. A quick run: --vocab 200000 --rows 200000 --steps 200.
+#   TANDEM=path/to/tandem overrides the binary (default ${BUILD_DIR:-build}/cli/tandem).
+#
+# Prints one JSON line per cache setting (medians over --reps), then one line of samples/s
+# ratios against the all-in-cache run; progress goes to stderr. How each figure is measured:
+#   samples_per_sec    median of metrics.jsonl's step lines (a window of log_every_steps each),
+#                      the first 20% of them left out as warm-up; mean_samples_per_sec is the
+#                      global samples of that steady part over its wall time.
+#   table_bytes        rows stored (`tandem checksum` of the all-in-cache run) x row bytes
+#                      (RowMeta 16 B + embedding and adagrad accumulator, 2 x dim floats); the
+#                      caches of the other runs are ratio x table_bytes / PS, per shard.
+#   cache_bytes        ps.cache_bytes x PS; for the all-in-cache run 1 TiB per shard, a bound
+#                      no run here reaches (its evictions, 0, show that every row stayed).
+#   ps_peak_rss_bytes  the largest VmHWM of a `tandem ps` process (pids from cluster.json),
+#                      read from /proc every 0.25 s while the job runs.
+#   cache figures      the PS shards' Prometheus /metrics (metrics.port 0), scraped while the
+#                      job runs and summed over shards; the last scrape is < 1 s before the end.
+#   *_dir_bytes        du -sb of ps.data_dir and checkpoint.dir after the job.
+#   checkpoint_s       worker 0's "checkpoint of step N written in X s" (median, and max): the
+#                      background write; checkpoint_held_s its "training held X s" (median).
+#   end_of_job_s       from the wall_time of the last step's metrics line to `tandem local`
+#                      exiting (taken by the shell right after it returns): the final
+#                      checkpoint, the final eval, the model checksum, the members leaving. final_line_to_exit_s is the part after the final line,
+#                      chief_exit_to_exit_s the part after the chief's last log line.
+set -euo pipefail
+caller=$PWD
+cd "$(dirname "$0")/.."
+# Paths the caller gave are relative to where it ran; the defaults to the repository.
+from_caller() { if [[ $1 == /* ]]; then echo "$1"; else echo "$caller/$1"; fi; }
+
+vocab=20000000 rows=0 steps=1200 reps=1 out=out/scale_bench eval_rows=20000 ckpt_every=0
+keep=0
+usage() { sed -n '8,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+while (($# > 0)); do
+  case $1 in
+    --vocab) vocab=$2; shift 2 ;;
+    --rows) rows=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --out) out=$(from_caller "$2"); shift 2 ;;
+    --eval-rows) eval_rows=$2; shift 2 ;;
+    --ckpt-every) ckpt_every=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h | --help) usage 0 ;;
+    *) echo "scale_bench: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+for n in "$vocab" "$rows" "$steps" "$reps" "$eval_rows" "$ckpt_every"; do
+  [[ $n =~ ^[0-9]+$ ]] || { echo "scale_bench: '$n' is not a number" >&2; exit 2; }
+done
+((steps >= 1 && reps >= 1 && vocab >= 1)) || { echo "scale_bench: need steps, reps, vocab >= 1" >&2; exit 2; }
+
+readonly PS=2 WORKERS=2 BATCH=1024 DIM=16 ZIPF=1.05
+readonly ROW_BYTES=$((16 + 4 * 2 * DIM))  # TableSpec::row_bytes() for adagrad
+# "Whole table in memory": a budget no job here reaches (cache memory is allocated as rows
+# arrive, so this costs nothing); the run's evictions (0) show that it held every row.
+readonly UNBOUNDED_CACHE=$((1 << 40))
+((rows > 0)) || rows=$((steps * WORKERS * BATCH))
+((ckpt_every > 0)) || ckpt_every=$(((steps + 3) / 4))
+if [[ -n ${TANDEM:-} ]]; then TANDEM=$(from_caller "$TANDEM"); else TANDEM=${BUILD_DIR:-build}/cli/tandem; fi
+[[ -x $TANDEM ]] || { echo "scale_bench: no tandem binary at $TANDEM (build first)" >&2; exit 2; }
+TANDEM=$(realpath "$TANDEM")
+unset TF_CONFIG
+mkdir -p "$out"
+out=$(realpath "$out")
+log() { echo "scale_bench: $*" >&2; }
+
+# --- data: generated once per (vocab, rows), kept for later invocations ---------------------
+data_dir="$out/data"
+mkdir -p "$data_dir"
+train_file="$data_dir/train-v$vocab-r$rows.bin"
+eval_file="$data_dir/eval-v$vocab-r$eval_rows.bin"
+gen() {  # FILE ROWS STREAM
+  [[ -s $1 ]] && return 0
+  log "generating $2 $3 rows (vocab $vocab, zipf $ZIPF) into $1"
+  "$TANDEM" datagen --format binary --vocab "$vocab" --zipf "$ZIPF" --rows "$2" --seed 1 \
+    --stream "$3" --out "$1.tmp" >&2
+  mv "$1.tmp" "$1"
+}
+gen "$train_file" "$rows" train
+if ((eval_rows > 0)); then gen "$eval_file" "$eval_rows" eval; else eval_file=""; fi
+
+# --- helpers ------------------------------------------------------------------------------
+now() { date +%s.%N; }
+# The median of the numbers on stdin, one a line; null when there are none.
+median() {
+  sort -g | awk 'NF {v[++n] = $1}
+    END {if (n == 0) print "null"; else if (n % 2) print v[(n + 1) / 2]; else print (v[n / 2] + v[n / 2 + 1]) / 2}'
+}
+# The number after "KEY": in one JSON line (nlohmann's dump: no spaces).
+json_num() { sed -n "s/.*\"$1\": *\(-\{0,1\}[0-9][0-9.eE+-]*\).*/\1/p" <<<"$2"; }
+json_str() { sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p" <<<"$2"; }
+
+# metrics.jsonl's step lines in order, lines a recovery replayed left out.
+step_lines() { { grep samples_per_sec "$1" 2>/dev/null || true; } | { grep -v '"replay"' || true; }; }
+
+# One HTTP/1.0 GET of a shard's /metrics with bash's /dev/tcp (no curl needed); keeps the
+# counters this benchmark reports in the named associative array.
+scrape() {  # PORT ARRAY
+  local -n into=$2
+  local fd line name value
+  # The braces keep the 2>/dev/null from becoming the shell's own stderr (exec would make it so).
+  { exec {fd}<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&"$fd"
+  local got=0
+  while IFS= read -r -t 5 line <&"$fd"; do
+    line=${line%$'\r'}
+    case $line in
+      tandem_ps_rows_evicted_total\ * | tandem_ps_cache_hits_total\ * | \
+        tandem_ps_cache_misses_total\ * | tandem_ps_cache_bytes\ * | tandem_ps_rows_cached\ * | \
+        tandem_ps_cache_writebacks_total\ *)
+        name=${line%% *} value=${line##* }
+        into[$name]=$value got=1
+        if [[ $name == tandem_ps_cache_bytes && $value =~ ^[0-9]+$ ]] &&
+          ((value > ${into[cache_bytes_max]:-0})); then
+          into[cache_bytes_max]=$value
+        fi
+        ;;
+    esac
+  done
+  exec {fd}>&-
+  ((got))
+}
+
+# The job's --set overrides (into SETS) for a run under DIR with CACHE bytes per shard.
+job_sets() {  # DIR CACHE
+  local dir=$1 cache=$2
+  SETS=(
+    model.embedding_dim=$DIM "model.bottom_mlp=[64,$DIM]" tables.default.optimizer=adagrad
+    data.format=binary "data.train=$train_file" "data.eval=$eval_file"
+    train.steps=$steps train.batch_size=$BATCH train.embedding_staleness=0
+    train.eval_every_steps=0 train.log_every_steps=10
+    ps.storage=rocksdb ps.cache_bytes=$cache "ps.data_dir=$dir/ps"
+    "checkpoint.dir=$dir/ckpt" checkpoint.every_steps=$ckpt_every checkpoint.resume=never
+    "output.dir=$dir/out" metrics.port=0
+  )
+}
+
+# Runs the job once with CACHE bytes per shard under DIR; writes DIR/result (KEY=VALUE lines).
+run_job() {  # DIR CACHE
+  local dir=$1 cache=$2
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  job_sets "$dir" "$cache"
+  local argv=("$TANDEM" local --config configs/local.yaml --ps $PS --workers $WORKERS)
+  for s in "${SETS[@]}"; do argv+=(--set "$s"); done
+  printf '%q ' "${argv[@]}" >"$dir/command"
+  local t0
+  t0=$(now)
+  # The exit time is taken in the same subshell as the job, so it is not quantised by the poll.
+  ( set +e; "${argv[@]}" >"$dir/local.log" 2>&1; rc=$?; now >"$dir/exit_time"; exit $rc ) &
+  local job=$!
+
+  declare -A hwm=() port=() m0=() m1=()
+  local polls=0 i pid k v
+  local re='"pid": ([0-9]+),[^}]*"task": "ps:([0-9]+)"'
+  while kill -0 "$job" 2>/dev/null; do
+    sleep 0.25
+    polls=$((polls + 1))
+    [[ -f $dir/out/cluster.json ]] || continue
+    local c
+    c=$(<"$dir/out/cluster.json") || continue
+    c=${c//$'\n'/ }
+    while [[ $c =~ $re ]]; do
+      pid=${BASH_REMATCH[1]} i=${BASH_REMATCH[2]}
+      c=${c#*"${BASH_REMATCH[0]}"}
+      [[ -r /proc/$pid/status ]] || continue
+      while read -r k v _; do
+        if [[ $k == VmHWM: ]] && ((v * 1024 > ${hwm[$i]:-0})); then hwm[$i]=$((v * 1024)); fi
+      done <"/proc/$pid/status" 2>/dev/null || true
+    done
+    if ((polls % 3 == 0)); then  # /metrics about every 0.75 s
+      for ((i = 0; i < PS; i++)); do
+        if [[ -z ${port[$i]:-} ]]; then
+          port[$i]=$(sed -n 's|.*metrics on http://[^:]*:\([0-9]*\)/metrics.*|\1|p' \
+            "$dir/out/logs/ps-$i.log" 2>/dev/null | tail -1)
+          [[ -n ${port[$i]} ]] || continue
+        fi
+        if ((i == 0)); then scrape "${port[$i]}" m0 || port[$i]=""; else scrape "${port[$i]}" m1 || port[$i]=""; fi
+      done
+    fi
+  done
+  local rc=0
+  wait "$job" || rc=$?
+  local t_exit
+  t_exit=$(<"$dir/exit_time")
+
+  local metrics="$dir/out/metrics.jsonl" final="" last_step=""
+  if [[ -f $metrics ]]; then
+    final=$(grep '"final":true' "$metrics" | tail -1 || true)
+    last_step=$( (grep "\"step\":$((steps - 1))," "$metrics" || true) | grep samples_per_sec | tail -1 || true)
+  fi
+  local checksum auc sps mean_sps
+  checksum=$(json_str model_checksum "$final")
+  auc=$(json_num auc "$final")
+  # Step lines in order; the first 20% are warm-up (cold caches, first compactions).
+  sps=$(step_lines "$metrics" |
+    sed 's/.*"samples_per_sec":\([^,}]*\).*/\1/' |
+    awk '{v[NR] = $1} END {for (i = int(NR / 5) + 1; i <= NR; i++) print v[i]}' | median || true)
+  mean_sps=$(step_lines "$metrics" |
+    sed 's/.*"step":\([0-9]*\).*"wall_time":\([0-9.e+]*\).*/\1 \2/' |
+    awk -v gb=$((WORKERS * BATCH)) '{s[NR] = $1; w[NR] = $2}
+      END {a = int(NR / 5) + 1; if (NR - a < 1 || w[NR] <= w[a]) print 0;
+           else printf "%.1f\n", (s[NR] - s[a]) * gb / (w[NR] - w[a])}' || true)
+  local ckpts ckpt_med ckpt_max
+  ckpts=$(sed -n 's/.*checkpoint of step [0-9]* written in \([0-9.]*\) s.*/\1/p' \
+    "$dir/out/logs/worker-0.log" 2>/dev/null || true)
+  ckpt_med=$(median <<<"$ckpts")
+  local held
+  held=$(sed -n 's/.*checkpoint of step [0-9]*: training held \([0-9.]*\) s.*/\1/p' \
+    "$dir/out/logs/worker-0.log" 2>/dev/null | median || true)
+  ckpt_max=$(sort -g <<<"$ckpts" | tail -1)
+  local end_s="" final_s=""
+  if [[ -n $last_step ]]; then
+    end_s=$(awk -v a="$t_exit" -v b="$(json_num wall_time "$last_step")" 'BEGIN {printf "%.3f", a - b}')
+  fi
+  if [[ -n $final ]]; then
+    final_s=$(awk -v a="$t_exit" -v b="$(json_num wall_time "$final")" 'BEGIN {printf "%.3f", a - b}')
+  fi
+  # The chief's last log line ("stopped: ...") is local time, as GNU date reads it.
+  local chief_s="" ts
+  ts=$( (grep -h 'stopped:' "$dir/out/logs/chief-0.log" 2>/dev/null || true) | tail -1 | cut -d' ' -f1)
+  if [[ -n $ts ]] && ts=$(date -d "$ts" +%s.%N 2>/dev/null); then
+    chief_s=$(awk -v a="$t_exit" -v b="$ts" 'BEGIN {printf "%.3f", a - b}')
+  fi
+  local peak=0
+  for v in "${hwm[@]}"; do if ((v > peak)); then peak=$v; fi; done
+  sum2() {  # KEY: summed over the shards; null when no scrape ever answered
+    if [[ -z ${m0[$1]:-}${m1[$1]:-} ]]; then echo null; return; fi
+    awk -v a="${m0[$1]:-0}" -v b="${m1[$1]:-0}" 'BEGIN {printf "%.0f", a + b}'
+  }
+  local live=0
+  for ((i = 0; i < PS; i++)); do
+    if [[ -d $dir/ps/shard-$i/live ]]; then
+      live=$((live + $(du -sb "$dir/ps/shard-$i/live" | cut -f1)))
+    fi
+  done
+  {
+    echo "rc=$rc"
+    echo "job_s=$(awk -v a="$t_exit" -v b="$t0" 'BEGIN {printf "%.3f", a - b}')"
+    echo "samples_per_sec=${sps:-0}"
+    echo "mean_samples_per_sec=${mean_sps:-0}"
+    echo "ps_peak_rss_bytes=$peak"
+    echo "ps_dir_bytes=$(du -sb "$dir/ps" 2>/dev/null | cut -f1)"
+    echo "live_db_bytes=$live"
+    echo "checkpoint_dir_bytes=$(du -sb "$dir/ckpt" 2>/dev/null | cut -f1)"
+    echo "checkpoints=$(grep -c . <<<"$ckpts" || true)"
+    echo "checkpoint_s=${ckpt_med:-null}"
+    echo "checkpoint_max_s=${ckpt_max:-null}"
+    echo "checkpoint_held_s=${held:-null}"
+    echo "end_of_job_s=${end_s:-null}"
+    echo "final_line_to_exit_s=${final_s:-null}"
+    echo "chief_exit_to_exit_s=${chief_s:-null}"
+    echo "auc=${auc:-null}"
+    echo "model_checksum=${checksum:-none}"
+    echo "evictions=$(sum2 tandem_ps_rows_evicted_total)"
+    echo "writebacks=$(sum2 tandem_ps_cache_writebacks_total)"
+    echo "cache_hits=$(sum2 tandem_ps_cache_hits_total)"
+    echo "cache_misses=$(sum2 tandem_ps_cache_misses_total)"
+    echo "cache_bytes_used_max=$(sum2 cache_bytes_max)"
+    echo "rows_cached=$(sum2 tandem_ps_rows_cached)"
+  } >"$dir/result"
+  if ((rc != 0)) || [[ -z $final ]]; then
+    log "$(basename "$dir"): tandem local exited $rc$([[ -z $final ]] && echo ", no final metrics line"); last lines of $dir/local.log:"
+    tail -n 15 "$dir/local.log" >&2 || true
+  fi
+}
+
+get() { sed -n "s/^$2=//p" "$1/result"; }
+
+# --- runs ---------------------------------------------------------------------------------
+log "vocab $vocab, $rows rows, $steps steps x $WORKERS workers x batch $BATCH, $PS PS, checkpoint every $ckpt_every steps, $reps rep(s), in $out"
+ratios=(1 0.1 0.01)
+labels=("1" "1/10" "1/100")
+table_rows=0
+table_bytes=0
+failed=0
+for ((rep = 1; rep <= reps; rep++)); do
+  for j in "${!ratios[@]}"; do
+    r=${ratios[$j]}
+    dir="$out/runs/ratio-$r-rep$rep"
+    if [[ $r == 1 ]]; then
+      cache=$UNBOUNDED_CACHE
+    else
+      cache=$(awk -v t="$table_bytes" -v r="$r" -v p=$PS 'BEGIN {c = int(t * r / p); printf "%d", (c > 0 ? c : 1)}')
+    fi
+    log "rep $rep, cache ${labels[$j]} of the table: ps.cache_bytes=$cache per shard"
+    run_job "$dir" "$cache"
+    echo "cache_bytes=$cache" >>"$dir/result"
+    if [[ $r == 1 && $rep == 1 ]]; then
+      # The table's size: the rows the all-in-cache run stored, counted by `tandem checksum`
+      # on the stopped job's shards (which also checks the final line's model_checksum).
+      job_sets "$dir" "$cache"
+      sum_args=("$TANDEM" checksum --config configs/local.yaml --ps $PS --workers $WORKERS)
+      for s in "${SETS[@]}"; do sum_args+=(--set "$s"); done
+      sum_out=$("${sum_args[@]}" 2>&1 || true)
+      table_rows=$(sed -n 's/^rows: \([0-9]*\).*/\1/p' <<<"$sum_out" | head -1)
+      if [[ -z $table_rows || $table_rows == 0 ]]; then
+        log "cannot count the table's rows: $sum_out"
+        exit 1
+      fi
+      table_bytes=$((table_rows * ROW_BYTES))
+      first=$(head -1 <<<"$sum_out")
+      [[ $first == "$(get "$dir" model_checksum)" ]] ||
+        log "WARNING: tandem checksum of the shards ($first) != the final line's ($(get "$dir" model_checksum))"
+      log "table: $table_rows rows x $ROW_BYTES B = $table_bytes B ($(get "$dir" live_db_bytes) B of live RocksDB)"
+    fi
+    [[ $(get "$dir" rc) == 0 ]] || failed=1
+    log "  $(tr '\n' ' ' <"$dir/result")"
+    ((keep)) || rm -rf "$dir/ps" "$dir/ckpt"
+  done
+done
+
+# --- report -------------------------------------------------------------------------------
+med() {  # RATIO KEY: the median over reps
+  local r
+  for ((r = 1; r <= reps; r++)); do get "$out/runs/ratio-$1-rep$r" "$2"; done |
+    { grep -v -e '^null$' -e '^$' || true; } | median
+}
+base_sps=$(med 1 samples_per_sec)
+ratio_fields=""
+checksums_equal=true
+ref_checksum=$(get "$out/runs/ratio-1-rep1" model_checksum)
+for j in "${!ratios[@]}"; do
+  r=${ratios[$j]}
+  sps=$(med "$r" samples_per_sec)
+  rel=$(awk -v a="$sps" -v b="$base_sps" 'BEGIN {printf "%.4f", (b > 0 ? a / b : 0)}')
+  ratio_fields+=", \"cache_${labels[$j]/\//_}\": $rel"
+  cs=$(get "$out/runs/ratio-$r-rep1" model_checksum)
+  rcs=""
+  for ((rep = 1; rep <= reps; rep++)); do
+    rcs+="$(get "$out/runs/ratio-$r-rep$rep" rc),"
+    [[ $(get "$out/runs/ratio-$r-rep$rep" model_checksum) == "$ref_checksum" ]] || checksums_equal=false
+  done
+  cache_total=$(awk -v c="$(get "$out/runs/ratio-$r-rep1" cache_bytes)" -v p=$PS 'BEGIN {printf "%.0f", c * p}')
+  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
+    "${labels[$j]/\//_}" "$sps" "$base_sps" "$rel" "$r" "$cache_total" "$table_rows" "$table_bytes" \
+    "$vocab" "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "${rcs%,}" \
+    "$(med "$r" mean_samples_per_sec)" "$(med "$r" ps_peak_rss_bytes)" "$(med "$r" ps_dir_bytes)" \
+    "$(med "$r" live_db_bytes)" "$(med "$r" checkpoint_dir_bytes)" "$(med "$r" checkpoints)" \
+    "$(med "$r" checkpoint_s)" "$(med "$r" checkpoint_max_s)" "$(med "$r" checkpoint_held_s)" \
+    "$(med "$r" end_of_job_s)" \
+    "$(med "$r" final_line_to_exit_s)" "$(med "$r" chief_exit_to_exit_s)" "$(med "$r" job_s)" "$(med "$r" evictions)" \
+    "$(med "$r" writebacks)" "$(med "$r" cache_hits)" "$(med "$r" cache_misses)" \
+    "$(med "$r" cache_bytes_used_max)" "$(get "$out/runs/ratio-$r-rep1" auc)" "$cs"
+done
+small=$(med 0.01 samples_per_sec)
+printf '{"bench": "scale_samples_per_sec_ratio", "value": %s, "unit": "x", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "of": "samples/s at cache 1/100 / all in cache"%s, "checksums_equal": %s}\n' \
+  "$(awk -v a="$small" -v b="$base_sps" 'BEGIN {printf "%.4f", (b > 0 ? a / b : 0)}')" "$base_sps" \
+  "$(awk -v a="$small" -v b="$base_sps" 'BEGIN {printf "%.4f", (b > 0 ? a / b : 0)}')" \
+  "$ratio_fields" "$checksums_equal"
+exit $failed
