@@ -326,7 +326,13 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
       // The chief was away (killed and being restarted): ask its successor.
       stop_told = tool.StopJob("stop signal to tandem local").ok();
     }
-    auto view = tool.View(milliseconds(1000));
+    // Once the chief has left (the job ended) nobody answers: asking would wait out the whole
+    // timeout after every job (issue 21: end-of-job time).
+    const bool chief_running = std::any_of(children.begin(), children.end(), [](Child& c) {
+      return c.role == "chief" && !c.finished && c.process && c.process->running();
+    });
+    auto view = chief_running ? tool.View(milliseconds(1000))
+                              : StatusOr<ClusterView>(Status::Unavailable("the chief has left"));
     if (view.ok()) last_view = *view;
 
     int up = 0;
@@ -397,7 +403,7 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
     // Every worker exited 0 but the chief never heard the job end: a worker reports its result
     // once, and a chief killed at that moment restarts without it. Ask the chief to stop the job
     // then, or the shards would wait for its end forever.
-    const bool workers_gone = std::all_of(children.begin(), children.end(), [](const Child& c) {
+    const bool workers_gone = std::all_of(children.begin(), children.end(), [](Child& c) {
       return c.role != "worker" || (c.finished && c.last_exit && c.last_exit->exit_code == 0);
     });
     if (workers_gone && !workers_gone_at) workers_gone_at = Clock::now();

@@ -13,13 +13,16 @@ void ApplySgd(const TableSpec& spec, const float* g, float* w) {
 }
 
 void ApplyAdagrad(const TableSpec& spec, const float* g, float* w, float* acc) {
+  const float lr = spec.lr;
   for (uint32_t j = 0; j < spec.dim; ++j) {
     const float a = acc[j] + g[j] * g[j];
     acc[j] = a;
     // a == 0 only with a zero accumulator and a gradient whose square is 0 (zero, or so small
-    // it underflows): the formula would give 0/0 or inf, so the element is left as it is.
-    if (a == 0.0f) continue;
-    w[j] = w[j] - spec.lr * g[j] / std::sqrt(a);
+    // it underflows): the formula would give 0/0 or inf, so the element is left as it is. A
+    // select rather than a branch, so the loop vectorizes (the discarded lane's 0/0 is never
+    // stored; IEEE sqrt and division give the same bits in vector lanes).
+    const float updated = w[j] - lr * g[j] / std::sqrt(a);
+    w[j] = a == 0.0f ? w[j] : updated;
   }
 }
 
