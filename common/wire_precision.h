@@ -24,9 +24,40 @@ inline uint16_t ToBf16Bits(float x) {
   return static_cast<uint16_t>(u >> 16);
 }
 inline float FromBf16Bits(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
-// IEEE binary16: subnormals kept, |x| >= 65520 becomes infinity.
-inline uint16_t ToFp16Bits(float x) { return std::bit_cast<uint16_t>(static_cast<_Float16>(x)); }
-inline float FromFp16Bits(uint16_t b) { return static_cast<float>(std::bit_cast<_Float16>(b)); }
+// IEEE binary16, round to nearest even: subnormals kept, |x| >= 65520 becomes infinity, NaN a
+// quiet NaN. In integer and fp32 arithmetic rather than _Float16, which clang 14 (the fuzz
+// build) lacks on x86; the same bits as the compiler's conversion (tested against it).
+inline uint16_t ToFp16Bits(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7FFFFFFFu;
+  uint32_t h;
+  if (u >= 0x47800000u) {  // >= 65536 (2^16), inf or NaN
+    h = u > 0x7F800000u ? 0x7E00u : 0x7C00u;
+  } else if (u < 0x38800000u) {  // below 2^-14: a subnormal half or zero
+    // Adding 0.5 aligns the 10 mantissa bits at the bottom of the float; the fp32 addition
+    // rounds to nearest even, which is the rounding wanted.
+    const float aligned = std::bit_cast<float>(u) + 0.5f;
+    h = std::bit_cast<uint32_t>(aligned) - 0x3F000000u;
+  } else {
+    const uint32_t odd = (u >> 13) & 1u;
+    u += 0xC8000FFFu + odd;  // rebias the exponent (-112 << 23), round half to even
+    h = u >> 13;             // a carry out of the mantissa rounds up to the next power (or inf)
+  }
+  return static_cast<uint16_t>(h | sign);
+}
+inline float FromFp16Bits(uint16_t b) {
+  uint32_t u = uint32_t{b & 0x7FFFu} << 13;
+  const uint32_t exponent = u & 0x0F800000u;
+  u += 0x38000000u;               // rebias the exponent (+112 << 23)
+  if (exponent == 0x0F800000u) {  // inf or NaN
+    u += 0x38000000u;
+  } else if (exponent == 0) {  // zero or subnormal: renormalise
+    u += 0x00800000u;
+    u = std::bit_cast<uint32_t>(std::bit_cast<float>(u) - 0x1p-14f);
+  }
+  return std::bit_cast<float>(u | uint32_t{b & 0x8000u} << 16);
+}
 
 // Bytes per value on the wire.
 inline size_t WireBytes(WirePrecision p) { return p == WirePrecision::kFp32 ? 4 : 2; }

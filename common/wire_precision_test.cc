@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -31,6 +32,32 @@ TEST(WirePrecisionTest, Fp16KeepsSubnormalsAndOverflowsToInfinity) {
   EXPECT_TRUE(std::isinf(FromFp16Bits(ToFp16Bits(65520.0f))));
   EXPECT_EQ(FromFp16Bits(ToFp16Bits(1.0f + 0x1p-11f)), 1.0f);  // a tie, to even
 }
+
+#if defined(__FLT16_MAX__)
+// The integer conversions give the compiler's _Float16 conversion bits: every half decoded, and
+// floats of every exponent (normal, subnormal, overflowing, ties) encoded.
+TEST(WirePrecisionTest, Fp16EqualsTheCompilersConversion) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float want = static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(b)));
+    const float got = FromFp16Bits(static_cast<uint16_t>(b));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << b;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << b;
+    }
+  }
+  uint64_t state = 88172645463325252ull;
+  for (int i = 0; i < 2'000'000; ++i) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    // Exponents around half's range, so subnormals, ties and overflow all come up.
+    uint32_t u = static_cast<uint32_t>(state);
+    u = (u & 0x807FFFFFu) | ((96 + static_cast<uint32_t>(state >> 40) % 48) << 23);
+    if (i % 7 == 0) u &= ~0x0FFFu;  // exact and tie cases
+    const float x = std::bit_cast<float>(u);
+    ASSERT_EQ(ToFp16Bits(x), std::bit_cast<uint16_t>(static_cast<_Float16>(x))) << std::hex << u;
+  }
+}
+#endif
 
 // Decoding what was encoded is exact for values the format holds, and the round trip is
 // idempotent (what the PS decodes and a resend encodes again are the same bytes).

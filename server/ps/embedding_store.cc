@@ -1,5 +1,6 @@
 #include "server/ps/embedding_store.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/file_checksum.h>
 #include <rocksdb/filter_policy.h>
@@ -43,6 +44,7 @@ constexpr size_t kFlushBatchBytes = 4 << 20;
 constexpr int kBloomBitsPerKey = 10;
 constexpr int kMaxOpenFiles = 256;
 constexpr size_t kWriteBufferBytes = 16 << 20;
+constexpr size_t kBlockCacheBytes = 32 << 20;
 
 void PutBig32(char* p, uint32_t v) {
   for (int i = 3; i >= 0; --i, v >>= 8) p[i] = static_cast<char>(v & 0xFF);
@@ -183,6 +185,8 @@ rocksdb::Options RocksOptions() {
   rocksdb::BlockBasedTableOptions table;
   // Most misses of a growing table are for absent rows; the filter answers them in memory.
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(kBloomBitsPerKey));
+  // Explicit, so that the PS's memory beyond ps.cache_bytes is a documented constant.
+  table.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
 }

@@ -192,6 +192,13 @@ TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
     }
   }
 
+  // An intact copy for the resume under another computation below: the SST corrupted next may
+  // be shared by every kept checkpoint (the durable copy copies only new SSTs, and most of the
+  // table's rarely change), which leaves none to resume from.
+  TempDir changed;
+  std::filesystem::copy(split.path() + "/ckpt", changed.path() + "/ckpt",
+                        std::filesystem::copy_options::recursive);
+
   // A flipped byte in the durable copy is found by --verify, naming the file: an SST the LATEST
   // checkpoint lists (the pool also holds SSTs only older checkpoints needed).
   const auto pointer = nlohmann::json::parse(ReadFile(split.path() + "/ckpt/LATEST"));
@@ -221,9 +228,6 @@ TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
       << corrupt.output;
 
   // A resume under a different computation is refused, naming the key.
-  TempDir changed;
-  std::filesystem::copy(split.path() + "/ckpt", changed.path() + "/ckpt",
-                        std::filesystem::copy_options::recursive);
   write_job(changed);
   r = Local(changed, 2, 2, {"train.batch_size=64", "checkpoint.resume=required"});
   EXPECT_EQ(r.exit.exit_code, 3) << r.output;
