@@ -330,7 +330,18 @@ void PsService::ReleaseParked() {
 // misses). Only a read: the cache is coherent with the apply, so the answer is the same.
 void PsService::Prefetch(wire::InMessage& m) {
   thread_local std::vector<float> scratch;
-  for (auto t : m.envelope().getBody().getPullRequest().getTables()) {
+  const ShardOptions& o = shard_->options();
+  const auto tables = m.envelope().getBody().getPullRequest().getTables();
+  if (o.memory_only) return;  // every row is cached already
+  // A cache that cannot hold this pull's rows several times over would evict the rows the apply
+  // running now is about to update: the prefetch would add misses instead of hiding them.
+  uint64_t bytes = 0;
+  for (auto t : tables) {
+    if (t.getTableId() >= o.tables.size()) return;
+    bytes += uint64_t{t.getCount()} * o.tables[t.getTableId()].row_bytes();
+  }
+  if (bytes * 4 > o.cache_bytes) return;
+  for (auto t : tables) {
     std::span<const uint64_t> ids;
     if (!internal::ReadPullSlice(m, t, shard_->options(), &ids).ok()) return;
     const uint32_t table = t.getTableId();
