@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tandem builds with, only those missing. `apt-get update` runs only
 # when something is missing, so a second run installs nothing and takes well under 5 s.
+# Usage: scripts/setup.sh [GROUP...]. With no GROUP: what tandem builds and tests with (CI).
+# Optional groups add packages only some tools need:
+#   bench  python3-torch and python3-numpy: bench/torch_dlrm_bench.py, the PyTorch baseline
+#          of `scripts/bench.sh torch`, which asks for this group itself.
 set -euo pipefail
 
 PACKAGES=(
@@ -11,6 +15,16 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang with libFuzzer and the sanitizer runtimes
   systemd  # systemd-analyze: the unit files' test
 )
+BENCH_PACKAGES=(
+  python3-torch python3-numpy  # Debian's PyTorch 1.13.1 (bookworm) for /usr/bin/python3
+)
+
+for group in "$@"; do
+  case $group in
+    bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
+    *) echo "setup: unknown package group '$group' (known: bench)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do
