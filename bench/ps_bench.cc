@@ -9,6 +9,7 @@
 //  - 2 shards x 2 clients aggregate pull keys/s (clients are threads with their own sockets);
 //  - push keys/s with the push log in `process` and `machine` (group 10 ms) mode against the
 //    log off;
+//  - pull and push keys/s with ps.wire_precision bf16 against fp32, runs interleaved;
 //  - pull and push keys/s with CURVE on (security.keys: every frame encrypted and authenticated)
 //    against the same with CURVE off, runs interleaved.
 #include <rocksdb/db.h>
@@ -82,13 +83,15 @@ struct ShardServer {
   std::unique_ptr<ps::PsService> service;
 };
 
-PsClient MakeClient(zmq::context_t* ctx, std::vector<std::string> endpoints, uint32_t dim) {
+PsClient MakeClient(zmq::context_t* ctx, std::vector<std::string> endpoints, uint32_t dim,
+                    WirePrecision precision = WirePrecision::kFp32) {
   wire::Identity id;
   id.role = wire::Role::WORKER;
   id.incarnation = 1;
   PsClientOptions o;
   o.shards = std::move(endpoints);
   o.dims = {dim};
+  o.wire_precision = precision;
   return PsClient(ctx, id, o);
 }
 
@@ -212,6 +215,30 @@ void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
       "ps_push_cached_" + d, Median(push), "keys/s", true,
       Median(scatter) < Median(raw) ? "in-process flat scatter (sgd)" : "raw zeromq, same bytes",
       base_push);
+}
+
+// ps.wire_precision bf16 against fp32, runs interleaved on fresh shards: pull and push keys/s
+// with half the bytes of rows and gradients on the wire.
+void WirePrecisionOnOff(zmq::context_t* ctx, uint32_t dim) {
+  std::vector<double> pull[2], push[2];
+  for (int run = 0; run < kRuns; ++run) {
+    for (int half = 0; half < 2; ++half) {
+      testing::TempDir dir;
+      ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
+      PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim,
+                              half ? WirePrecision::kBf16 : WirePrecision::kFp32);
+      auto keys = Keys(kKeys, 7);
+      int64_t step = 0;
+      Materialise(&c, keys, dim, &step);
+      pull[half].push_back(PullKeysPerSec(&c, keys, step, 10));
+      push[half].push_back(PushKeysPerSec(&c, keys, dim, &step, 10));
+    }
+  }
+  const std::string d = "dim" + std::to_string(dim);
+  PrintFigure("ps_pull_cached_" + d + "_bf16", Median(pull[1]), "keys/s", true,
+              "the same pulls at fp32", Median(pull[0]));
+  PrintFigure("ps_push_cached_" + d + "_bf16", Median(push[1]), "keys/s", true,
+              "the same pushes at fp32", Median(push[0]));
 }
 
 // Zipf(1.1) sample of unique keys among n.
@@ -449,6 +476,10 @@ int Main(int argc, char** argv) {
   if (only.empty() || only == "cached") {
     CachedPullPush(&ctx, 16);
     CachedPullPush(&ctx, 64);
+  }
+  if (only.empty() || only == "wire") {
+    WirePrecisionOnOff(&ctx, 16);
+    WirePrecisionOnOff(&ctx, 64);
   }
   if (only.empty() || only == "memory") {
     MemoryPerRow(64, embedding::OptimizerKind::kAdagrad, "dim64_adagrad");

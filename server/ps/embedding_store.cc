@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -762,25 +763,31 @@ StatusOr<CounterCache::Entry*> EmbeddingStore::Impl::Counter(Stripe& s, uint32_t
   return s.counters.Insert(table, id, hash, count, CounterCache::kClean);
 }
 
+// Every old value is read first, so a failed read changes nothing (no row leaves the cache
+// with its deletion still unwritten). REQUIRES: ids distinct.
 Status EmbeddingStore::Impl::EraseInStripe(Stripe& s, uint32_t table, std::span<const uint64_t> ids,
                                            SumDelta* delta) {
   std::string old;
+  std::vector<uint64_t> aligned;  // RocksDB's value is not aligned for RowMeta's fields
+  SumDelta d;
+  for (uint64_t id : ids) {
+    bool found = false;
+    TANDEM_RETURN_IF_ERROR(CurrentRow(s, table, id, KeyHash(table, id), &old, &found));
+    if (!found) continue;
+    aligned.resize((old.size() + 7) / 8);
+    std::memcpy(aligned.data(), old.data(), old.size());
+    RowRecord(&d.minus, options.tables[table], table, id,
+              reinterpret_cast<const uint8_t*>(aligned.data()), false);
+    --d.rows;
+  }
   for (uint64_t id : ids) {
     const uint64_t hash = KeyHash(table, id);
-    bool found = false;
-    TANDEM_RETURN_IF_ERROR(CurrentRow(s, table, id, hash, &old, &found));
-    if (found) {
-      // A copy: RocksDB's value is not aligned for RowMeta's fields.
-      std::vector<uint64_t> aligned((old.size() + 7) / 8);
-      std::memcpy(aligned.data(), old.data(), old.size());
-      RowRecord(&delta->minus, options.tables[table], table, id,
-                reinterpret_cast<const uint8_t*>(aligned.data()), false);
-      --delta->rows;
-    }
     s.cache.Erase(table, id, hash);
     s.cache.NoteChanged(hash);
     s.writebacks.Delete(RowKey(table, id).slice()).PermitUncheckedError();
   }
+  delta->minus.Merge(d.minus);
+  delta->rows += d.rows;
   return Write(&s.writebacks);
 }
 
@@ -837,9 +844,11 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
     if (!st.ok() && !st.IsNotFound()) return FromRocks(st, "store: read the stored checksum");
     MutexLock lock(&impl->sum_mu);
     if (st.ok()) {
-      if (!DecodeSum(value, &impl->sum))
-        return Status::DataLoss("store: malformed checksum record in " + options.db_dir);
-      impl->sum_known = true;
+      // A record this version cannot read (another format) costs a scan, not the store.
+      impl->sum_known = DecodeSum(value, &impl->sum);
+      if (!impl->sum_known)
+        TLOG_WARN("store {}: unreadable checksum record; the sum is computed by a scan",
+                  options.db_dir);
     } else {
       // No record: an empty store sums to zero; one written before the sum was kept is scanned
       // the first time its sum is asked for.
@@ -900,6 +909,8 @@ Status EmbeddingStore::Erase(uint32_t table, std::span<const uint64_t> ids) {
   by_stripe.reserve(ids.size());
   for (uint64_t id : ids) by_stripe.emplace_back(impl_->StripeIndex(KeyHash(table, id)), id);
   std::sort(by_stripe.begin(), by_stripe.end());
+  // An id named twice is erased once (and leaves the sum once).
+  by_stripe.erase(std::unique(by_stripe.begin(), by_stripe.end()), by_stripe.end());
   std::vector<uint64_t> group;
   SumDelta delta;
   Status status;
@@ -969,13 +980,21 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
   Status status;
   std::string old;
   std::vector<uint64_t> aligned((n + 7) / 8);  // RowMeta's fields need alignment
+  // Ids already in the unwritten batch, by position: a repeated id's old value is its earlier
+  // row in this call, which neither the cache nor RocksDB holds yet (the last one wins).
+  std::unordered_map<uint64_t, size_t> in_batch;
   for (size_t i = 0; i < ids.size() && status.ok(); ++i) {
     const uint64_t hash = KeyHash(table, ids[i]);
     Stripe& s = impl_->StripeOf(hash);
     {
       MutexLock lock(&s.mu);
       bool found = false;
-      status = impl_->CurrentRow(s, table, ids[i], hash, &old, &found);
+      if (auto it = in_batch.find(ids[i]); it != in_batch.end()) {
+        old.assign(reinterpret_cast<const char*>(rows + it->second * size_t{n}), n);
+        found = true;
+      } else {
+        status = impl_->CurrentRow(s, table, ids[i], hash, &old, &found);
+      }
       if (!status.ok()) break;
       if (found) {
         std::memcpy(aligned.data(), old.data(), n);
@@ -994,7 +1013,11 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
         .Put(RowKey(table, ids[i]).slice(),
              rocksdb::Slice(reinterpret_cast<const char*>(rows + i * size_t{n}), n))
         .PermitUncheckedError();
-    if (batch.GetDataSize() >= kFlushBatchBytes) status = impl_->Write(&batch);
+    in_batch[ids[i]] = i;
+    if (batch.GetDataSize() >= kFlushBatchBytes) {
+      status = impl_->Write(&batch);
+      in_batch.clear();
+    }
   }
   if (status.ok()) status = impl_->Write(&batch);
   // A failed batch leaves rows unwritten that the delta counts: the sum is unknown then.

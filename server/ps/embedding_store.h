@@ -106,7 +106,10 @@ class EmbeddingStore {
   // counter) to `sum`, without a scan: the store keeps it up to date through every change and
   // persists it with each flush. A store written before the sum was kept is scanned once
   // (`scanned` says so). `rows` / `counters` (may be null) get the stored row / counter counts.
-  // Exact when no change runs concurrently (the shard holds its applies off).
+  // Exact when no change runs concurrently (the shard holds its applies off). A change merges
+  // its part of the sum when the call ends, so FlushDirty / CreateCheckpoint write a sum that
+  // matches the rows only when no Update, Erase, WriteRows or SetAdmissionCount is in flight
+  // (the shard calls them under its apply mutex).
   Status Checksum(ModelChecksum* sum, uint64_t* rows = nullptr, uint64_t* counters = nullptr,
                   bool* scanned = nullptr);
   bool checksum_known() const;

@@ -788,6 +788,8 @@ TEST(EmbeddingStoreChecksumTest, KeptSumEqualsAScanThroughEveryChange) {
               .ok());
       if (round % 7 == 0) {
         ASSERT_TRUE(store->Erase(1, {distinct.begin(), distinct.begin() + 100}).ok());
+        const std::vector<uint64_t> twice = {distinct[200], distinct[201], distinct[200]};
+        ASSERT_TRUE(store->Erase(1, twice).ok());  // an id named twice leaves the sum once
         const std::vector<uint64_t> never_stored = {123456789};  // (table 0 is the Churn's)
         ASSERT_TRUE(store->Erase(0, never_stored).ok());
       }
@@ -800,13 +802,13 @@ TEST(EmbeddingStoreChecksumTest, KeptSumEqualsAScanThroughEveryChange) {
         ASSERT_TRUE(store->FlushDirty().ok());
       }
     }
-    // Bulk writes over existing and new rows.
-    std::vector<uint64_t> bulk = {ids[0], ids[1], 99, 98};
+    // Bulk writes over existing and new rows, one id twice (the last one wins).
+    std::vector<uint64_t> bulk = {ids[0], ids[1], 99, 98, 99, ids[1]};
     std::vector<uint8_t> rows(bulk.size() * tables[1].row_bytes());
     for (size_t i = 0; i < bulk.size(); ++i) {
       RowRef row{rows.data() + i * tables[1].row_bytes()};
       InitialRow(kSeed, tables[1], bulk[i], row);
-      Mutate(tables[1], row, 77);
+      Mutate(tables[1], row, 77 + static_cast<int64_t>(i));
     }
     ASSERT_TRUE(store->WriteRows(1, bulk, rows.data()).ok());
     EXPECT_GT(store->stats().evictions, 0u);

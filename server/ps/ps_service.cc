@@ -219,13 +219,15 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
       answer_copying(*part_copy_);  // this step's copy, or an older one still finishing
       return;
     }
-    if (part_copy_ != nullptr) {
-      finished = std::move(part_copy_);
-      if (finished->step != step) finished.reset();  // a result nobody waits for any more
-    }
+    finished = std::move(part_copy_);
   }
   if (finished != nullptr) {
+    // Its thread has set `done`: the join returns at once. Joined before it is dropped, also
+    // when it is another step's result nobody collected (its client gave up, or recovered).
     if (finished->thread.joinable()) finished->thread.join();
+    if (finished->step != step) finished.reset();
+  }
+  if (finished != nullptr) {
     const StatusOr<CheckpointPart>& part = finished->result;
     if (!part.ok()) {
       if (part.status().IsUnavailable()) {
@@ -259,6 +261,12 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
   std::vector<int64_t> retained;
   for (int64_t s : kept) retained.push_back(s);
   MutexLock lock(&part_mu_);
+  // Another handler thread (the push lane has several) may have started or finished a copy
+  // since the check above: then this request is answered with that one's progress.
+  if (part_copy_ != nullptr) {
+    answer_copying(*part_copy_);
+    return;
+  }
   part_copy_ = std::make_unique<PartCopy>();
   part_copy_->step = step;
   PartCopy* copy = part_copy_.get();

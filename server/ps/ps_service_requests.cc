@@ -42,6 +42,10 @@ Status ReadPushRequest(wire::InMessage& m, PushInput* in,
                                    wire::ReadIdentity(m.header()).Who());
   if (req.getParts() != 1) return Status::Unimplemented("multi-part pushes");
   decoded->reserve(decoded->size() + req.getTables().size());
+  // A half-precision frame is decoded into twice its bytes before the shard validates the
+  // push: each frame may back one slice only, and must hold exactly count x dim values, so a
+  // hostile push cannot make one frame decode many times.
+  std::vector<bool> decoded_frame(m.bulk_count(), false);
   for (auto t : req.getTables()) {
     PushTableView v;
     v.table_id = t.getTableId();
@@ -57,6 +61,15 @@ Status ReadPushRequest(wire::InMessage& m, PushInput* in,
       auto half = m.BulkAs<uint16_t>(t.getValuesFrame());
       if (!half.ok())
         return half.status().WithContext("table " + std::to_string(v.table_id) + " gradients");
+      if (half->size() != uint64_t{t.getCount()} * t.getDim())
+        return Status::InvalidArgument("table " + std::to_string(v.table_id) + ": " +
+                                       std::to_string(half->size()) + " gradient values for " +
+                                       std::to_string(t.getCount()) + " ids of dim " +
+                                       std::to_string(t.getDim()));
+      if (decoded_frame[t.getValuesFrame()])
+        return Status::InvalidArgument("table " + std::to_string(v.table_id) +
+                                       ": gradient frame shared with another table");
+      decoded_frame[t.getValuesFrame()] = true;
       // Decoded now, so that the log, the duplicate check and the apply all see fp32 values
       // that are a function of the wire bytes alone.
       decoded->emplace_back(half->size());

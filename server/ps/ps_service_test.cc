@@ -200,6 +200,63 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
               m.AddBulkCopy("1234567", 7);
             }),
             wire::ReplyCode::INVALID);
+  // bf16 gradients (ps.wire_precision): a frame whose size is not count x dim, one frame named
+  // by two tables (it would be decoded twice), and an unknown precision.
+  std::vector<uint16_t> half(8, 0x3F80);
+  std::vector<uint64_t> one = {9};
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setDim(4);
+              t[0].setIdsFrame(0);
+              t[0].setValuesFrame(1);
+              t[0].setPrecision(1);
+              m.AddBulkCopy(ids.data(), 16);
+              m.AddBulkCopy(half.data(), 12);
+            }),
+            wire::ReplyCode::INVALID);
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(2);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setDim(4);
+              t[0].setIdsFrame(0);
+              t[0].setValuesFrame(1);
+              t[0].setPrecision(1);
+              t[1].setTableId(1);
+              t[1].setCount(1);
+              t[1].setDim(8);
+              t[1].setIdsFrame(2);
+              t[1].setValuesFrame(1);
+              t[1].setPrecision(1);
+              m.AddBulkCopy(ids.data(), 16);
+              m.AddBulkCopy(half.data(), 16);
+              m.AddBulkCopy(one.data(), 8);
+            }),
+            wire::ReplyCode::INVALID);
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setDim(4);
+              t[0].setIdsFrame(0);
+              t[0].setValuesFrame(1);
+              t[0].setPrecision(7);
+              m.AddBulkCopy(ids.data(), 16);
+              m.AddBulkCopy(half.data(), 16);
+            }),
+            wire::ReplyCode::INVALID);
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto req = m.envelope().getBody().initPullRequest();
+              req.setPrecision(9);
+              auto t = req.initTables(1);
+              t[0].setTableId(0);
+              t[0].setCount(2);
+              t[0].setIdsFrame(0);
+              m.AddBulkCopy(ids.data(), 16);
+            }),
+            wire::ReplyCode::INVALID);
   // Pull of an unknown table, and a pull with a wrong dim.
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPullRequest().initTables(1);
@@ -401,6 +458,43 @@ TEST_F(PsServiceTest, CheckpointPartIsCopiedInTheBackgroundWithProgress) {
   parts = c.CheckpointParts(1);
   ASSERT_TRUE(parts.ok()) << parts.status();
   EXPECT_EQ(CheckpointPartFromJson(nlohmann::json::parse((*parts)[0]))->step, 1);
+  // A copy whose result nobody collects (its client gave up: a new generation, another shard
+  // failed), then a request for a later step: the shard serves it (and does not die).
+  ASSERT_TRUE(c.Push(2, {&g, 1}).ok());
+  r = raw.Call(h, PartRequest(2), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->envelope().getBody().getCheckpointPartReply().getCopying());
+  std::this_thread::sleep_for(milliseconds(300));  // step 2's copy finishes, uncollected
+  ASSERT_TRUE(c.Push(3, {&g, 1}).ok());
+  parts = c.CheckpointParts(3);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ(CheckpointPartFromJson(nlohmann::json::parse((*parts)[0]))->step, 3);
+}
+
+// Part requests for one step from several connections at once (the push lane has several
+// threads, and a client resends after its attempt budget): one copy, every answer consistent.
+TEST_F(PsServiceTest, ConcurrentPartRequestsStartOneCopy) {
+  Start(1);
+  PsClient c = Client(0);
+  std::vector<uint64_t> ids(3000);
+  for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = i * 104729;
+  std::vector<float> grads(ids.size() * 4, 0.25f);
+  TableGrads g{0, ids, grads};
+  ASSERT_TRUE(c.Push(0, {&g, 1}).ok());
+  std::vector<std::string> got(6);
+  std::vector<std::thread> askers;
+  for (size_t k = 0; k < got.size(); ++k)
+    askers.emplace_back([&, k] {
+      PsClient mine = Client(0);
+      auto parts = mine.CheckpointParts(0);
+      if (parts.ok()) got[k] = (*parts)[0];
+    });
+  for (auto& t : askers) t.join();
+  for (const std::string& part : got) {
+    ASSERT_FALSE(part.empty());
+    EXPECT_EQ(CheckpointPartFromJson(nlohmann::json::parse(part))->files,
+              CheckpointPartFromJson(nlohmann::json::parse(got[0]))->files);
+  }
 }
 
 // ps.wire_precision bf16 / fp16: a pull answers the shard's fp32 rows rounded to the format, and
