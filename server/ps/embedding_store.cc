@@ -181,6 +181,10 @@ rocksdb::Options RocksOptions() {
   // A whole-key bloom filter lets the misses it does not hold (nearly all of them) skip the
   // search, and a smaller memtable makes each insert and search shallower.
   options.write_buffer_size = kWriteBufferBytes;
+  // Misses read blocks straight from the mapped SSTs instead of a pread each (+13-31 % samples/s
+  // with a table 40x the cache). The mapped pages are page cache (RssFile), which the kernel
+  // reclaims under pressure; the bound on the PS's own memory is on anonymous memory.
+  options.allow_mmap_reads = true;
   options.memtable_prefix_bloom_size_ratio = 0.1;
   options.memtable_whole_key_filtering = true;
   rocksdb::BlockBasedTableOptions table;
