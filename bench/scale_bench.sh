@@ -23,7 +23,9 @@
 #   cache_bytes        ps.cache_bytes x PS; for the all-in-cache run 1 TiB per shard, a bound
 #                      no run here reaches (its evictions, 0, show that every row stayed).
 #   ps_peak_rss_bytes  the largest VmHWM of a `tandem ps` process (pids from cluster.json),
-#                      read from /proc every 0.25 s while the job runs.
+#                      read from /proc every 0.25 s while the job runs; it includes the SST
+#                      pages RocksDB maps (page cache). ps_peak_anon_bytes: the largest
+#                      RssAnon seen, the PS's own memory (cache, memtables, buffers).
 #   cache figures      the PS shards' Prometheus /metrics (metrics.port 0), scraped while the
 #                      job runs and summed over shards; the last scrape is < 1 s before the end.
 #   *_dir_bytes        du -sb of ps.data_dir and checkpoint.dir after the job.
@@ -162,7 +164,7 @@ run_job() {  # DIR CACHE
   ( set +e; "${argv[@]}" >"$dir/local.log" 2>&1; rc=$?; now >"$dir/exit_time"; exit $rc ) &
   local job=$!
 
-  declare -A hwm=() port=() m0=() m1=()
+  declare -A hwm=() anon=() port=() m0=() m1=()
   local polls=0 i pid k v
   local re='"pid": ([0-9]+),[^}]*"task": "ps:([0-9]+)"'
   while kill -0 "$job" 2>/dev/null; do
@@ -178,6 +180,7 @@ run_job() {  # DIR CACHE
       [[ -r /proc/$pid/status ]] || continue
       while read -r k v _; do
         if [[ $k == VmHWM: ]] && ((v * 1024 > ${hwm[$i]:-0})); then hwm[$i]=$((v * 1024)); fi
+        if [[ $k == RssAnon: ]] && ((v * 1024 > ${anon[$i]:-0})); then anon[$i]=$((v * 1024)); fi
       done <"/proc/$pid/status" 2>/dev/null || true
     done
     if ((polls % 3 == 0)); then  # /metrics about every 0.75 s
@@ -236,6 +239,8 @@ run_job() {  # DIR CACHE
   fi
   local peak=0
   for v in "${hwm[@]}"; do if ((v > peak)); then peak=$v; fi; done
+  local peak_anon=0
+  for v in "${anon[@]}"; do if ((v > peak_anon)); then peak_anon=$v; fi; done
   sum2() {  # KEY: summed over the shards; null when no scrape ever answered
     if [[ -z ${m0[$1]:-}${m1[$1]:-} ]]; then echo null; return; fi
     awk -v a="${m0[$1]:-0}" -v b="${m1[$1]:-0}" 'BEGIN {printf "%.0f", a + b}'
@@ -252,6 +257,7 @@ run_job() {  # DIR CACHE
     echo "samples_per_sec=${sps:-0}"
     echo "mean_samples_per_sec=${mean_sps:-0}"
     echo "ps_peak_rss_bytes=$peak"
+    echo "ps_peak_anon_bytes=$peak_anon"
     echo "ps_dir_bytes=$(du -sb "$dir/ps" 2>/dev/null | cut -f1)"
     echo "live_db_bytes=$live"
     echo "checkpoint_dir_bytes=$(du -sb "$dir/ckpt" 2>/dev/null | cut -f1)"
@@ -344,10 +350,11 @@ for j in "${!ratios[@]}"; do
     [[ $(get "$out/runs/ratio-$r-rep$rep" model_checksum) == "$ref_checksum" ]] || checksums_equal=false
   done
   cache_total=$(awk -v c="$(get "$out/runs/ratio-$r-rep1" cache_bytes)" -v p=$PS 'BEGIN {printf "%.0f", c * p}')
-  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
+  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_peak_anon_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
     "${labels[$j]/\//_}" "$sps" "$base_sps" "$rel" "$r" "$cache_total" "$table_rows" "$table_bytes" \
     "$vocab" "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "${rcs%,}" \
-    "$(med "$r" mean_samples_per_sec)" "$(med "$r" ps_peak_rss_bytes)" "$(med "$r" ps_dir_bytes)" \
+    "$(med "$r" mean_samples_per_sec)" "$(med "$r" ps_peak_rss_bytes)" \
+    "$(med "$r" ps_peak_anon_bytes)" "$(med "$r" ps_dir_bytes)" \
     "$(med "$r" live_db_bytes)" "$(med "$r" checkpoint_dir_bytes)" "$(med "$r" checkpoints)" \
     "$(med "$r" checkpoint_s)" "$(med "$r" checkpoint_max_s)" "$(med "$r" checkpoint_held_s)" \
     "$(med "$r" end_of_job_s)" \
