@@ -79,19 +79,7 @@ out=$(realpath "$out")
 log() { echo "scale_bench: $*" >&2; }
 
 # --- data: generated once per (vocab, rows), kept for later invocations ---------------------
-data_dir="$out/data"
-mkdir -p "$data_dir"
-train_file="$data_dir/train-v$vocab-r$rows.bin"
-eval_file="$data_dir/eval-v$vocab-r$eval_rows.bin"
-gen() {  # FILE ROWS STREAM
-  [[ -s $1 ]] && return 0
-  log "generating $2 $3 rows (vocab $vocab, zipf $ZIPF) into $1"
-  "$TANDEM" datagen --format binary --vocab "$vocab" --zipf "$ZIPF" --rows "$2" --seed 1 \
-    --stream "$3" --out "$1.tmp" >&2
-  mv "$1.tmp" "$1"
-}
-gen "$train_file" "$rows" train
-if ((eval_rows > 0)); then gen "$eval_file" "$eval_rows" eval; else eval_file=""; fi
+source bench/bench_data.sh
 
 # --- helpers ------------------------------------------------------------------------------
 now() { date +%s.%N; }
