@@ -172,9 +172,8 @@ rocksdb::Options RocksOptions() {
   // miss, writeback flush and compaction of a table larger than the cache (issue 21).
   options.compression = rocksdb::kNoCompression;
   options.bottommost_compression = rocksdb::kNoCompression;
-  // Levels sized from the bottom up keep space amplification near 1.1 whatever the table's size,
-  // and the bottom level's SSTs (most of the table) rarely change, so a checkpoint's durable
-  // copy, which copies only new SSTs, stays incremental.
+  // Levels sized from the bottom up keep space amplification near 1.1 whatever the table's size
+  // (the live DB and every durable copy of it stay close to the rows' own bytes).
   options.level_compaction_dynamic_level_bytes = true;
   // With a table larger than the cache the memtable takes every evicted dirty row and is
   // searched by every miss: it was a third of a shard's CPU (a 64 MiB skiplist, random keys).
