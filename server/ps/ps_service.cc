@@ -133,6 +133,8 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
     MutexLock lock(&mu_);
     stats_.pulls++;
   }
+  // The slices as validated, kept for the prefetch of a pull that parks.
+  std::vector<TableRead> slices;
   for (auto t : req.getTables()) {
     std::span<const uint64_t> ids;
     Status s = internal::ReadPullSlice(m, t, shard_->options(), &ids);
@@ -142,6 +144,7 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
       r.SendError(ReplyCode::INVALID, s.message());
       return;
     }
+    slices.push_back(TableRead{t.getTableId(), ids, nullptr});
   }
   if (req.getPrecision() > static_cast<uint8_t>(WirePrecision::kFp16)) {
     MutexLock lock(&mu_);
@@ -165,7 +168,7 @@ void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
       return;
     }
     case PullVerdict::kPark:
-      Prefetch(m);
+      Prefetch(slices);
       break;
   }
   {
@@ -336,26 +339,19 @@ void PsService::ReleaseParked() {
 // ones that are not cached in from RocksDB while the apply runs, so the answer finds them in
 // the cache (issue 21: with a table far larger than the cache most of a pull's time is its
 // misses). Only a read: the cache is coherent with the apply, so the answer is the same.
-void PsService::Prefetch(wire::InMessage& m) {
+void PsService::Prefetch(std::span<const TableRead> slices) {
   thread_local std::vector<float> scratch;
   const ShardOptions& o = shard_->options();
-  const auto tables = m.envelope().getBody().getPullRequest().getTables();
   if (o.memory_only) return;  // every row is cached already
   // A cache that cannot hold this pull's rows several times over would evict the rows the apply
   // running now is about to update: the prefetch would add misses instead of hiding them.
   uint64_t bytes = 0;
-  for (auto t : tables) {
-    if (t.getTableId() >= o.tables.size()) return;
-    bytes += uint64_t{t.getCount()} * o.tables[t.getTableId()].row_bytes();
-  }
+  for (const TableRead& t : slices) bytes += t.ids.size() * uint64_t{o.tables[t.table].row_bytes()};
   if (bytes * 4 > o.cache_bytes) return;
-  for (auto t : tables) {
-    std::span<const uint64_t> ids;
-    if (!internal::ReadPullSlice(m, t, shard_->options(), &ids).ok()) return;
-    const uint32_t table = t.getTableId();
-    scratch.resize(ids.size() * size_t{shard_->options().tables[table].dim});
+  for (const TableRead& t : slices) {
+    scratch.resize(t.ids.size() * size_t{o.tables[t.table].dim});
     // A failure shows again, and is answered, when the pull is.
-    shard_->Read(table, ids, scratch.data()).IgnoreError();
+    shard_->Read(t.table, t.ids, scratch.data()).IgnoreError();
   }
 }
 

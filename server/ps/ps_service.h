@@ -55,7 +55,8 @@ class PsService {
   // is done; then the part, or the copy's error.
   void HandleCheckpointPart(wire::InMessage& request, wire::Responder responder);
   void AnswerPull(wire::InMessage& request, wire::Responder responder);
-  void Prefetch(wire::InMessage& request);
+  // Reads the rows of a parked pull's slices (validated by HandlePull) into the cache.
+  void Prefetch(std::span<const TableRead> slices);
   void ReleaseParked();
   std::optional<wire::Rejection> Fence(const wire::InMessage& request);
   void RaiseIncarnation(uint32_t rank, uint64_t incarnation);
