@@ -98,16 +98,18 @@ StatusOr<ps::RestoreSource> RestoreSourceOf(const config::JobConfig& job, int64_
 // its own restore points and log instead (PROTOCOLS §6). Returns the restored step, or -1.
 StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& job_id,
                                    uint32_t index, zmq::context_t* context,
-                                   const ps::ShardOptions& options) {
+                                   const ps::ShardOptions& options, const sigset_t& stop_signals) {
   ChiefClientOptions o;
   o.chief_endpoint = "tcp://" + job.cluster.chief.at(0);
   o.identity.job_id = job_id;
   o.identity.role = wire::Role::TOOL;  // a query, as `tandem status` makes; not registered yet
   o.identity.index = index;
   ChiefClient chief(context, o);
-  // The chief may start after us (`tandem local` starts everyone at once): View retries.
+  // The chief may start after us (`tandem local` starts everyone at once): View retries, says
+  // so every few seconds, and gives up on SIGTERM.
   TANDEM_ASSIGN_OR_RETURN(ClusterView view,
-                          chief.View(std::chrono::seconds(job.recovery.max_wait_s)));
+                          chief.View(std::chrono::seconds(job.recovery.max_wait_s),
+                                     [&stop_signals] { return StopSignalSeen(stop_signals); }));
   // elapsed_ms > 0 while "starting": a restarted chief rejoining a run that trained; its shards
   // are past the checkpoint and must keep what they applied.
   if (view.job_state != "starting" || view.elapsed_ms > 0) return -1;
@@ -245,8 +247,12 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       const auto shard_options =
           ps::ShardOptionsFromConfig(*job, static_cast<uint32_t>(resolved->task.index));
       if (!job->cluster.chief.at(0).ends_with(":0")) {
-        auto restored =
-            RestoreForResume(*job, *job_id, shard_options.shard_index, &context, shard_options);
+        auto restored = RestoreForResume(*job, *job_id, shard_options.shard_index, &context,
+                                         shard_options, stop_signals);
+        if (restored.status().IsCancelled()) {
+          TLOG_INFO("{}: stopping before the shard was opened", restored.status().message());
+          return kExitOk;
+        }
         if (!restored.ok()) {
           TLOG_ERROR("cannot restore the shard from the checkpoint: {}",
                      restored.status().ToString());

@@ -1,5 +1,12 @@
 #include "cli/member.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
@@ -19,7 +26,13 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
   o.determinism_class = determinism_class;
   o.heartbeat_interval = std::chrono::milliseconds(job.chief.heartbeat_interval_ms);
   auto client = std::make_unique<ChiefClient>(ctx.context, o);
-  auto reg = client->Register(/*step=*/-1, std::chrono::seconds(job.recovery.max_wait_s));
+  auto reg = client->Register(/*step=*/-1, std::chrono::seconds(job.recovery.max_wait_s),
+                              [&ctx] { return StopSignalSeen(ctx.stop_signals); });
+  if (reg.status().IsCancelled()) {
+    TLOG_INFO("{}: stopping before the chief answered", reg.status().message());
+    *exit_status = kExitOk;
+    return nullptr;
+  }
   if (!reg.ok()) {
     TLOG_ERROR("registration with the chief at {} failed: {}", o.chief_endpoint,
                reg.status().ToString());
@@ -44,6 +57,44 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
            std::to_string(ctx.index) + " registered as incarnation " +
            std::to_string(reg->incarnation));
   return client;
+}
+
+int ExitWhenFenced(ChiefClient* chief, const std::string& rank) {
+  const uint64_t mine = chief->identity().incarnation;
+  auto view = chief->View(std::chrono::milliseconds(3000));
+  if (view.ok()) {
+    const auto colon = rank.find(':');
+    const std::string role = rank.substr(0, colon);
+    const uint32_t index = static_cast<uint32_t>(std::stoul(rank.substr(colon + 1)));
+    for (const MemberView& m : view->members) {
+      if (m.role != role || m.index != index) continue;
+      if (m.incarnation > mine && m.state != "lost") {
+        TLOG_ERROR("{} was replaced by incarnation {} ({} at {}): exiting {}", rank, m.incarnation,
+                   m.state, m.address, static_cast<int>(kExitFenced));
+        return kExitFenced;
+      }
+    }
+  }
+  TLOG_WARN(
+      "{}#{} was declared lost and no successor holds the rank{}: starting again to rejoin as "
+      "its successor",
+      rank, mine, view.ok() ? "" : " (the chief did not answer: it decides at the registration)");
+  return kRoleRejoin;
+}
+
+int ExecAgainToRejoin(char** argv) {
+  const char* before = std::getenv("TANDEM_REJOINS");
+  const int rejoins = before != nullptr ? std::atoi(before) + 1 : 1;
+  const std::string count = std::to_string(rejoins);
+  ::setenv("TANDEM_REJOINS", count.c_str(), 1);
+  TLOG_INFO("rejoin {}: executing the same command line again (pid {})", rejoins, ::getpid());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::execv("/proc/self/exe", argv);
+  const int err = errno;
+  TLOG_ERROR("cannot execute /proc/self/exe to rejoin: {}: exiting {} for the supervisor",
+             std::strerror(err), static_cast<int>(kExitRuntimeFailure));
+  return kExitRuntimeFailure;
 }
 
 }  // namespace tandem::cli

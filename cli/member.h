@@ -18,4 +18,20 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
                                      const std::string& determinism_class, int* exit_status,
                                      Registration* registration = nullptr);
 
+// What a daemon returns (never an exit status: cli/tandem.cc executes the same command line
+// again) when it was declared lost, e.g. cut off by the network, and no successor holds its
+// rank: the new process registers as that rank's successor and recovers exactly as a
+// replacement started by a supervisor would (a worker rolls forward from the survivors, a PS
+// replays its log). Whether it may is decided by the chief at that registration: a successor
+// that registered meanwhile makes it a refusal, and the process exits 75.
+inline constexpr int kRoleRejoin = -75;
+
+// The status of a member the chief fenced: kExitFenced when a newer incarnation of its rank is
+// registered and not lost (it was replaced), kRoleRejoin otherwise.
+int ExitWhenFenced(ChiefClient* chief, const std::string& rank);
+
+// Executes this process's own command line again after kRoleRejoin (counted in TANDEM_REJOINS).
+// Returns only when that fails, with the exit status to use.
+int ExecAgainToRejoin(char** argv);
+
 }  // namespace tandem::cli

@@ -85,8 +85,8 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
                       std::chrono::milliseconds(job.collective.timeout_ms + 10000);
     }
     if (chief->fenced()) {
-      TLOG_ERROR("this incarnation was replaced: exiting");
-      return kExitFenced;
+      chief->StopHeartbeats();
+      return ExitWhenFenced(chief.get(), "ps:" + std::to_string(ctx.index));
     }
     if (Ended(chief->job_state())) {
       TLOG_INFO("the job has ended ({}): leaving", chief->job_state());

@@ -5,8 +5,10 @@
 #include <optional>
 #include <thread>
 
+#include "cli/stop_signals.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "common/wait_log.h"
 
 namespace tandem::cli {
 
@@ -52,7 +54,16 @@ Status ReplicaGroup::Recover(const std::function<void(const std::string&)>& on_s
       Clock::now() + 2 * milliseconds(job_->chief.heartbeat_timeout_ms) + milliseconds(5000);
   std::optional<Clock::time_point> deadline;
   std::string missing = "no answer from the chief";
+  WaitLog wait("the all-reduce group of a newer generation (chief " + job_->cluster.chief.at(0) +
+               ")");
   for (;;) {
+    // Declared lost meanwhile (this worker was the one cut off): it leaves the rank to the
+    // decision of the chief (cli/member.h, ExitWhenFenced).
+    if (chief_->fenced())
+      return Status::Aborted("this incarnation was declared lost while it waited to recover");
+    if (StopSignalReceived() || chief_->stop_requested())
+      return Status::Cancelled("the job is stopping: no recovery");
+    wait.Tick(missing);
     const auto now = Clock::now();
     if (!deadline && now > declared_by)
       return Status::FailedPrecondition(

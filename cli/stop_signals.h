@@ -15,6 +15,9 @@ namespace internal {
 // in a static constructor, before main can block anything), kept for WaitStopSignal.
 inline std::atomic<int> pending_stop{0};
 extern "C" inline void KeepStopSignal(int sig) { pending_stop.store(sig); }
+// Set for good once any stop signal was seen, whoever consumed it: the waits outside a role's
+// own loop (registration, the cluster, a recovery) give up on it.
+inline std::atomic<bool> stop_seen{false};
 }  // namespace internal
 
 // Blocks SIGTERM/SIGINT in this thread and every thread it starts later (call first thing in
@@ -41,6 +44,7 @@ inline sigset_t BlockStopSignals() {
 inline bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, int* signal) {
   if (int s = internal::pending_stop.exchange(0); s != 0) {
     *signal = s;
+    internal::stop_seen.store(true);
     return true;
   }
   timespec t{static_cast<time_t>(wait.count() / 1000),
@@ -49,13 +53,31 @@ inline bool WaitStopSignal(const sigset_t& set, std::chrono::milliseconds wait, 
   const int sig = sigtimedwait(&set, &info, &t);
   if (sig > 0) {
     *signal = sig;
+    internal::stop_seen.store(true);
     return true;
   }
   if (int s = internal::pending_stop.exchange(0); s != 0) {
     *signal = s;
+    internal::stop_seen.store(true);
     return true;
   }
   return false;
+}
+
+// Whether some thread's WaitStopSignal or StopSignalSeen has seen a stop signal.
+inline bool StopSignalReceived() { return internal::stop_seen.load(); }
+
+// Whether a stop signal arrived, without waiting. A signal found here stays pending for the
+// next WaitStopSignal, so a wait that gives up on it leaves the stop to the role's own loop.
+inline bool StopSignalSeen(const sigset_t& set) {
+  if (internal::stop_seen.load() || internal::pending_stop.load() != 0) return true;
+  timespec zero{0, 0};
+  siginfo_t info;
+  const int sig = sigtimedwait(&set, &info, &zero);
+  if (sig <= 0) return false;
+  internal::pending_stop.store(sig);
+  internal::stop_seen.store(true);
+  return true;
 }
 
 }  // namespace tandem::cli

@@ -12,6 +12,7 @@
 #include "cli/drill_command.h"
 #include "cli/keys_command.h"
 #include "cli/local_command.h"
+#include "cli/member.h"
 #include "cli/serving_commands.h"
 #include "cli/status_command.h"
 #include "common/build_info.h"
@@ -189,8 +190,11 @@ int Main(int argc, char** argv) {
   const char* tf = std::getenv("TF_CONFIG");
   const std::optional<std::string> tf_config = tf ? std::optional<std::string>(tf) : std::nullopt;
   if (app.got_subcommand("chief")) return RunDaemon(chief, tf_config);
-  if (app.got_subcommand("ps")) return RunDaemon(ps, tf_config);
-  if (app.got_subcommand("worker")) return RunDaemon(worker, tf_config);
+  // A member declared lost that nobody replaced comes back as a new process (cli/member.h).
+  if (app.got_subcommand("ps") || app.got_subcommand("worker")) {
+    const int status = RunDaemon(app.got_subcommand("ps") ? ps : worker, tf_config);
+    return status == kRoleRejoin ? ExecAgainToRejoin(argv) : status;
+  }
   if (app.got_subcommand("local")) return RunLocal(local);
   if (app.got_subcommand("status")) return RunStatus(status);
   if (app.got_subcommand("datagen")) return RunDatagen(gen);

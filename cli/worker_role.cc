@@ -110,7 +110,12 @@ int RunWorkerRole(const RoleContext& ctx) {
     return status;
   };
 
-  auto view = chief->AwaitComplete(std::chrono::seconds(job.recovery.max_wait_s));
+  auto view = chief->AwaitComplete(std::chrono::seconds(job.recovery.max_wait_s),
+                                   [&] { return StopSignalSeen(ctx.stop_signals); });
+  if (view.status().IsCancelled()) {
+    TLOG_INFO("{}: stopping", view.status().message());
+    return kExitOk;
+  }
   if (!view.ok()) return report_failure(view.status().WithContext("waiting for the cluster"), 1);
   const wire::Identity self = chief->identity();
   PsClientOptions po;
@@ -246,9 +251,16 @@ int RunWorkerRole(const RoleContext& ctx) {
         std::chrono::milliseconds(std::max<int64_t>(60000, job.collective.timeout_ms)));
     if (!final_checkpoint.ok()) return report_failure(final_checkpoint, kExitRuntimeFailure);
   }
-  if (chief->fenced()) {
-    TLOG_ERROR("this incarnation was replaced: exiting without reporting");
-    return kExitFenced;
+  if (chief->fenced()) return ExitWhenFenced(chief.get(), "worker:" + std::to_string(rank));
+  if (!result.ok() && result.status().IsCancelled() &&
+      (stop_signal.load() || chief->stop_requested())) {
+    // A stop while the group waited to recover: the job is stopping, this worker did not fail.
+    TLOG_INFO("{}", result.status().ToString());
+    progress.state = "stopped";
+    chief->SetProgress(progress);
+    chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
+    chief->StopHeartbeats();
+    return kExitOk;
   }
   if (!result.ok()) return report_failure(result.status(), ExitFor(result.status()));
   progress.step = result->steps_done - 1;

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/sd_notify.h"
+#include "common/wait_log.h"
 
 namespace tandem {
 
@@ -21,6 +22,7 @@ constexpr milliseconds kMinBackoff{50};
 constexpr milliseconds kMaxBackoff{200};
 constexpr milliseconds kPollEvery{50};
 constexpr milliseconds kBarrierAttempt{500};
+constexpr milliseconds kCancellableAttempt{500};
 
 std::string HostName() {
   char buf[256] = {};
@@ -40,6 +42,10 @@ bool Retryable(ReplyCode code) {
 }
 
 bool TransportError(const Status& s) { return s.IsUnavailable() || s.IsDeadlineExceeded(); }
+
+Status StoppedWaiting(const std::string& what) {
+  return Status::Cancelled("a stop signal arrived while waiting for " + what);
+}
 
 MemberView ReadMember(wire::Member::Reader m) {
   MemberView v;
@@ -151,22 +157,28 @@ StatusOr<wire::InMessage> ChiefClient::ControlCall(wire::OutMessage message, mil
 }
 
 StatusOr<wire::InMessage> ChiefClient::ControlRetry(const std::function<wire::OutMessage()>& build,
-                                                    milliseconds budget) {
+                                                    milliseconds budget,
+                                                    const std::function<bool()>& cancelled) {
   const auto deadline = Clock::now() + budget;
   milliseconds backoff = kMinBackoff;
   Status last = Status::DeadlineExceeded("no attempt");
+  WaitLog wait("the chief at " + options_.chief_endpoint + " to answer");
   for (;;) {
+    if (cancelled && cancelled()) return StoppedWaiting("the chief at " + options_.chief_endpoint);
     const milliseconds left = Remaining(deadline);
     if (left.count() <= 0) break;
+    // Short attempts when the wait can be cancelled, so that a stop is seen within one.
+    const milliseconds attempt = cancelled ? std::min(left, kCancellableAttempt) : left;
     StatusOr<wire::InMessage> reply = Status::Internal("unset");
     {
       MutexLock lock(&mu_);
-      reply = ControlCall(build(), left);
+      reply = ControlCall(build(), attempt);
     }
     if (reply.ok() && reply->reply_code() == ReplyCode::OK) return reply;
     if (reply.ok() && !Retryable(reply->reply_code())) return wire::ReplyStatus(*reply);
     if (!reply.ok() && !TransportError(reply.status())) return reply.status();
     last = reply.ok() ? wire::ReplyStatus(*reply) : reply.status();
+    wait.Tick(last.ToString());
     std::this_thread::sleep_for(std::min(backoff, Remaining(deadline)));
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
@@ -232,17 +244,21 @@ StatusOr<Registration> ChiefClient::RegisterOnce(wire::RpcClient* client, int ha
   return reg;
 }
 
-StatusOr<Registration> ChiefClient::Register(int64_t step, milliseconds timeout) {
+StatusOr<Registration> ChiefClient::Register(int64_t step, milliseconds timeout,
+                                             const std::function<bool()>& cancelled) {
   const auto deadline = Clock::now() + timeout;
   milliseconds backoff = kMinBackoff;
   Status last = Status::DeadlineExceeded("no attempt");
+  WaitLog wait("the chief at " + options_.chief_endpoint + " to register " + identity().Who());
   for (;;) {
+    if (cancelled && cancelled()) return StoppedWaiting("the chief at " + options_.chief_endpoint);
     const milliseconds left = Remaining(deadline);
     if (left.count() <= 0) break;
     StatusOr<Registration> reg = Status::Internal("unset");
     {
       MutexLock lock(&mu_);
-      reg = RegisterOnce(&control_, control_handle_, step, std::min(options_.call_budget, left));
+      reg = RegisterOnce(&control_, control_handle_, step,
+                         std::min(cancelled ? kCancellableAttempt : options_.call_budget, left));
     }
     if (reg.ok()) {
       const wire::Identity id = identity();
@@ -252,6 +268,7 @@ StatusOr<Registration> ChiefClient::Register(int64_t step, milliseconds timeout)
     }
     if (!reg.status().IsUnavailable()) return reg.status();
     last = reg.status();
+    wait.Tick(last.ToString());
     std::this_thread::sleep_for(std::min(backoff, Remaining(deadline)));
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
@@ -417,14 +434,15 @@ Status ChiefClient::HeartbeatNowOnce(milliseconds budget) {
 
 // ---- the view, barriers, the store, stop ----
 
-StatusOr<ClusterView> ChiefClient::View(milliseconds budget) {
+StatusOr<ClusterView> ChiefClient::View(milliseconds budget,
+                                        const std::function<bool()>& cancelled) {
   auto reply = ControlRetry(
       [] {
         wire::OutMessage m;
         m.envelope().getBody().initClusterStatusRequest();
         return m;
       },
-      budget);
+      budget, cancelled);
   if (!reply.ok()) return reply.status();
   auto body = reply->envelope().getBody();
   if (body.which() != Envelope::Body::CLUSTER_STATUS_REPLY)
@@ -432,10 +450,13 @@ StatusOr<ClusterView> ChiefClient::View(milliseconds budget) {
   return ReadView(body.getClusterStatusReply());
 }
 
-StatusOr<ClusterView> ChiefClient::AwaitComplete(milliseconds timeout) {
+StatusOr<ClusterView> ChiefClient::AwaitComplete(milliseconds timeout,
+                                                 const std::function<bool()>& cancelled) {
   const auto deadline = Clock::now() + timeout;
   std::string last = "no answer";
+  WaitLog wait("every ps and worker to register with the chief at " + options_.chief_endpoint);
   for (;;) {
+    if (cancelled && cancelled()) return StoppedWaiting("the cluster");
     auto view =
         View(std::max(milliseconds(1), std::min(options_.call_budget, Remaining(deadline))));
     if (view.ok()) {
@@ -447,9 +468,17 @@ StatusOr<ClusterView> ChiefClient::AwaitComplete(milliseconds timeout) {
         up += m.state != "starting" && m.state != "lost" && m.state != "left";
       }
       last = std::to_string(up) + " of " + std::to_string(all) + " members up";
+      std::string missing;
+      for (const auto& m : view->members)
+        if (m.role != "chief" && (m.state == "starting" || m.state == "lost" || m.state == "left"))
+          missing += (missing.empty() ? "" : ", ") + m.role + ":" + std::to_string(m.index) + " (" +
+                     m.state + ")";
+      if (!missing.empty()) last += "; missing " + missing;
+      if (view->generation_pending && missing.empty()) last += "; a new generation is pending";
     } else {
       last = view.status().ToString();
     }
+    wait.Tick(last);
     if (Remaining(deadline).count() <= 0) break;
     std::this_thread::sleep_for(std::min(kPollEvery, Remaining(deadline)));
   }

@@ -105,7 +105,10 @@ class ChiefClient {
   // Registers (retrying while the chief is unreachable, until `timeout`) and adopts the issued
   // identities. kPermissionDenied when refused (a live incarnation of this rank, another build
   // or config hash, another determinism class under `strict`): the caller exits 75.
-  StatusOr<Registration> Register(int64_t step, std::chrono::milliseconds timeout);
+  // A wait longer than a few seconds is logged (where, how long so far, the last error); it
+  // ends with kCancelled as soon as `cancelled` (e.g. a stop signal) says so.
+  StatusOr<Registration> Register(int64_t step, std::chrono::milliseconds timeout,
+                                  const std::function<bool()>& cancelled = nullptr);
 
   // Starts the heartbeat thread. Each heartbeat carries the last SetProgress. A STALE answer
   // (this incarnation was replaced) sets fenced(); a RETRY (a restarted chief that does not
@@ -124,9 +127,13 @@ class ChiefClient {
   // The issued incarnation, and the latest term, generation and timeline heard from the chief.
   wire::Identity identity() const;
 
-  StatusOr<ClusterView> View(std::chrono::milliseconds budget);
-  // Polls the view until Complete() (or kDeadlineExceeded).
-  StatusOr<ClusterView> AwaitComplete(std::chrono::milliseconds timeout);
+  // Retries while the chief is unreachable; logs and cancels as Register does.
+  StatusOr<ClusterView> View(std::chrono::milliseconds budget,
+                             const std::function<bool()>& cancelled = nullptr);
+  // Polls the view until Complete() (or kDeadlineExceeded), logging who is missing every few
+  // seconds; kCancelled as soon as `cancelled` says so.
+  StatusOr<ClusterView> AwaitComplete(std::chrono::milliseconds timeout,
+                                      const std::function<bool()>& cancelled = nullptr);
   // Returns once `count` distinct members have entered barrier `name`.
   Status Barrier(const std::string& name, uint32_t count, std::chrono::milliseconds timeout);
   Status KvSet(const std::string& key, std::string_view value);
@@ -148,7 +155,9 @@ class ChiefClient {
   // ControlCall again (after a back-off) while the chief is unreachable or answers OVERLOADED or
   // RETRY, until `budget` is spent. Returns an OK reply or the error.
   StatusOr<wire::InMessage> ControlRetry(const std::function<wire::OutMessage()>& build,
-                                         std::chrono::milliseconds budget) LOCKS_EXCLUDED(mu_);
+                                         std::chrono::milliseconds budget,
+                                         const std::function<bool()>& cancelled = nullptr)
+      LOCKS_EXCLUDED(mu_);
   // One HeartbeatNow attempt: a RETRY answer (a restarted chief) registers again first.
   Status HeartbeatNowOnce(std::chrono::milliseconds budget) LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop();

@@ -64,6 +64,7 @@ class [[nodiscard]] Status {
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }
   const std::string& message() const;
 
+  bool IsCancelled() const { return code() == StatusCode::kCancelled; }
   bool IsInvalidArgument() const { return code() == StatusCode::kInvalidArgument; }
   bool IsDeadlineExceeded() const { return code() == StatusCode::kDeadlineExceeded; }
   bool IsNotFound() const { return code() == StatusCode::kNotFound; }

@@ -709,6 +709,7 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
   std::vector<Suspect> suspects;
   {
     MutexLock lock(&mu_);
+    if (membership_.NoteIsolation(Clock::now())) return;
     suspects = membership_.Suspects(Clock::now());
   }
   for (const Suspect& s : suspects) {
@@ -717,6 +718,8 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
     StatusOr<wire::PingResult> pong = Status::Internal("unset");
     const bool same = ProbeAnswers(s, client, handles, &pong);
     MutexLock lock(&mu_);
+    // Everyone fell silent while the probe was out: the chief's own network, not the member's.
+    if (membership_.NoteIsolation(Clock::now())) return;
     if (same) {
       TLOG_WARN("{} at {}: no heartbeat for {} ms, but it answers a probe: kept", who, s.address,
                 s.ms_since_heartbeat);

@@ -161,6 +161,34 @@ void Membership::StartOver() {
   final_result_ = MemberProgress{};
 }
 
+bool Membership::NoteIsolation(Clock::time_point now) {
+  const auto recent = std::max(options_.heartbeat_timeout / 2, 2 * options_.heartbeat_interval);
+  bool live = false, heard = false;
+  for (MemberRole r : {MemberRole::kPs, MemberRole::kWorker})
+    for (const Member& m : Of(r)) {
+      if (!m.registered || m.lost || m.left || Terminal(m)) continue;
+      live = true;
+      heard = heard || now - m.last_heartbeat <= recent;
+    }
+  const bool isolated = live && !heard;
+  if (isolated && !this->isolated()) {
+    isolated_since_ = now;
+    TLOG_WARN(
+        "no member has heartbeated for {} ms: this chief may be cut off from the network; nobody "
+        "is declared lost until members are heard again",
+        recent.count());
+  }
+  return isolated;
+}
+
+void Membership::EndIsolation(const std::string& who, Clock::time_point now) {
+  if (!isolated()) return;
+  TLOG_WARN("{} heard again after {} ms in which no member was: every member's silence is excused",
+            who, MsBetween(isolated_since_, now));
+  isolated_since_ = Clock::time_point{};
+  ExcuseSilence(now);
+}
+
 void Membership::ExcuseSilence(Clock::time_point now) {
   for (auto* members : {&ps_, &workers_})
     for (Member& m : *members)
@@ -272,6 +300,7 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   const bool joins_running_job = in.role == MemberRole::kWorker && !same_process && !adopt &&
                                  training_since_ != Clock::time_point{} &&
                                  !IsTerminalJobState(job_state_) && job_state_ != kJobStopping;
+  EndIsolation(who, now);
   m = Member{};
   m.registered = true;
   m.incarnation = incarnation;
@@ -325,6 +354,7 @@ StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
     r.verdict = HeartbeatVerdict::kStale;
     r.message = who + " left the job";
   } else {
+    EndIsolation(who, now);
     m.last_heartbeat = m.last_alive = now;
     m.heartbeated = true;
     if (progress.state == "left") {

@@ -162,6 +162,13 @@ class Membership {
   // Members whose last sign of life (a heartbeat, or an answered probe) is older than the
   // heartbeat timeout and that are neither lost, left nor in a terminal state.
   std::vector<Suspect> Suspects(Clock::time_point now) const;
+  // A chief cut off from the network sees every member fall silent at once, exactly as if all
+  // had died; it cannot tell the two apart. Whether no live member has heartbeated within half
+  // the heartbeat timeout: the monitor then declares nobody lost (a partitioned chief is
+  // treated like an absent one, PROTOCOLS §10), and the first heartbeat or registration after
+  // it excuses every member's silence over that time.
+  bool NoteIsolation(Clock::time_point now);
+  bool isolated() const { return isolated_since_ != Clock::time_point{}; }
   // The probe of `s` was answered by the same incarnation: keep it and probe again only after
   // another timeout.
   void ProbeAnswered(const Suspect& s, Clock::time_point now);
@@ -233,6 +240,8 @@ class Membership {
     return role == MemberRole::kPs ? ps_ : workers_;
   }
   bool Alive(const Member& m, Clock::time_point now) const;
+  // The chief hears a member again after NoteIsolation: silence over that time proves nothing.
+  void EndIsolation(const std::string& who, Clock::time_point now);
   bool Terminal(const Member& m) const;
   std::optional<std::string> Refusal(const RegisterInput& in, const Member& current,
                                      Clock::time_point now) const;
@@ -259,6 +268,7 @@ class Membership {
   // Set by RejoinRun: until a heartbeat timeout later, a member not yet registered may still
   // come back, so Finished waits for it.
   Clock::time_point rejoined_at_{};
+  Clock::time_point isolated_since_{};  // NoteIsolation found every live member silent
 };
 
 }  // namespace tandem::chief

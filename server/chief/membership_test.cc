@@ -650,5 +650,54 @@ TEST_F(MembershipTest, ExcusedSilenceMakesNoSuspects) {
   EXPECT_EQ(members_->Suspects(now_ + kTimeout + milliseconds(1)).size(), 3u);
 }
 
+// A chief cut off from the network hears every member fall silent at once. It is isolated (the
+// monitor declares nobody lost) only while no live member heartbeated within half the timeout,
+// and the first member heard again excuses everyone's silence: the others then get a whole
+// timeout to be heard from before anyone is suspected.
+TEST_F(MembershipTest, AChiefThatHearsNobodyDeclaresNobodyAndExcusesEveryoneWhenHeardAgain) {
+  RegisterAll();
+  now_ += kTimeout / 2;
+  EXPECT_FALSE(members_->NoteIsolation(now_)) << "heard within half the timeout";
+  now_ += kTimeout * 3;
+  EXPECT_TRUE(members_->NoteIsolation(now_));
+  EXPECT_TRUE(members_->isolated());
+  EXPECT_EQ(members_->Suspects(now_).size(), 3u) << "silent all the same: the monitor holds back";
+  Beat(MemberRole::kWorker, 1, w1_);
+  EXPECT_FALSE(members_->isolated());
+  EXPECT_FALSE(members_->NoteIsolation(now_));
+  EXPECT_TRUE(members_->Suspects(now_).empty()) << "every member's silence is excused";
+  // One member silent while another is heard: that member's own fault, suspected as always.
+  now_ += kTimeout + milliseconds(1);
+  Beat(MemberRole::kWorker, 1, w1_);
+  EXPECT_FALSE(members_->NoteIsolation(now_));
+  auto suspects = members_->Suspects(now_);
+  ASSERT_EQ(suspects.size(), 2u);
+  for (const auto& s : suspects) EXPECT_TRUE(*members_->DeclareLost(s, "silent", now_));
+  // A registration also ends an isolation.
+  now_ += kTimeout * 3;
+  EXPECT_TRUE(members_->NoteIsolation(now_));
+  Reg(MemberRole::kPs, 0);
+  EXPECT_FALSE(members_->isolated());
+}
+
+// A worker declared lost (cut off) that reaches the chief again while nobody holds its rank
+// registers as its own successor: a new incarnation that rolls forward. Once it is alive, its
+// old incarnation is stale, and another registration of the rank is refused.
+TEST_F(MembershipTest, ALostWorkerComingBackBeforeAnySuccessorBecomesItsSuccessor) {
+  RegisterAll();
+  now_ += kTimeout + milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(MemberRole::kPs, 0, ps0_);
+  ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);
+  EXPECT_EQ(Beat(MemberRole::kWorker, 1, w1_).verdict, HeartbeatVerdict::kStale);
+  auto again = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(again->incarnation, w1_);
+  EXPECT_TRUE(again->joins_running_job);
+  EXPECT_EQ(Beat(MemberRole::kWorker, 1, w1_).verdict, HeartbeatVerdict::kStale);
+  auto rival = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  EXPECT_EQ(rival.status().code(), StatusCode::kPermissionDenied) << rival.status();
+}
+
 }  // namespace
 }  // namespace tandem::chief
