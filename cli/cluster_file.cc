@@ -12,8 +12,12 @@ Status WriteClusterFile(const std::string& path, const ClusterFile& file) {
   j["job_id"] = file.job_id;
   if (!file.security_keys.empty()) j["security_keys"] = file.security_keys;
   j["members"] = nlohmann::json::array();
-  for (const auto& m : file.members)
-    j["members"].push_back({{"task", m.task}, {"endpoint", m.endpoint}, {"pid", m.pid}});
+  for (const auto& m : file.members) {
+    nlohmann::json e = {{"task", m.task}, {"endpoint", m.endpoint}, {"pid", m.pid}};
+    if (!m.netns.empty()) e["netns"] = m.netns;
+    if (!m.link.empty()) e["link"] = m.link;
+    j["members"].push_back(std::move(e));
+  }
   if (!WriteFileAtomically(path, j.dump(2) + "\n"))
     return Status::Unavailable("cannot write " + path);
   return Status::Ok();
@@ -30,7 +34,8 @@ StatusOr<ClusterFile> ReadClusterFile(const std::string& path) {
   f.security_keys = j.value("security_keys", "");
   for (const auto& m : j["members"]) {
     if (!m.is_object()) return Status::DataLoss(path + ": bad member entry");
-    f.members.push_back({m.value("task", ""), m.value("endpoint", ""), m.value("pid", 0)});
+    f.members.push_back({m.value("task", ""), m.value("endpoint", ""), m.value("pid", 0),
+                         m.value("netns", ""), m.value("link", "")});
   }
   return f;
 }

@@ -13,6 +13,9 @@ struct ClusterMember {
   std::string task;      // "ps:0"
   std::string endpoint;  // "tcp://127.0.0.1:40123"
   int pid = 0;
+  // `tandem local --netns`: the member's network namespace and its host's bridge port (what
+  // `tandem drill` takes down for a partition); empty otherwise.
+  std::string netns, link;
 };
 
 struct ClusterFile {

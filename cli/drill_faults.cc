@@ -71,18 +71,32 @@ class FaultParser {
       if (Status s = Target(&f); !s.ok()) return s;
     } else if (verb == "corrupt-latest") {
       f.kind = FaultKind::kCorruptLatest;
+    } else if (verb == "partition" || verb == "flap") {
+      f.kind = verb == "partition" ? FaultKind::kPartition : FaultKind::kFlap;
+      if (Status s = Targets(&f); !s.ok()) return s;
     } else {
-      return Error(0,
-                   "unknown action '" + verb + "' (expected kill, stop, lose or corrupt-latest)");
+      return Error(0, "unknown action '" + verb +
+                          "' (expected kill, stop, lose, corrupt-latest, partition or flap)");
     }
     if (Status s = At(&f); !s.ok()) return s;
-    if (f.kind == FaultKind::kStop) {
+    if (f.kind == FaultKind::kStop || f.kind == FaultKind::kPartition) {
       if (Peek() != "for")
-        return Error(at_, "'stop' needs 'for DURATION' after the step, e.g. 'for 5s'");
+        return Error(at_, "'" + verb + "' needs 'for DURATION' after the step, e.g. 'for 5s'");
       Next();
       const size_t where = at_;
       if (!ParseDuration(Next(), &f.duration))
         return Error(where, "bad duration '" + Tok(where) + "' (expected e.g. 5s, 1.5s or 500ms)");
+    }
+    if (f.kind == FaultKind::kFlap) {
+      const size_t where = at_;
+      const std::string n = Next();
+      int64_t count = 0;
+      if (!n.ends_with("x") || !ParseInt(std::string_view(n).substr(0, n.size() - 1), &count) ||
+          count < 1 || count > 100)
+        return Error(where, n.empty() ? "'flap' needs a count after the step, e.g. '3x'"
+                                      : "bad flap count '" + n + "' (expected 1x..100x)");
+      f.flaps = static_cast<int>(count);
+      f.duration = 2 * kFlapHalfCycle * count;
     }
     if (at_ < tokens_.size())
       return Error(at_, "unexpected '" + tokens_[at_].text + "' after the fault");
@@ -105,24 +119,43 @@ class FaultParser {
   // ROLE:I, or `chief` alone.
   Status Target(Fault* f) {
     const size_t where = at_;
+    return ParseTarget(Next(), where, f->kind, &f->role, &f->index);
+  }
+
+  // ROLE:I or, for a partition between two members, ROLE:I,ROLE:J.
+  Status Targets(Fault* f) {
+    const size_t where = at_;
     const std::string t = Next();
+    const size_t comma = t.find(',');
+    if (comma == std::string::npos) return ParseTarget(t, where, f->kind, &f->role, &f->index);
+    if (f->kind != FaultKind::kPartition)
+      return Error(where, "'flap' takes one member, not '" + t + "'");
+    TANDEM_RETURN_IF_ERROR(ParseTarget(t.substr(0, comma), where, f->kind, &f->role, &f->index));
+    TANDEM_RETURN_IF_ERROR(
+        ParseTarget(t.substr(comma + 1), where, f->kind, &f->peer_role, &f->peer_index));
+    if (f->peer_role == f->role && f->peer_index == f->index)
+      return Error(where, "a partition between '" + f->task() + "' and itself");
+    return Status::Ok();
+  }
+
+  Status ParseTarget(const std::string& t, size_t where, FaultKind kind, std::string* role,
+                     int* out) const {
     if (t.empty()) return Error(where, "missing target (expected ROLE:INDEX, e.g. ps:0, or chief)");
     const size_t colon = t.find(':');
-    f->role = t.substr(0, colon);
+    *role = t.substr(0, colon);
     int64_t index = 0;
-    if (f->role != "ps" && f->role != "worker" && f->role != "chief")
-      return Error(where, "unknown role '" + f->role + "' (expected ps, worker or chief)");
+    if (*role != "ps" && *role != "worker" && *role != "chief")
+      return Error(where, "unknown role '" + *role + "' (expected ps, worker or chief)");
     if (colon == std::string::npos) {
-      if (f->role != "chief")
-        return Error(where, "'" + t + "' needs an index, e.g. " + f->role + ":0");
+      if (*role != "chief") return Error(where, "'" + t + "' needs an index, e.g. " + *role + ":0");
     } else if (!ParseInt(std::string_view(t).substr(colon + 1), &index) || index < 0 ||
                index > 255) {
       return Error(where, "bad index in '" + t + "' (expected 0..255)");
     }
-    if (f->role == "chief" && index != 0) return Error(where, "there is only chief:0");
-    if (f->kind == FaultKind::kLose && f->role != "ps")
+    if (*role == "chief" && index != 0) return Error(where, "there is only chief:0");
+    if (kind == FaultKind::kLose && *role != "ps")
       return Error(where, "'lose' takes a PS (lose ps:I), not '" + t + "'");
-    f->index = static_cast<int>(index);
+    *out = static_cast<int>(index);
     return Status::Ok();
   }
 
@@ -162,6 +195,10 @@ class FaultParser {
 
 std::string Fault::task() const { return role.empty() ? "" : role + ":" + std::to_string(index); }
 
+std::string Fault::peer_task() const {
+  return peer_role.empty() ? "" : peer_role + ":" + std::to_string(peer_index);
+}
+
 std::string Fault::ToString() const {
   std::string at = after_rollbacks > 0 ? " @rollback " + std::to_string(after_rollbacks)
                                        : " @step " + std::to_string(step);
@@ -174,6 +211,11 @@ std::string Fault::ToString() const {
       return "lose " + task() + at;
     case FaultKind::kCorruptLatest:
       return "corrupt-latest" + at;
+    case FaultKind::kPartition:
+      return "partition " + task() + (peer_role.empty() ? "" : "," + peer_task()) + at + " for " +
+             std::to_string(duration.count()) + "ms";
+    case FaultKind::kFlap:
+      return "flap " + task() + at + " " + std::to_string(flaps) + "x";
   }
   return "";
 }

@@ -4,6 +4,10 @@
 //   chief) stop ROLE:I @step S for Ds   SIGSTOP, then SIGCONT after D (`2s`, `1.5s`, `500ms`) lose
 //   ps:I @step S            SIGKILL and delete its `ps.data_dir/shard-I` (a lost machine)
 //   corrupt-latest @step S       flip a byte of `checkpoint.dir/LATEST`
+//   partition ROLE:I @step S for Ds          cut the member off the network for D
+//   partition ROLE:I,ROLE:J @step S for Ds   cut the two members off from each other only
+//   flap ROLE:I @step S Nx       take its link down and up N times (2 s down, 2 s up)
+// Network faults run the job with every member in a network namespace of its own (cli/netns.h).
 // Instead of `@step S`, `@rollback N` fires the fault once the job has been rolled back N times
 // and trains again (a loss during a recovery, scenario 20); such faults come after every
 // `@step` fault.
@@ -19,7 +23,10 @@
 
 namespace tandem::cli {
 
-enum class FaultKind { kKill, kStop, kLose, kCorruptLatest };
+enum class FaultKind { kKill, kStop, kLose, kCorruptLatest, kPartition, kFlap };
+
+// A flap's rhythm: each of its N cycles keeps the link down, then up, this long.
+inline constexpr std::chrono::milliseconds kFlapHalfCycle{2000};
 
 // One parsed fault. A value type.
 struct Fault {
@@ -28,11 +35,17 @@ struct Fault {
   int index = 0;
   int64_t step = 0;                       // fired once the job's step reaches it
   int64_t after_rollbacks = 0;            // > 0: `@rollback N` instead (step is then 0)
-  std::chrono::milliseconds duration{0};  // stop only: how long the process stays stopped
-  size_t position = 0;                    // offset of the fault's first character in the spec
+  std::chrono::milliseconds duration{0};  // stop, partition: how long the fault lasts
+  std::string peer_role;                  // partition between two members: the other one
+  int peer_index = -1;
+  int flaps = 0;        // flap: how many down/up cycles
+  size_t position = 0;  // offset of the fault's first character in the spec
 
   // "ps:0", "chief:0"; empty for corrupt-latest.
   std::string task() const;
+  // The other member of a partition between two members; empty otherwise.
+  std::string peer_task() const;
+  bool network() const { return kind == FaultKind::kPartition || kind == FaultKind::kFlap; }
   // Canonical text, e.g. "stop ps:1 @step 200 for 2000ms".
   std::string ToString() const;
 };

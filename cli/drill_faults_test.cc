@@ -66,7 +66,7 @@ TEST(DrillFaultsTest, EmptySpecIsAnError) {
 TEST(DrillFaultsTest, ErrorsNameTheFaultThePositionAndTheProblem) {
   EXPECT_EQ(ErrorOf("kill ps:0 @step 10; explode ps:1 @step 20"),
             "--faults: fault 2 (at character 21): unknown action 'explode' (expected kill, "
-            "stop, lose or corrupt-latest)");
+            "stop, lose, corrupt-latest, partition or flap)");
   EXPECT_EQ(ErrorOf("stop ps:1 @step 200"),
             "--faults: fault 1 (at character 20): 'stop' needs 'for DURATION' after the step, "
             "e.g. 'for 5s'");
@@ -92,6 +92,42 @@ TEST(DrillFaultsTest, ErrorsNameTheFaultThePositionAndTheProblem) {
   EXPECT_NE(ErrorOf("stop ps:0 @step 5 for").find("bad duration ''"), std::string::npos);
   EXPECT_NE(ErrorOf("kill ps:0 @step 5 for 2s").find("unexpected 'for'"), std::string::npos);
   EXPECT_NE(ErrorOf("corrupt-latest ps:0 @step 5").find("found 'ps:0'"), std::string::npos);
+}
+
+TEST(DrillFaultsTest, ParsesNetworkFaults) {
+  auto r = ParseFaults(
+      "partition worker:1 @step 80 for 8s; partition worker:0,worker:1 @step 200 for 15s;"
+      "flap ps:1 @step 300 3x; partition chief @step 400 for 500ms");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 4u);
+  const auto& f = *r;
+  EXPECT_EQ(f[0].kind, FaultKind::kPartition);
+  EXPECT_EQ(f[0].ToString(), "partition worker:1 @step 80 for 8000ms");
+  EXPECT_TRUE(f[0].peer_task().empty());
+  EXPECT_TRUE(f[0].network());
+  EXPECT_EQ(f[1].task(), "worker:0");
+  EXPECT_EQ(f[1].peer_task(), "worker:1");
+  EXPECT_EQ(f[1].ToString(), "partition worker:0,worker:1 @step 200 for 15000ms");
+  EXPECT_EQ(f[2].kind, FaultKind::kFlap);
+  EXPECT_EQ(f[2].flaps, 3);
+  EXPECT_EQ(f[2].duration, 6 * kFlapHalfCycle);
+  EXPECT_EQ(f[2].ToString(), "flap ps:1 @step 300 3x");
+  EXPECT_EQ(f[3].task(), "chief:0");
+  EXPECT_FALSE(ParseFaults("kill ps:0 @step 3")->front().network());
+}
+
+TEST(DrillFaultsTest, MalformedNetworkFaultsNameTheProblem) {
+  EXPECT_NE(ErrorOf("partition worker:1 @step 80").find("needs 'for DURATION'"), std::string::npos);
+  EXPECT_NE(ErrorOf("partition worker:1,worker:1 @step 8 for 2s").find("and itself"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("partition worker:1,gpu:0 @step 8 for 2s").find("unknown role 'gpu'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("flap worker:0,worker:1 @step 8 2x").find("takes one member"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("flap worker:0 @step 8").find("needs a count"), std::string::npos);
+  EXPECT_NE(ErrorOf("flap worker:0 @step 8 0x").find("bad flap count '0x'"), std::string::npos);
+  EXPECT_NE(ErrorOf("flap worker:0 @step 8 3").find("bad flap count"), std::string::npos);
+  EXPECT_NE(ErrorOf("unplug worker:0 @step 8").find("partition or flap"), std::string::npos);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli/cluster_file.h"
+#include "cli/netns.h"
 #include "cli/security_setup.h"
 #include "cli/stop_signals.h"
 #include "common/chief_client.h"
@@ -38,18 +39,19 @@ struct Child {
   std::optional<Subprocess> process;
   std::string endpoint;
   std::string port = "0";  // once bound, a restart binds the same port: peers know it
+  int host = 0;            // --netns: the host (namespace) it runs on
   int restarts = 0;
   bool new_run = false;   // chief: its first start in a run (see --new-run)
   bool finished = false;  // exited 0 (or 75): not restarted
   std::optional<ExitInfo> last_exit;
 };
 
-// The address list of `role` with this child's own slot at its known port.
-std::string Addresses(int n, const Child& c, const std::string& role) {
+// The address list of `role` with this child's own slot at its known port, on its own host.
+std::string Addresses(int n, const Child& c, const std::string& role, const std::string& ip) {
   std::string s = "[";
   for (int i = 0; i < n; ++i) {
     if (i) s += ",";
-    s += "127.0.0.1:" + (c.role == role && c.index == i ? c.port : std::string("0"));
+    s += c.role == role && c.index == i ? ip + ":" + c.port : std::string("127.0.0.1:0");
   }
   return s + "]";
 }
@@ -71,19 +73,25 @@ std::vector<std::string> WorkerGpus() {
 }
 
 Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::string& chief_port,
-                  Child* c) {
+                  const HostNetwork* net, Child* c) {
   std::error_code ec;
   std::filesystem::remove(c->ready_file, ec);
   SpawnOptions o;
-  o.argv = {SelfExecutable(), c->role, "--config", args.config_path, "--task", c->task()};
+  if (net != nullptr) o.argv = net->Exec(c->host);
+  const std::string ip = net != nullptr ? net->Address(c->host) : "127.0.0.1";
+  const std::string chief_ip = net != nullptr ? net->Address(0) : "127.0.0.1";
+  o.argv.insert(o.argv.end(),
+                {SelfExecutable(), c->role, "--config", args.config_path, "--task", c->task()});
   for (const auto& s : args.sets) o.argv.insert(o.argv.end(), {"--set", s});
   // The counts come from --ps/--workers; ports are 0 and read back from the ready file, except
   // the chief's (every member must find it) and a restarted child's own.
   o.argv.insert(o.argv.end(),
-                {"--set", "cluster.chief=[127.0.0.1:" + chief_port + "]", "--set",
-                 "cluster.ps=" + Addresses(args.num_ps, *c, "ps"), "--set",
-                 "cluster.workers=" + Addresses(args.num_workers, *c, "worker"), "--job-id",
+                {"--set", "cluster.chief=[" + chief_ip + ":" + chief_port + "]", "--set",
+                 "cluster.ps=" + Addresses(args.num_ps, *c, "ps", ip), "--set",
+                 "cluster.workers=" + Addresses(args.num_workers, *c, "worker", ip), "--job-id",
                  job_hex, "--ready-file", c->ready_file, "--log-level", args.log_level});
+  // On a host of its own the collective runs over the host's one interface.
+  if (net != nullptr) o.argv.insert(o.argv.end(), {"--set", "collective.iface=eth0"});
   // `local` starts every process of a run itself: no member outlived an earlier chief. A chief
   // restarted within the run rejoins it.
   if (c->new_run) o.argv.push_back("--new-run");
@@ -128,11 +136,13 @@ Status AwaitReady(Child* c, Clock::time_point deadline) {
 }
 
 void WriteCluster(const std::string& path, const std::string& job_hex, const std::string& keys,
-                  std::vector<Child>& children) {
+                  const HostNetwork* net, std::vector<Child>& children) {
   ClusterFile f{job_hex, {}, {}};
   if (!keys.empty()) f.security_keys = std::filesystem::absolute(keys).string();
   for (auto& c : children)
-    f.members.push_back({c.task(), c.endpoint, c.process ? c.process->pid() : 0});
+    f.members.push_back({c.task(), c.endpoint, c.process ? c.process->pid() : 0,
+                         net != nullptr ? net->Namespace(c.host) : "",
+                         net != nullptr ? net->Link(c.host) : ""});
   if (Status s = WriteClusterFile(path, f); !s.ok())
     std::fprintf(stderr, "tandem local: %s\n", s.ToString().c_str());
 }
@@ -194,7 +204,7 @@ bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == 
 }  // namespace
 
 static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
-                   const JobId& job_id_value, const sigset_t& stop_signals,
+                   const JobId& job_id_value, const sigset_t& stop_signals, const HostNetwork* net,
                    std::string* chief_port_io, bool* process_failed);
 
 int RunLocal(const LocalArgs& args) {
@@ -224,10 +234,30 @@ int RunLocal(const LocalArgs& args) {
   // A job that failed because a process failed is rolled back: every process is stopped and the
   // whole job started again, resuming from the last committed checkpoint (at k = 0 it then ends
   // with the model of a run without the failure).
+  std::unique_ptr<HostNetwork> net;
+  if (args.netns) {
+    // One host per process; the subnet and names from this process's pid, so that two jobs on
+    // one machine never share them.
+    const int pid = static_cast<int>(::getpid());
+    auto made = HostNetwork::Create("tnd" + std::to_string(pid % 1000000),
+                                    "198.19." + std::to_string(pid % 250),
+                                    1 + args.num_ps + args.num_workers);
+    if (!made.ok()) {
+      std::fprintf(stderr, "tandem local: --netns: %s\n", made.status().message().c_str());
+      return kExitRuntimeFailure;
+    }
+    net = std::move(made).value();
+    std::printf(
+        "tandem local: every process on a host of its own: namespaces %s..%s on bridge "
+        "%s (198.19.%d.0/24)\n",
+        net->Namespace(0).c_str(), net->Namespace(net->hosts() - 1).c_str(), net->Bridge().c_str(),
+        pid % 250);
+  }
   std::string chief_port = "0";  // a rollback restarts the chief on the same port
   for (int rollback = 0;; ++rollback) {
     bool process_failed = false;
-    const int status = RunOnce(args, *job, *job_id, stop_signals, &chief_port, &process_failed);
+    const int status =
+        RunOnce(args, *job, *job_id, stop_signals, net.get(), &chief_port, &process_failed);
     if (status == kExitOk || !process_failed || rollback >= args.max_rollbacks) return status;
     std::printf(
         "tandem local: the job failed after a process failed: rolling back, the whole job "
@@ -239,7 +269,7 @@ int RunLocal(const LocalArgs& args) {
 // One start of the whole job, supervised until it ends. `process_failed`: a child crashed or was
 // declared lost and the job did not end well, without a stop asked from outside.
 static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
-                   const JobId& job_id_value, const sigset_t& stop_signals,
+                   const JobId& job_id_value, const sigset_t& stop_signals, const HostNetwork* net,
                    std::string* chief_port_io, bool* process_failed) {
   const config::JobConfig* job = &job_config;
   const JobId* job_id = &job_id_value;
@@ -259,6 +289,7 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
   add("chief", 1);
   add("ps", args.num_ps);
   add("worker", args.num_workers);
+  for (size_t k = 0; k < children.size(); ++k) children[k].host = static_cast<int>(k);
   const int expected = static_cast<int>(children.size());
   std::printf("tandem local: job %s: 1 chief, %d ps, %d workers, %ld steps; logs in %s/logs\n",
               job_hex.c_str(), args.num_ps, args.num_workers, static_cast<long>(job->train.steps),
@@ -276,19 +307,19 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
                : kExitRuntimeFailure;
   };
   chief.port = *chief_port_io;  // bind where the previous attempt's chief was, if any
-  if (Status s = StartChild(args, job_hex, *chief_port_io, &chief); !s.ok())
+  if (Status s = StartChild(args, job_hex, *chief_port_io, net, &chief); !s.ok())
     return fail_start(s, chief);
   if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return fail_start(s, chief);
   const std::string chief_port = chief.port;
   *chief_port_io = chief_port;
   for (size_t i = 1; i < children.size(); ++i)
-    if (Status s = StartChild(args, job_hex, chief_port, &children[i]); !s.ok())
+    if (Status s = StartChild(args, job_hex, chief_port, net, &children[i]); !s.ok())
       return fail_start(s, children[i]);
   for (size_t i = 1; i < children.size(); ++i)
     if (Status s = AwaitReady(&children[i], start_deadline); !s.ok())
       return fail_start(s, children[i]);
   const std::string cluster_path = out + "/cluster.json";
-  WriteCluster(cluster_path, job_hex, job->security.keys, children);
+  WriteCluster(cluster_path, job_hex, job->security.keys, net, children);
   std::printf("tandem local: %d processes bound; chief at %s; cluster file %s\n", expected,
               chief.endpoint.c_str(), cluster_path.c_str());
 
@@ -395,11 +426,11 @@ static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
       c.restarts++;
       std::printf("\ntandem local: %s ended (%s); restarting (%d of %d)\n", c.task().c_str(),
                   e.ToString().c_str(), c.restarts, args.max_restarts);
-      if (StartChild(args, job_hex, chief_port, &c).ok() &&
+      if (StartChild(args, job_hex, chief_port, net, &c).ok() &&
           AwaitReady(&c, Clock::now() + std::chrono::seconds(args.start_timeout_s)).ok())
         changed = true;
     }
-    if (changed) WriteCluster(cluster_path, job_hex, job->security.keys, children);
+    if (changed) WriteCluster(cluster_path, job_hex, job->security.keys, net, children);
     // Every worker exited 0 but the chief never heard the job end: a worker reports its result
     // once, and a chief killed at that moment restarts without it. Ask the chief to stop the job
     // then, or the shards would wait for its end forever.

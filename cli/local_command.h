@@ -24,6 +24,9 @@ struct LocalArgs {
   std::string log_level = "info";
   // Seconds between progress lines when stdout is not a terminal.
   int plain_progress_every_s = 10;
+  // Every process in a network namespace of its own on one bridge (cli/netns.h), at
+  // 198.19.N.(k+1) with N from the pid of `local`: real links to cut. Needs root.
+  bool netns = false;
 };
 
 int RunLocal(const LocalArgs& args);

@@ -55,6 +55,9 @@ void AddLocalFlags(CLI::App* cmd, LocalArgs* a) {
                   "whole-job restarts from the last checkpoint after a process failure failed "
                   "the job (0: none)");
   cmd->add_option("--log-level", a->log_level, "children's log level");
+  cmd->add_flag("--netns", a->netns,
+                "every process on a host of its own: a network namespace on a bridge, "
+                "198.19.N.0/24 (needs root; what `tandem drill` uses for partition faults)");
 }
 
 int Main(int argc, char** argv) {
