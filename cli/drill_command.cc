@@ -13,6 +13,7 @@
 
 #include "cli/cluster_file.h"
 #include "cli/drill_faults.h"
+#include "cli/netns.h"
 #include "cli/security_setup.h"
 #include "cli/stop_signals.h"
 #include "common/chief_client.h"
@@ -48,6 +49,7 @@ struct FaultRecord {
   int64_t fired_at_step = -1;
   int64_t step_before = -1;  // the highest step completed before the fault
   int pid = 0;
+  int last_pid = 0;  // the target's pid in cluster.json as last seen
   // The chief's term and timeline and the target's incarnation when the fault fired, and as
   // last seen.
   struct Marks {
@@ -55,7 +57,14 @@ struct FaultRecord {
   } before, after;
   uintmax_t log_offset = 0;                  // size of the target's log when the fault fired
   std::string corrupted_latest;              // corrupt-latest: the bytes written
-  std::optional<Clock::time_point> cont_at;  // stop: when SIGCONT is due
+  std::optional<Clock::time_point> cont_at;  // stop: when SIGCONT is due; network: the fault's end
+  // A network fault's changes to the links and routes, each due at its time (the first ones at
+  // once); whatever is left when the job ends is applied then, so every link comes back.
+  struct NetAction {
+    Clock::time_point at;
+    std::vector<std::string> ip_args;
+  };
+  std::vector<NetAction> net_actions;
   std::optional<int64_t> detect_ms, recovery_ms;
   std::string detected_by;
   // A rollback after the fault: the highest step the job had reached when it failed, and the
@@ -166,6 +175,63 @@ FaultRecord::Marks MarksOf(const ClusterView& view, const Fault& f) {
   return marks;
 }
 
+// Applies the network actions of `r` that are due (all of them with `all`), in order.
+void RunDueNetActions(FaultRecord& r, bool all = false) {
+  while (!r.net_actions.empty() && (all || Clock::now() >= r.net_actions.front().at)) {
+    Status s = RunIp(r.net_actions.front().ip_args);
+    if (!s.ok()) std::fprintf(stderr, "tandem drill: %s\n", s.ToString().c_str());
+    r.net_actions.erase(r.net_actions.begin());
+  }
+}
+
+// The links and routes a partition or a flap changes, and when (cli/netns.h: a member's
+// bridge port goes down for a cut; blackhole routes in both namespaces between two members).
+Status PlanNetworkFault(JobWatcher& watcher, FaultRecord& r) {
+  const Fault& f = r.fault;
+  auto cluster = watcher.Cluster();
+  auto member = [&](const std::string& task) -> const ClusterMember* {
+    if (cluster)
+      for (const auto& m : cluster->members)
+        if (m.task == task) return &m;
+    return nullptr;
+  };
+  const ClusterMember* a = member(f.task());
+  if (a == nullptr || a->netns.empty() || a->link.empty())
+    return Status::FailedPrecondition(
+        f.task() +
+        " has no network namespace (cluster.json): network faults "
+        "need `tandem local --netns`, which the drill starts as root");
+  const auto now = Clock::now();
+  const auto end = now + f.duration;
+  r.cont_at = end;
+  if (f.kind == FaultKind::kFlap) {
+    for (int c = 0; c < f.flaps; ++c) {
+      r.net_actions.push_back({now + 2 * c * kFlapHalfCycle, {"link", "set", a->link, "down"}});
+      r.net_actions.push_back({now + (2 * c + 1) * kFlapHalfCycle, {"link", "set", a->link, "up"}});
+    }
+    return Status::Ok();
+  }
+  if (f.peer_role.empty()) {
+    r.net_actions.push_back({now, {"link", "set", a->link, "down"}});
+    r.net_actions.push_back({end, {"link", "set", a->link, "up"}});
+    return Status::Ok();
+  }
+  const ClusterMember* b = member(f.peer_task());
+  if (b == nullptr || b->netns.empty())
+    return Status::FailedPrecondition(f.peer_task() + " has no network namespace (cluster.json)");
+  auto ip = [](const ClusterMember& m) {
+    const std::string e = m.endpoint.substr(m.endpoint.find("://") + 3);
+    return e.substr(0, e.rfind(':')) + "/32";
+  };
+  for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+    r.net_actions.push_back({now, {"-n", from->netns, "route", "add", "blackhole", ip(*to)}});
+    r.net_actions.push_back({end, {"-n", from->netns, "route", "del", "blackhole", ip(*to)}});
+  }
+  std::stable_sort(r.net_actions.begin(), r.net_actions.end(),
+                   [](const auto& x, const auto& y) { return x.at < y.at; });
+  return Status::Ok();
+}
+
 void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterView>& view,
           int64_t step, FaultRecord& r) {
   const Fault& f = r.fault;
@@ -187,7 +253,13 @@ void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterVi
       r.error = "no pid for " + f.task() + " in cluster.json";
       return;
     }
-    if (f.kind == FaultKind::kKill) {
+    if (f.network()) {
+      if (Status s = PlanNetworkFault(watcher, r); !s.ok()) {
+        r.error = s.message();
+        return;
+      }
+      RunDueNetActions(r);
+    } else if (f.kind == FaultKind::kKill) {
       ::kill(r.pid, SIGKILL);
     } else if (f.kind == FaultKind::kStop) {
       ::kill(r.pid, SIGSTOP);
@@ -243,6 +315,8 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
     }
   }
   if (view && !superseded) r.after = MarksOf(*view, f);
+  if (!f.role.empty() && !superseded)
+    if (const int pid = watcher.Pid(f.task()); pid > 0) r.last_pid = pid;
   // The chief's view lags the workers by up to a heartbeat, so steps already under way when a
   // process was killed can still appear: after a kill, progress counts only once the fault has
   // been seen (restart, new incarnation or term).
@@ -258,6 +332,8 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
   // After a rollback the steps start again below the highest ever seen: progress is the rolled
   // back run's own.
   if (r.step_at_failure >= 0) step = view && view->job_state == "training" ? view->step : -1;
+  // A stop or a network fault may pass unnoticed (shorter than the timeouts): progress after
+  // its end is the recovery.
   const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
   // A stopped process replaced meanwhile (killed on the chief's verdict) no longer holds the
   // job up: its SIGCONT, still due, changes nothing.
@@ -275,6 +351,9 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
   std::string path;
   if (f.kind == FaultKind::kCorruptLatest) {
     path = r.detect_ms ? "LATEST rewritten by the next commit" : "LATEST left corrupt";
+  } else if (f.role == "chief" && f.network() && r.after.term == r.before.term) {
+    path = "the link came back: training went on, the chief declared nobody lost (term " +
+           std::to_string(r.after.term) + ")";
   } else if (f.role == "chief") {
     path = "chief restart (term " + std::to_string(r.before.term) + " -> " +
            std::to_string(r.after.term) + ")";
@@ -283,10 +362,17 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
                            r.detected_by.find("restarted") != std::string::npos;
     if (f.kind == FaultKind::kStop && !restarted) {
       path = "resumed after SIGCONT, no restart";
+    } else if (f.network() && !restarted) {
+      path = r.detect_ms ? "the link came back, no restart"
+                         : "the link came back: no loss declared, no restart";
     } else if (!r.detect_ms) {
       path = "no restart seen";
     } else {
-      path = f.role + " restart";
+      // A member cut off and declared lost rejoins as a new incarnation of the same process
+      // (cli/member.h) unless `tandem local` killed it on the chief's verdict first.
+      path = f.network() && r.last_pid == r.pid ? f.role + " rejoin (same pid, incarnation " +
+                                                      std::to_string(r.after.incarnation) + ")"
+                                                : f.role + " restart";
       if (f.role == "worker") {
         // The replacement's own account (worker/training_loop.cc) in its log, after the fault.
         const std::string log = ReadAll(LogOf(ctx.out_dir, f));
@@ -340,6 +426,7 @@ std::vector<std::string> LocalArgv(const LocalArgs& a, const std::vector<std::st
                                    a.log_level};
   for (const auto& s : a.sets) argv.insert(argv.end(), {"--set", s});
   for (const auto& s : extra) argv.insert(argv.end(), {"--set", s});
+  if (a.netns) argv.push_back("--netns");
   return argv;
 }
 
@@ -398,8 +485,9 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     std::optional<ClusterView> view = running ? watcher.View() : std::nullopt;
     if (view && view->step > step) step = view->step;
     for (auto& r : records) {
-      if (r.cont_at && Clock::now() >= *r.cont_at) {
-        ::kill(r.pid, SIGCONT);
+      RunDueNetActions(r);
+      if (r.cont_at && Clock::now() >= *r.cont_at && r.net_actions.empty()) {
+        if (r.fault.kind == FaultKind::kStop) ::kill(r.pid, SIGCONT);
         r.cont_at.reset();
       }
       // A fault fired well after this one owns what happens from then on (restarts, new
@@ -431,8 +519,10 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
       break;
     }
   }
-  for (auto& r : records)
-    if (r.cont_at) ::kill(r.pid, SIGCONT);
+  for (auto& r : records) {
+    RunDueNetActions(r, /*all=*/true);
+    if (r.cont_at && r.fault.kind == FaultKind::kStop) ::kill(r.pid, SIGCONT);
+  }
   result.exit = AwaitLocal(*p, signals);
   result.final_line = FinalLine(ctx.out_dir);
   const int64_t final_step =
@@ -518,16 +608,16 @@ nlohmann::json RunJson(const RunResult& r) {
 }
 
 void PrintTable(const std::vector<FaultRecord>& records) {
-  std::printf("\n%-34s %7s %8s %9s %8s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY", "REPLAYED",
+  std::printf("\n%-42s %7s %8s %9s %8s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY", "REPLAYED",
               "PATH");
   for (const auto& r : records) {
     std::printf(
-        "%-34s %7lld %8s %9s %8lld  %s\n", r.fault.ToString().c_str(),
+        "%-42s %7lld %8s %9s %8lld  %s\n", r.fault.ToString().c_str(),
         static_cast<long long>(r.fired_at_step), Ms(r.detect_ms).c_str(),
         r.recovery_ms ? (Ms(r.recovery_ms) + (r.recovery_bound_only ? "<" : "")).c_str() : "FAILED",
         static_cast<long long>(StepsReplayed(r)), r.fired ? r.path.c_str() : r.error.c_str());
-    if (!r.detected_by.empty()) std::printf("%-34s detected: %s\n", "", r.detected_by.c_str());
-    if (r.fired && !r.error.empty()) std::printf("%-34s %s\n", "", r.error.c_str());
+    if (!r.detected_by.empty()) std::printf("%-42s detected: %s\n", "", r.detected_by.c_str());
+    if (r.fired && !r.error.empty()) std::printf("%-42s %s\n", "", r.error.c_str());
   }
 }
 
@@ -552,6 +642,10 @@ int RunDrill(const DrillArgs& args) {
     return kExitInvalid;
   }
   const Context ctx{&*job, job->output.dir};
+  // Network faults need real links to cut: both runs then put every process on a host of its
+  // own (tandem local --netns), so that they differ only by the faults.
+  DrillArgs run_args = args;
+  for (const auto& f : *faults) run_args.local.netns = run_args.local.netns || f.network();
   std::vector<FaultRecord> records;
   for (const auto& f : *faults) {
     FaultRecord r;
@@ -562,7 +656,7 @@ int RunDrill(const DrillArgs& args) {
   std::printf("tandem drill: the job under %zu fault(s); its output in %s/drill-local.log\n",
               records.size(), ctx.out_dir.c_str());
   std::fflush(stdout);
-  RunResult faulty = RunFaulty(args, ctx, records, signals);
+  RunResult faulty = RunFaulty(run_args, ctx, records, signals);
 
   RunResult reference;
   if (!args.reference.empty()) {
@@ -578,7 +672,7 @@ int RunDrill(const DrillArgs& args) {
     std::printf("tandem drill: the same job without faults; its output in %s/drill-local.log\n",
                 out.c_str());
     std::fflush(stdout);
-    auto p = StartLocal(args.local,
+    auto p = StartLocal(run_args.local,
                         {"output.dir=" + out, "checkpoint.dir=" + job->checkpoint.dir + suffix,
                          "ps.data_dir=" + job->ps.data_dir + suffix},
                         out);
