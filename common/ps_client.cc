@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/slot_map.h"
+#include "common/wait_log.h"
 
 namespace tandem {
 
@@ -58,9 +59,19 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
   std::vector<Todo> todo;
   for (size_t s : targets) todo.push_back({s, Clock::now()});
   std::vector<size_t> restarted;
+  // A shard cut off or restarting: say which, where, and the last error every few seconds.
+  WaitLog wait("PS shards");
+  std::string last_error = "no answer yet";
   while (!todo.empty()) {
     if (options_.interrupted && options_.interrupted())
       return Status::Cancelled("interrupted: the chief announced a new generation");
+    if (wait.due()) {
+      std::string waiting;
+      for (const auto& t : todo)
+        waiting += (waiting.empty() ? "" : ", ") + std::string("shard ") + std::to_string(t.shard) +
+                   " at " + options_.shards[t.shard];
+      wait.Tick(waiting + " (" + last_error + ")");
+    }
     const auto now = Clock::now();
     if (now >= deadline)
       return Status::DeadlineExceeded("parameter servers did not answer in time");
@@ -74,6 +85,7 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
           std::min(options_.attempt_budget,
                    std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1)));
       if (!id.ok()) {  // unreachable (e.g. restarting): back off and try again
+        last_error = id.status().ToString();
         stats_.retries++;
         todo[i].next_try = Clock::now() + todo[i].backoff;
         todo[i].backoff = std::min(todo[i].backoff * 2, milliseconds(1000));
@@ -96,6 +108,7 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
       Todo& t = todo[sent[j]];
       auto& r = replies[j];
       if (!r.ok()) {
+        last_error = r.status().ToString();
         stats_.retries++;
         t.next_try = Clock::now() + t.backoff;
         t.backoff = std::min(t.backoff * 2, milliseconds(1000));

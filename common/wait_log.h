@@ -20,11 +20,12 @@ class WaitLog {
 
   // Call on every round of the wait; `last` is the latest reason it goes on (an error, a count).
   void Tick(const std::string& last) {
-    const auto now = Clock::now();
-    if (now < next_) return;
-    next_ = now + every_;
+    if (!due()) return;
+    next_ = Clock::now() + every_;
     TLOG_WARN("waiting for {} ({:.0f} s so far): {}", what_, seconds(), last);
   }
+  // Whether the next Tick logs (a hot loop builds its description only then).
+  bool due() const { return Clock::now() >= next_; }
   double seconds() const { return std::chrono::duration<double>(Clock::now() - since_).count(); }
 
  private:

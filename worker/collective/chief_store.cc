@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "common/wait_log.h"
+
 namespace tandem::collective {
 
 using Clock = std::chrono::steady_clock;
@@ -21,7 +23,10 @@ Status ChiefStore::Wait(const std::vector<std::string>& keys, std::chrono::milli
   const auto deadline = Clock::now() + timeout;
   size_t next = 0;  // keys before it are known to be set; values never disappear
   Status last;
+  WaitLog wait("the other workers at the rendezvous (keys kept by the chief)");
   while (next < keys.size()) {
+    if (wait.due())
+      wait.Tick("key '" + keys[next] + "' not set yet" + (last.ok() ? "" : ": " + last.ToString()));
     auto value = client_->KvGet(keys[next]);
     if (value.ok() && value->has_value()) {
       ++next;
