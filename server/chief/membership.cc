@@ -168,14 +168,15 @@ bool Membership::NoteIsolation(Clock::time_point now) {
     for (const Member& m : Of(r)) {
       if (!m.registered || m.lost || m.left || Terminal(m)) continue;
       live = true;
-      heard = heard || now - m.last_heartbeat <= recent;
+      // A silence excused (the chief itself stalled) is no sign of a partition either.
+      heard = heard || now - std::max(m.last_heartbeat, excused_at_) <= recent;
     }
   const bool isolated = live && !heard;
   if (isolated && !this->isolated()) {
     isolated_since_ = now;
     TLOG_WARN(
-        "no member has heartbeated for {} ms: this chief may be cut off from the network; nobody "
-        "is declared lost until members are heard again",
+        "no member has heartbeated for {} ms: this chief may be cut off from the network; it "
+        "takes nobody for lost until members are heard again",
         recent.count());
   }
   return isolated;
@@ -190,6 +191,7 @@ void Membership::EndIsolation(const std::string& who, Clock::time_point now) {
 }
 
 void Membership::ExcuseSilence(Clock::time_point now) {
+  excused_at_ = std::max(excused_at_, now);
   for (auto* members : {&ps_, &workers_})
     for (Member& m : *members)
       if (m.registered && !m.lost && !m.left) m.last_alive = std::max(m.last_alive, now);

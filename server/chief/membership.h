@@ -269,6 +269,7 @@ class Membership {
   // come back, so Finished waits for it.
   Clock::time_point rejoined_at_{};
   Clock::time_point isolated_since_{};  // NoteIsolation found every live member silent
+  Clock::time_point excused_at_{};      // the last ExcuseSilence
 };
 
 }  // namespace tandem::chief
