@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -62,7 +63,7 @@ struct FaultRecord {
   // once); whatever is left when the job ends is applied then, so every link comes back.
   struct NetAction {
     Clock::time_point at;
-    std::vector<std::string> ip_args;
+    std::function<Status()> run;
   };
   std::vector<NetAction> net_actions;
   std::optional<int64_t> detect_ms, recovery_ms;
@@ -178,14 +179,14 @@ FaultRecord::Marks MarksOf(const ClusterView& view, const Fault& f) {
 // Applies the network actions of `r` that are due (all of them with `all`), in order.
 void RunDueNetActions(FaultRecord& r, bool all = false) {
   while (!r.net_actions.empty() && (all || Clock::now() >= r.net_actions.front().at)) {
-    Status s = RunIp(r.net_actions.front().ip_args);
+    Status s = r.net_actions.front().run();
     if (!s.ok()) std::fprintf(stderr, "tandem drill: %s\n", s.ToString().c_str());
     r.net_actions.erase(r.net_actions.begin());
   }
 }
 
-// The links and routes a partition or a flap changes, and when (cli/netns.h: a member's
-// bridge port goes down for a cut; blackhole routes in both namespaces between two members).
+// The links a partition or a flap changes, and when (cli/netns.h: a member's switch port goes
+// down for a cut; a partition between two members drops their frames to each other only).
 Status PlanNetworkFault(JobWatcher& watcher, FaultRecord& r) {
   const Fault& f = r.fault;
   auto cluster = watcher.Cluster();
@@ -204,16 +205,18 @@ Status PlanNetworkFault(JobWatcher& watcher, FaultRecord& r) {
   const auto now = Clock::now();
   const auto end = now + f.duration;
   r.cont_at = end;
+  const std::string link = a->link;
+  auto set_link = [link](bool up) { return [link, up] { return SetLink(link, up); }; };
   if (f.kind == FaultKind::kFlap) {
     for (int c = 0; c < f.flaps; ++c) {
-      r.net_actions.push_back({now + 2 * c * kFlapHalfCycle, {"link", "set", a->link, "down"}});
-      r.net_actions.push_back({now + (2 * c + 1) * kFlapHalfCycle, {"link", "set", a->link, "up"}});
+      r.net_actions.push_back({now + 2 * c * kFlapHalfCycle, set_link(false)});
+      r.net_actions.push_back({now + (2 * c + 1) * kFlapHalfCycle, set_link(true)});
     }
     return Status::Ok();
   }
   if (f.peer_role.empty()) {
-    r.net_actions.push_back({now, {"link", "set", a->link, "down"}});
-    r.net_actions.push_back({end, {"link", "set", a->link, "up"}});
+    r.net_actions.push_back({now, set_link(false)});
+    r.net_actions.push_back({end, set_link(true)});
     return Status::Ok();
   }
   const ClusterMember* b = member(f.peer_task());
@@ -221,12 +224,13 @@ Status PlanNetworkFault(JobWatcher& watcher, FaultRecord& r) {
     return Status::FailedPrecondition(f.peer_task() + " has no network namespace (cluster.json)");
   auto ip = [](const ClusterMember& m) {
     const std::string e = m.endpoint.substr(m.endpoint.find("://") + 3);
-    return e.substr(0, e.rfind(':')) + "/32";
+    return e.substr(0, e.rfind(':'));
   };
-  for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
-    r.net_actions.push_back({now, {"-n", from->netns, "route", "add", "blackhole", ip(*to)}});
-    r.net_actions.push_back({end, {"-n", from->netns, "route", "del", "blackhole", ip(*to)}});
-  }
+  auto block = [a_ns = a->netns, a_ip = ip(*a), b_ns = b->netns, b_ip = ip(*b)](bool on) {
+    return [=] { return SetBlocked(a_ns, a_ip, b_ns, b_ip, on); };
+  };
+  r.net_actions.push_back({now, block(true)});
+  r.net_actions.push_back({end, block(false)});
   std::stable_sort(r.net_actions.begin(), r.net_actions.end(),
                    [](const auto& x, const auto& y) { return x.at < y.at; });
   return Status::Ok();

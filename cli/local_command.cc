@@ -239,18 +239,17 @@ int RunLocal(const LocalArgs& args) {
     // One host per process; the subnet and names from this process's pid, so that two jobs on
     // one machine never share them.
     const int pid = static_cast<int>(::getpid());
-    auto made = HostNetwork::Create("tnd" + std::to_string(pid % 1000000),
-                                    "198.19." + std::to_string(pid % 250),
-                                    1 + args.num_ps + args.num_workers);
+    auto made = HostNetwork::Create(HostNetwork::OwnPrefix(), "198.19." + std::to_string(pid % 250),
+                                    1 + args.num_ps + args.num_workers, /*attach_caller=*/true);
     if (!made.ok()) {
       std::fprintf(stderr, "tandem local: --netns: %s\n", made.status().message().c_str());
       return kExitRuntimeFailure;
     }
     net = std::move(made).value();
     std::printf(
-        "tandem local: every process on a host of its own: namespaces %s..%s on bridge "
+        "tandem local: every process on a host of its own: namespaces %s..%s on the switch "
         "%s (198.19.%d.0/24)\n",
-        net->Namespace(0).c_str(), net->Namespace(net->hosts() - 1).c_str(), net->Bridge().c_str(),
+        net->Namespace(0).c_str(), net->Namespace(net->hosts() - 1).c_str(), net->Switch().c_str(),
         pid % 250);
   }
   std::string chief_port = "0";  // a rollback restarts the chief on the same port

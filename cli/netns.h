@@ -1,18 +1,23 @@
-// Hosts as Linux network namespaces on one bridge, for network faults on one machine: `tandem
-// local --netns` (and so `tandem drill` with partition and flap faults) and the multi-host tests
-// (tests/hosts/). Host i is the namespace PREFIX-i with one interface, eth0, at SUBNET.(i+1)/24,
-// whose peer is a port of the bridge PREFIX-br; the bridge sits in the calling (root) namespace
-// with SUBNET.254, so the supervisor there reaches every host as a router would.
+// Hosts as Linux network namespaces on one machine, for network faults that are real to TCP:
+// `tandem local --netns` (and so `tandem drill` with partition and flap faults) and the
+// multi-host tests (tests/hosts/). A "switch" namespace PREFIX-sw holds a bridge; host i is the
+// namespace PREFIX-h<i> whose one interface eth0 (SUBNET.(i+1)/24) is cabled to the switch's
+// port p<i> by a veth pair. Interface names live inside those namespaces, so they need no
+// prefix. With `attach_caller`, the calling namespace is cabled to the switch too (PREFIX-r,
+// SUBNET.254), so a supervisor there reaches every host as a router would.
 //
 // Faults, each what a real network does to TCP:
-//   Cut(i)      the host's bridge port goes down: its packets are dropped both ways, its
-//               connections stall and retransmit, and resume when Heal(i) brings it back (a
-//               pulled cable or a switch reboot);
-//   Block(i,j)  blackhole routes for each other's address in both namespaces: i and j cannot
-//               exchange a packet while both still reach everyone else.
-// Needs root (CAP_NET_ADMIN) and iproute2's `ip`. The addresses are from RFC 2544's benchmarking
-// range (198.18.0.0/15), never routed anywhere. The destructor removes every namespace and link
-// it created, by name; Create first removes what a crashed earlier owner of the same prefix left.
+//   Cut(i)      the switch's port of the host goes down: the host's eth0 loses carrier and every
+//               frame to or from it is dropped; connections stall, retransmit and resume after
+//               Heal(i) (a pulled cable, a switch reboot);
+//   Block(i,j)  in both hosts a permanent neighbour entry sends the other's frames to a MAC
+//               address nobody has: the network drops them and neither kernel can tell (sends
+//               succeed, a new connect hangs, TCP backs off as on a broken link), while both
+//               still reach every other host (a switch ACL, a half-broken link).
+// Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2's `ip`. Addresses come from RFC 2544's
+// benchmarking range (198.18.0.0/15), never routed anywhere. The destructor kills what still
+// runs in its namespaces and removes them by name; Create first removes what an owner that died
+// before its destructor ran left behind (recognised by the dead pid in the prefix "tnd<pid>").
 #pragma once
 
 #include <memory>
@@ -25,22 +30,25 @@ namespace tandem::cli {
 
 class HostNetwork {
  public:
-  // `prefix`: at most 9 characters (interface names are at most 15), e.g. "tnd12345".
-  // `subnet`: three octets, e.g. "198.19.7". kFailedPrecondition naming the command and its
-  // error when namespaces cannot be made (not root, no `ip`).
+  // `prefix`: "tnd<pid>" of the owner. `subnet`: three octets, e.g. "198.18.0". An error names
+  // the command that failed and why (kFailedPrecondition: not root, no `ip`, no namespaces).
   static StatusOr<std::unique_ptr<HostNetwork>> Create(const std::string& prefix,
-                                                       const std::string& subnet, int hosts);
+                                                       const std::string& subnet, int hosts,
+                                                       bool attach_caller);
+  // The prefix of this process: "tnd<pid>".
+  static std::string OwnPrefix();
   ~HostNetwork();
   HostNetwork(const HostNetwork&) = delete;
   HostNetwork& operator=(const HostNetwork&) = delete;
 
   int hosts() const { return hosts_; }
-  std::string Address(int host) const;    // "198.19.7.1"
-  std::string Namespace(int host) const;  // "tnd12345-0"
-  std::string Link(int host) const;       // the bridge port of the host, in the root namespace
-  std::string Bridge() const { return prefix_ + "-br"; }
-  // The command prefix that runs a program on the host: {"ip", "netns", "exec", NAME}. `ip netns
-  // exec` executes the program in place, so its PID is the program's.
+  std::string Address(int host) const;  // "198.18.0.1" for host 0
+  std::string Namespace(int host) const { return prefix_ + "-h" + std::to_string(host); }
+  std::string Switch() const { return prefix_ + "-sw"; }
+  // The switch's port of `host` as "NAMESPACE/PORT", what SetLink takes.
+  std::string Link(int host) const { return Switch() + "/p" + std::to_string(host); }
+  // The argv prefix that runs a program on `host`: `ip netns exec` executes it in place, so a
+  // Subprocess's pid is the program's own.
   std::vector<std::string> Exec(int host) const;
 
   Status Cut(int host);
@@ -48,19 +56,25 @@ class HostNetwork {
   Status Block(int a, int b);
   Status Unblock(int a, int b);
 
-  // Removes every namespace and link named with `prefix` (a crashed owner's leftovers).
-  static void RemoveAll(const std::string& prefix);
-
  private:
   HostNetwork(std::string prefix, std::string subnet, int hosts)
       : prefix_(std::move(prefix)), subnet_(std::move(subnet)), hosts_(hosts) {}
-  Status Build();
+  Status Build(bool attach_caller);
+  Status CheckHost(int host) const;
 
   const std::string prefix_, subnet_;
   const int hosts_;
+  std::vector<std::string> created_;  // namespaces, in creation order
+  bool attached_ = false;
 };
 
 // Runs `ip ARGS...`; kFailedPrecondition with the command and what it printed when it fails.
 Status RunIp(const std::vector<std::string>& args);
+// A switch port ("NAMESPACE/PORT", HostNetwork::Link) down or up.
+Status SetLink(const std::string& link, bool up);
+// The partition of Block between the host in namespace `a_ns` (address `a_ip`) and the one in
+// `b_ns` (`b_ip`), made (`on`) or undone, for a caller that holds only their names (the drill).
+Status SetBlocked(const std::string& a_ns, const std::string& a_ip, const std::string& b_ns,
+                  const std::string& b_ip, bool on);
 
 }  // namespace tandem::cli

@@ -254,6 +254,14 @@ int RunWorkerRole(const RoleContext& ctx) {
   if (chief->fenced()) return ExitWhenFenced(chief.get(), "worker:" + std::to_string(rank));
   if (!result.ok() && result.status().IsCancelled() &&
       (stop_signal.load() || chief->stop_requested())) {
+    if (chief->job_state() == "failed") {
+      // Rolled back from its last checkpoint by restarting every process (the units restart
+      // what exits non-zero): this worker must come back too.
+      TLOG_WARN("the job failed while this worker waited to recover: exiting {} to be restarted",
+                static_cast<int>(kExitRuntimeFailure));
+      chief->StopHeartbeats();
+      return kExitRuntimeFailure;
+    }
     // A stop while the group waited to recover: the job is stopping, this worker did not fail.
     TLOG_INFO("{}", result.status().ToString());
     progress.state = "stopped";

@@ -6,113 +6,19 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <thread>
-#include <zmq.hpp>
 
 #include "common/subprocess.h"
 #include "common/testing/test_util.h"
 #include "tests/cluster/local_job_util.h"
+#include "tests/cluster/unit_supervisor.h"
 
 namespace tandem::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// Restarts a daemon that ended with a status systemd's units restart (not 0, 2, 3 or 75), one
-// second later (RestartSec=1), and counts its starts.
-class Supervisor {
- public:
-  Supervisor(const TempDir& dir, std::string chief_port) : dir_(dir), chief_port_(chief_port) {}
-  ~Supervisor() {
-    for (auto& [task, d] : daemons_)
-      if (d.p && d.p->running()) d.p->Stop(milliseconds(5000));
-  }
-
-  void Start(const std::string& role, const std::string& task) {
-    Daemon& d = daemons_[task];
-    d.role = role;
-    SpawnOptions o;
-    o.argv = {TANDEM_BINARY, role,
-              "--config",    dir_.File("job.yaml"),
-              "--task",      task,
-              "--set",       "cluster.chief=[127.0.0.1:" + chief_port_ + "]",
-              "--set",       "checkpoint.every_steps=100"};
-    o.unset_env = {"TF_CONFIG"};
-    o.output_path = dir_.File(task + ".log");
-    auto p = Subprocess::Spawn(o);
-    ASSERT_TRUE(p.ok()) << p.status();
-    d.p.emplace(std::move(p).value());
-    d.starts++;
-    d.restart_at.reset();
-  }
-
-  // One pass: a daemon that ended is restarted (after 1 s) or left down. True while any runs
-  // or waits for its restart.
-  bool Tick() {
-    bool alive = false;
-    for (auto& [task, d] : daemons_) {
-      if (d.p && d.p->running()) {
-        alive = true;
-        continue;
-      }
-      if (d.restart_at) {
-        if (Clock::now() >= *d.restart_at) Start(d.role, task);
-        alive = true;
-        continue;
-      }
-      const ExitInfo& e = *d.p->exit_info();
-      const bool prevented = e.exited() && (e.exit_code == 0 || e.exit_code == 2 ||
-                                            e.exit_code == 3 || e.exit_code == 75);
-      if (!prevented && !d.given_up) {
-        d.restart_at = Clock::now() + milliseconds(1000);
-        d.exits.push_back(e.ToString());
-        alive = true;
-      } else if (!d.given_up) {
-        d.given_up = true;
-        d.exits.push_back(e.ToString());
-      }
-    }
-    return alive;
-  }
-
-  Subprocess& process(const std::string& task) { return *daemons_.at(task).p; }
-  int starts(const std::string& task) const { return daemons_.at(task).starts; }
-  std::string Report() const {
-    std::string out;
-    for (const auto& [task, d] : daemons_) {
-      out += task + ": " + std::to_string(d.starts) + " start(s), exits:";
-      for (const auto& e : d.exits) out += " [" + e + "]";
-      out += "\n";
-    }
-    return out;
-  }
-
- private:
-  struct Daemon {
-    std::string role;
-    std::optional<Subprocess> p;
-    std::optional<Clock::time_point> restart_at;
-    int starts = 0;
-    bool given_up = false;
-    std::vector<std::string> exits;
-  };
-  const TempDir& dir_;
-  const std::string chief_port_;
-  std::map<std::string, Daemon> daemons_;
-};
-
-// A free port for the chief, which every start (and restart) binds.
-std::string FreePort() {
-  zmq::context_t ctx(1);
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.bind("tcp://127.0.0.1:0");
-  const std::string ep = s.get(zmq::sockopt::last_endpoint);
-  return ep.substr(ep.rfind(':') + 1);
-}
 
 TEST(SupervisedRestartTest, BothWorkersKilledAtOnceTheJobRollsBackOnItsOwnToTheFaultFreeModel) {
   constexpr int64_t kSteps = 1000;
@@ -130,11 +36,14 @@ TEST(SupervisedRestartTest, BothWorkersKilledAtOnceTheJobRollsBackOnItsOwnToTheF
   yaml = SmallJob(dir.path(), kSteps);
   yaml.replace(yaml.find(one), one.size(), "  workers: [\"127.0.0.1:0\", \"127.0.0.1:0\"]\n");
   WriteFile(dir.File("job.yaml"), yaml);
-  Supervisor sup(dir, FreePort());
-  sup.Start("chief", "chief:0");
-  sup.Start("ps", "ps:0");
-  sup.Start("worker", "worker:0");
-  sup.Start("worker", "worker:1");
+  // Every start (and restart) binds the same chief port, as a unit's fixed address would.
+  const std::vector<std::string> sets = {"--set", "cluster.chief=[127.0.0.1:" + FreePort() + "]",
+                                         "--set", "checkpoint.every_steps=100"};
+  Supervisor sup(dir);
+  sup.Start("chief", "chief:0", {}, sets);
+  sup.Start("ps", "ps:0", {}, sets);
+  sup.Start("worker", "worker:0", {}, sets);
+  sup.Start("worker", "worker:1", {}, sets);
 
   // Both workers killed at once after the checkpoint of step 300 is committed.
   const std::string latest = dir.path() + "/ckpt/LATEST";

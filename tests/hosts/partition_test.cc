@@ -1,0 +1,383 @@
+// Network faults on a three-host cluster (tests/hosts/README.md): host 0 runs the chief, hosts 1
+// and 2 one PS shard and one worker each, every daemon under a supervisor that restarts it as its
+// systemd unit would. Whatever the network does, the job must end on its own, every daemon with
+// 0, with the model of a run without the fault.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cli/netns.h"
+#include "common/testing/test_util.h"
+#include "tests/cluster/unit_supervisor.h"
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using cli::HostNetwork;
+using nlohmann::json;
+
+constexpr int64_t kSteps = 1500;
+// From the first start to the last exit, faults and recoveries included. A fault-free run
+// takes 10-20 s on a 2-core machine.
+constexpr auto kJobBound = 180s;
+constexpr auto kReferenceBound = 90s;
+
+struct Member {
+  const char* role;
+  const char* task;
+  int host;
+};
+// The chief first, then the shards, then the workers: the units' start order.
+constexpr Member kMembers[] = {{"chief", "chief:0", 0},
+                               {"ps", "ps:0", 1},
+                               {"ps", "ps:1", 2},
+                               {"worker", "worker:0", 1},
+                               {"worker", "worker:1", 2}};
+
+// The job of configs/two-hosts.yaml made small (local_job_util.h's SmallJob) and quick to
+// notice a fault: a lost worker is declared after 2 s, a silent shard after 5 s, a stuck
+// all-reduce aborted after 10 s. The hosts share one file system: the checkpoint directory
+// plays the shared mount, each shard keeps its own subdirectory of ps.data_dir.
+std::string JobYaml(const HostNetwork& net, const std::string& dir) {
+  auto at = [&](int host, int port) {
+    return "\"" + net.Address(host) + ":" + std::to_string(port) + "\"";
+  };
+  return "cluster:\n  chief: [" + at(0, 7000) + "]\n  ps: [" + at(1, 7001) + ", " + at(2, 7002) +
+         "]\n  workers: [" + at(1, 7003) + ", " + at(2, 7004) +
+         "]\n"
+         "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
+         "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n"
+         "    init: {dist: uniform, scale: 0.01}\n"
+         "data:\n  format: synthetic\n  num_categorical: 26\n"
+         "  synthetic:\n    vocab: 200\n    zipf: 1.1\n    eval_rows: 8000\n"
+         "train:\n  steps: " +
+         std::to_string(kSteps) +
+         "\n  batch_size: 128\n  seed: 7\n  embedding_staleness: 0\n"
+         "  dense_optimizer: adam\n  dense_lr: 0.01\n"
+         "  log_every_steps: 20\n  eval_every_steps: 0\n"
+         "ps:\n  data_dir: " +
+         dir +
+         "/ps\n  storage: rocksdb\n  watchdog_ms: 5000\n"
+         "chief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 2000\n"
+         "collective:\n  timeout_ms: 10000\n  iface: eth0\n"
+         "recovery:\n  max_wait_s: 60\n"
+         "checkpoint:\n  dir: " +
+         dir + "/ckpt\n  every_steps: 100\noutput:\n  dir: " + dir + "/out\n";
+}
+
+std::vector<json> JsonLines(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(ReadFile(path));
+  for (std::string line; std::getline(in, line);) {
+    // The line being written is skipped until it is whole.
+    json j = json::parse(line, nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::string Tail(const std::string& text, int lines) {
+  size_t pos = text.size();
+  for (int n = 0; n <= lines; ++n) {
+    if (pos == 0) return text;
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) return text;
+  }
+  return text.substr(pos + 1);
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// One job on the hosts, under the supervisor, polled every 50 ms.
+class Job {
+ public:
+  explicit Job(const HostNetwork& net) : net_(net), sup_(dir_) {
+    WriteFile(dir_.File("job.yaml"), JobYaml(net, dir_.path()));
+  }
+
+  void Start() {
+    started_ = Clock::now();
+    for (const Member& m : kMembers) sup_.Start(m.role, m.task, net_.Exec(m.host));
+  }
+
+  // Supervises for `d` (a fault's duration); restarts go on meanwhile.
+  void RunFor(Clock::duration d) {
+    const auto end = Clock::now() + d;
+    while (Clock::now() < end) Poll();
+  }
+  // Until worker 0 logged `step` or later; false when the job ended or the bound passed first.
+  bool RunUntilStep(int64_t step) {
+    while (Clock::now() < started_ + kJobBound) {
+      const bool alive = Poll();
+      if (Step() >= step) return true;
+      if (!alive) return false;
+    }
+    return false;
+  }
+  // Until every daemon ended and none waits for a restart; false when the bound passed first.
+  bool RunToEnd(Clock::duration bound = kJobBound) {
+    while (Poll())
+      if (Clock::now() > started_ + bound) return false;
+    ended_ = Clock::now();
+    return true;
+  }
+
+  // Worker 0's last logged step, -1 before the first.
+  int64_t Step() const {
+    const auto lines = JsonLines(dir_.path() + "/out/metrics.jsonl");
+    return lines.empty() ? -1 : lines.back().value("step", int64_t{-1});
+  }
+  // The final metrics line ("final": true, the model_checksum), if the last line is one.
+  std::optional<json> FinalLine() const {
+    const auto lines = JsonLines(dir_.path() + "/out/metrics.jsonl");
+    if (lines.empty() || !lines.back().value("final", false)) return std::nullopt;
+    return lines.back();
+  }
+  int64_t LatestStep() const {
+    const json j = json::parse(ReadFile(dir_.path() + "/ckpt/LATEST"), nullptr, false);
+    return j.is_object() ? j.value("step", int64_t{-1}) : -1;
+  }
+  // Seconds from `t` to the next step logged, -1 if none was.
+  double ResumedAfter(Clock::time_point t) const {
+    for (const auto& [when, step] : progress_)
+      if (when > t) return Seconds(when - t);
+    return -1;
+  }
+
+  Supervisor& sup() { return sup_; }
+
+  std::string Summary() const {
+    const Clock::time_point end = ended_ ? *ended_ : Clock::now();
+    double stall = 0;
+    std::string until = "the end";
+    // Past the final line the daemons only shut down; before it, the last gap runs to the end:
+    // a job that hangs shows it there.
+    const size_t gaps = progress_.size() - (FinalLine() && !progress_.empty() ? 1 : 0);
+    for (size_t i = 0; i < gaps; ++i) {
+      const bool last = i + 1 == progress_.size();
+      const double gap = Seconds((last ? end : progress_[i + 1].first) - progress_[i].first);
+      if (gap > stall) {
+        stall = gap;
+        until = last ? "the end" : "step " + std::to_string(progress_[i + 1].second);
+      }
+    }
+    std::ostringstream out;
+    out << "job took " << Seconds(end - started_) << " s; longest stall between two metrics lines "
+        << stall << " s (until " << until << ")";
+    return out.str();
+  }
+  std::string Diagnostics() const {
+    std::string out = "--- supervisor\n" + sup_.Report() + "--- LATEST " +
+                      std::to_string(LatestStep()) + ", last metrics step " +
+                      std::to_string(Step()) + "\n";
+    for (const Member& m : kMembers)
+      out += std::string("--- ") + m.task + ".log (host " + std::to_string(m.host) + ")\n" +
+             Tail(ReadFile(dir_.File(std::string(m.task) + ".log")), 60);
+    return out;
+  }
+
+ private:
+  // One supervisor pass, a note of the step when it moved, a pause. False once nothing runs.
+  bool Poll() {
+    const bool alive = sup_.Tick();
+    const int64_t step = Step();
+    if (progress_.empty() || progress_.back().second != step)
+      progress_.emplace_back(Clock::now(), step);
+    std::this_thread::sleep_for(50ms);
+    return alive;
+  }
+
+  const HostNetwork& net_;
+  TempDir dir_;
+  Supervisor sup_;  // after dir_: it stops the daemons before their directory goes
+  Clock::time_point started_ = Clock::now();
+  std::optional<Clock::time_point> ended_;
+  std::vector<std::pair<Clock::time_point, int64_t>> progress_;
+};
+
+struct Reference {
+  std::string checksum;
+  int64_t latest_step = -1;
+  std::string error;  // why there is none
+};
+
+// ctest runs each test in a process of its own, so the fault-free run is also kept on disk,
+// keyed by the binary's bytes and the job: one run per build instead of one per test.
+std::string CachePath(const HostNetwork& net) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : ReadFile(TANDEM_BINARY) + JobYaml(net, "DIR"))
+    h = (h ^ c) * 1099511628211ull;
+  std::ostringstream name;
+  name << "tandem-hosts-reference-" << std::hex << h << ".json";
+  return (std::filesystem::temp_directory_path() / name.str()).string();
+}
+
+Reference RunReference(const HostNetwork& net) {
+  Reference r;
+  Job job(net);
+  job.Start();
+  const bool ended = job.RunToEnd(kReferenceBound);
+  const auto final_line = job.FinalLine();
+  if (!ended || !job.sup().AllEndedWith0() || !final_line) {
+    r.error = "the fault-free run did not end with 0 and a final metrics line within " +
+              std::to_string(kReferenceBound.count()) + " s\n" + job.Diagnostics();
+    return r;
+  }
+  r.checksum = (*final_line)["model_checksum"].get<std::string>();
+  r.latest_step = job.LatestStep();
+  std::cout << "[hosts] fault-free run: " << job.Summary() << "\n";
+  return r;
+}
+
+const Reference& FaultFreeRun(const HostNetwork& net) {
+  static std::optional<Reference> cached;
+  if (cached) return *cached;
+  const std::string path = CachePath(net);
+  const json j = json::parse(ReadFile(path), nullptr, false);
+  if (j.is_object() && j.contains("checksum")) {
+    cached = Reference{j["checksum"].get<std::string>(), j.value("latest_step", int64_t{-1}), ""};
+    std::cout << "[hosts] fault-free model_checksum " << cached->checksum << " from " << path
+              << " (delete it to run it again)\n";
+    return *cached;
+  }
+  cached = RunReference(net);
+  if (cached->error.empty())
+    WriteFile(path,
+              json{{"checksum", cached->checksum}, {"latest_step", cached->latest_step}}.dump());
+  return *cached;
+}
+
+class HostPartitionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto net = HostNetwork::Create(HostNetwork::OwnPrefix(), "198.18.0", 3,
+                                   /*attach_caller=*/false);
+    ASSERT_TRUE(net.ok()) << net.status().message();
+    net_ = std::move(net).value();
+    reference_ = &FaultFreeRun(*net_);
+    ASSERT_TRUE(reference_->error.empty()) << reference_->error;
+    job_ = std::make_unique<Job>(*net_);
+    job_->Start();
+  }
+
+  void TearDown() override {
+    if (job_) {
+      std::cout << "[hosts] " << job_->Summary() << "\n";
+      if (HasFailure()) std::cout << job_->Diagnostics();
+    }
+    job_.reset();  // the daemons stop before their network goes
+    net_.reset();
+  }
+
+  void RunUntilStep(int64_t step) {
+    ASSERT_TRUE(job_->RunUntilStep(step)) << "the job never reached step " << step;
+  }
+
+  // `host` off the network for `d`, supervised meanwhile.
+  void CutFor(int host, Clock::duration d) {
+    const Status cut = net_->Cut(host);
+    ASSERT_TRUE(cut.ok()) << cut;
+    job_->RunFor(d);
+    const Status heal = net_->Heal(host);
+    ASSERT_TRUE(heal.ok()) << heal;
+    healed_ = Clock::now();
+  }
+
+  // Ends on its own within the bound, every daemon with 0, with the fault-free model.
+  void ExpectTheReferenceModel() {
+    ASSERT_TRUE(job_->RunToEnd()) << "still running " << kJobBound.count() << " s after the start";
+    if (healed_)
+      std::cout << "[hosts] training resumed " << job_->ResumedAfter(*healed_)
+                << " s after the last repair\n";
+    EXPECT_TRUE(job_->sup().AllEndedWith0()) << "a daemon ended without 0";
+    const auto final_line = job_->FinalLine();
+    ASSERT_TRUE(final_line) << "the last metrics line is not the final one";
+    EXPECT_EQ((*final_line)["model_checksum"].get<std::string>(), reference_->checksum);
+  }
+
+  std::unique_ptr<HostNetwork> net_;  // before job_: it outlives the daemons
+  const Reference* reference_ = nullptr;
+  std::unique_ptr<Job> job_;
+  std::optional<Clock::time_point> healed_;
+};
+
+// Below chief.heartbeat_timeout_ms (2 s): nobody is declared lost, the steps only wait.
+TEST_F(HostPartitionTest, WorkerCutShorterThanHeartbeatTimeout) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
+  ASSERT_NO_FATAL_FAILURE(CutFor(2, 1s));
+  ExpectTheReferenceModel();
+  for (const std::string& task : job_->sup().tasks())
+    EXPECT_EQ(job_->sup().starts(task), 1) << task << " was restarted";
+}
+
+// ps:1 and worker:1 both lost (past the heartbeat timeout and ps.watchdog_ms): once the host is
+// back, its members must rejoin or be replaced and the job go on.
+TEST_F(HostPartitionTest, HostCutLongerThanTimeouts) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
+  ASSERT_NO_FATAL_FAILURE(CutFor(2, 8s));
+  ExpectTheReferenceModel();
+}
+
+// 3 s: worker:1 is declared lost (2 s heartbeat timeout), ps:1 not yet (5 s watchdog).
+TEST_F(HostPartitionTest, WorkerCutLongerThanHeartbeatTimeout) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
+  ASSERT_NO_FATAL_FAILURE(CutFor(2, 3s));
+  ExpectTheReferenceModel();
+}
+
+// The workers train on without the chief; it finds them again once back.
+TEST_F(HostPartitionTest, ChiefCut) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
+  const int64_t before = job_->Step();
+  ASSERT_NO_FATAL_FAILURE(CutFor(0, 8s));
+  EXPECT_GT(job_->Step(), before) << "training stopped while the chief was cut off";
+  ExpectTheReferenceModel();
+}
+
+// Three 2 s outages 2 s apart: each shorter than any timeout but together longer than all.
+TEST_F(HostPartitionTest, FlappingLink) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_NO_FATAL_FAILURE(CutFor(2, 2s));
+    job_->RunFor(2s);
+  }
+  ExpectTheReferenceModel();
+}
+
+// The chief cut off just as the checkpoint of step 299 is being committed: that commit fails or
+// completes, never half; the job ends with its final checkpoint in LATEST.
+TEST_F(HostPartitionTest, CutDuringCheckpointCommit) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(290));
+  ASSERT_NO_FATAL_FAILURE(CutFor(0, 6s));
+  ExpectTheReferenceModel();
+  EXPECT_EQ(job_->LatestStep(), reference_->latest_step);
+}
+
+// Hosts 1 and 2 cannot reach each other (the all-reduce, and each worker's pulls from the
+// other host's shard, stall) but both reach the chief, for longer than collective.timeout_ms.
+TEST_F(HostPartitionTest, WorkersPartitionedFromEachOther) {
+  ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
+  const Status block = net_->Block(1, 2);
+  ASSERT_TRUE(block.ok()) << block;
+  job_->RunFor(15s);
+  const Status unblock = net_->Unblock(1, 2);
+  ASSERT_TRUE(unblock.ok()) << unblock;
+  healed_ = Clock::now();
+  ExpectTheReferenceModel();
+}
+
+}  // namespace
+}  // namespace tandem::testing
