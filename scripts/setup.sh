@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang with libFuzzer and the sanitizer runtimes
   systemd  # systemd-analyze: the unit files' test
+  iproute2  # ip netns, veth, bridge: tests/hosts and `tandem local --netns`
 )
 BENCH_PACKAGES=(
   python3-torch python3-numpy  # Debian's PyTorch 1.13.1 (bookworm) for /usr/bin/python3
