@@ -33,6 +33,13 @@ void ReplicaGroup::Watch() {
         kExitRestart);
     std::_Exit(kExitRestart);
   }
+  // Fenced (declared lost while cut off, or replaced): this incarnation must not finish the op
+  // in flight nor push what follows it; the rank is its successor's (cli/member.h).
+  if (chief_->fenced() && !aborted_for_fence_) {
+    TLOG_WARN("fenced by the chief: aborting the group's op");
+    group_->Abort();
+    aborted_for_fence_ = true;
+  }
   const uint64_t g = chief_->generation();
   if (g > generation_.load() && g > aborted_for_) {
     TLOG_WARN("the chief announced generation {} (the group's is {}): aborting the group's op", g,

@@ -33,7 +33,10 @@ class ReplicaGroup {
   // when an abandoned op is wedged.
   void Watch();
   // Whether the chief announced a generation newer than the group's (PsClient::interrupted).
-  bool Interrupted() const { return chief_->generation() > generation_.load(); }
+  // Fenced too: a zombie's pulls and pushes give way at once.
+  bool Interrupted() const {
+    return chief_->fenced() || chief_->generation() > generation_.load();
+  }
 
   // Waits until the chief has declared the loss (within twice the heartbeat timeout plus a
   // probe), then until the cluster is complete under a newer generation (within
@@ -49,6 +52,7 @@ class ReplicaGroup {
   std::atomic<uint64_t> generation_{0};
   Mutex mu_;  // orders Watch()'s abort against Recover()'s new generation
   uint64_t aborted_for_ GUARDED_BY(mu_) = 0;
+  bool aborted_for_fence_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tandem::cli

@@ -37,6 +37,10 @@ class EmbeddingClient {
   // Recovery of a lost worker (PROTOCOLS §8): pulls for `step` may be answered by a shard that
   // already applied it, from the pre-images of that apply. Clients without shards ignore it.
   virtual void MarkRecoveryStep(int64_t step) { (void)step; }
+  // Whether the last successful Pull asked every shard. At k = 0 such a pull for step s was
+  // answered only once every shard had applied s - 1, so every rank's pushes of s - 1 are
+  // known to have landed (a roll forward then need not undo s - 1).
+  virtual bool LastPullAskedEveryShard() const { return false; }
 };
 
 }  // namespace tandem

@@ -179,6 +179,7 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
     for (const auto& v : ids[s]) any |= !v.empty();
     if (any) targets.push_back(s);
   }
+  last_pull_asked_all_ = false;  // set once this pull has been answered
   auto build = [&](size_t s) {
     wire::OutMessage m;
     auto req = m.envelope().getBody().initPullRequest();
@@ -237,6 +238,7 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
     return Status::Ok();
   };
   TANDEM_RETURN_IF_ERROR(CallShards(targets, build, on_reply, Clock::now() + options_.timeout));
+  last_pull_asked_all_ = targets.size() == n_shards;
   for (size_t i = 0; i < tables.size(); ++i) {
     if (no_repeats[i]) continue;
     const uint32_t dim = options_.dims[tables[i].table];

@@ -67,6 +67,7 @@ class PsClient : public EmbeddingClient {
   Status Push(int64_t step, std::span<const TableGrads> tables, bool skip);
   void MarkCheckpointStep(int64_t step) override { checkpoint_step_ = step; }
   void MarkRecoveryStep(int64_t step) override { recovery_step_ = step; }
+  bool LastPullAskedEveryShard() const override { return last_pull_asked_all_; }
 
   // The embedding part of model_checksum (DESIGN §12): the sum of every shard's part, each taken
   // once that shard has applied `step` (-1: whatever it holds). A shard already past `step`
@@ -119,9 +120,10 @@ class PsClient : public EmbeddingClient {
   wire::RpcClient rpc_;
   std::vector<ShardState> shards_;
   PsClientStats stats_;
-  std::vector<FlatIdIndex> dedupe_;  // per request table, reused
-  int64_t checkpoint_step_ = -1;     // MarkCheckpointStep
-  int64_t recovery_step_ = -1;       // MarkRecoveryStep
+  std::vector<FlatIdIndex> dedupe_;   // per request table, reused
+  int64_t checkpoint_step_ = -1;      // MarkCheckpointStep
+  int64_t recovery_step_ = -1;        // MarkRecoveryStep
+  bool last_pull_asked_all_ = false;  // LastPullAskedEveryShard
 };
 
 }  // namespace tandem

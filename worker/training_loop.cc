@@ -337,8 +337,15 @@ StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& o) {
         }
         if (!recoverable(failed)) return failed;
         TLOG_WARN("{}: recovering (roll forward)", failed.ToString());
-        TANDEM_ASSIGN_OR_RETURN(const int64_t go_on,
-                                roll_forward(step - 1, trainer->collective_failed()));
+        // Every rank's pushes of step - 1 have landed when this step's all-reduce failed (it
+        // follows the pull), and also at k = 0 when this step's pull was answered by every
+        // shard (a shard answers it only once it applied step - 1): the lost rank's pushes of
+        // this step may then reach some shards already, and undoing step - 1 would ask them
+        // for a version they have passed.
+        const bool pushes_landed =
+            trainer->collective_failed() || (pulled && job.train.embedding_staleness == 0 &&
+                                             o.embeddings->LastPullAskedEveryShard());
+        TANDEM_ASSIGN_OR_RETURN(const int64_t go_on, roll_forward(step - 1, pushes_landed));
         if (go_on != step) return Status::Internal("recovery went on from another step");
         // The rows are pulled again: a shard may since have applied this step (answered from
         // its pre-images, PROTOCOLS §8), or the pull itself was cut short.

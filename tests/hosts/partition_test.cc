@@ -19,6 +19,7 @@
 
 #include "cli/netns.h"
 #include "common/testing/test_util.h"
+#include "tests/cluster/local_job_util.h"
 #include "tests/cluster/unit_supervisor.h"
 
 namespace tandem::testing {
@@ -55,27 +56,25 @@ std::string JobYaml(const HostNetwork& net, const std::string& dir) {
   auto at = [&](int host, int port) {
     return "\"" + net.Address(host) + ":" + std::to_string(port) + "\"";
   };
-  return "cluster:\n  chief: [" + at(0, 7000) + "]\n  ps: [" + at(1, 7001) + ", " + at(2, 7002) +
-         "]\n  workers: [" + at(1, 7003) + ", " + at(2, 7004) +
-         "]\n"
-         "model:\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, 1]\n"
-         "tables:\n  default:\n    optimizer: adagrad\n    lr: 0.3\n"
-         "    init: {dist: uniform, scale: 0.01}\n"
-         "data:\n  format: synthetic\n  num_categorical: 26\n"
-         "  synthetic:\n    vocab: 200\n    zipf: 1.1\n    eval_rows: 8000\n"
-         "train:\n  steps: " +
-         std::to_string(kSteps) +
-         "\n  batch_size: 128\n  seed: 7\n  embedding_staleness: 0\n"
-         "  dense_optimizer: adam\n  dense_lr: 0.01\n"
-         "  log_every_steps: 20\n  eval_every_steps: 0\n"
-         "ps:\n  data_dir: " +
-         dir +
-         "/ps\n  storage: rocksdb\n  watchdog_ms: 5000\n"
-         "chief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 2000\n"
-         "collective:\n  timeout_ms: 10000\n  iface: eth0\n"
-         "recovery:\n  max_wait_s: 60\n"
-         "checkpoint:\n  dir: " +
-         dir + "/ckpt\n  every_steps: 100\noutput:\n  dir: " + dir + "/out\n";
+  std::string yaml = SmallJob(dir, kSteps);
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t pos = yaml.find(from);
+    if (pos == std::string::npos) {
+      ADD_FAILURE() << "SmallJob has no '" << from << "'";
+      return;
+    }
+    yaml.replace(pos, from.size(), to);
+  };
+  replace(yaml.substr(0, yaml.find("model:")),
+          "cluster:\n  chief: [" + at(0, 7000) + "]\n  ps: [" + at(1, 7001) + ", " + at(2, 7002) +
+              "]\n  workers: [" + at(1, 7003) + ", " + at(2, 7004) + "]\n");
+  replace("  log_every_steps: 50\n", "  log_every_steps: 20\n");
+  replace("  storage: memory\n", "  storage: rocksdb\n  watchdog_ms: 5000\n");
+  replace("heartbeat_timeout_ms: 5000\n", "heartbeat_timeout_ms: 2000\n");
+  replace("collective:\n  timeout_ms: 20000\n",
+          "collective:\n  timeout_ms: 10000\n  iface: eth0\n");
+  replace("/ckpt\n", "/ckpt\n  every_steps: 100\n");
+  return yaml + "recovery:\n  max_wait_s: 60\n";
 }
 
 std::vector<json> JsonLines(const std::string& path) {
@@ -127,6 +126,8 @@ class Job {
     }
     return false;
   }
+  // What `task` ("worker:1") logged, across its restarts and rejoins.
+  std::string Log(const std::string& task) const { return ReadFile(dir_.File(task + ".log")); }
   // Until every daemon ended and none waits for a restart; false when the bound passed first.
   bool RunToEnd(Clock::duration bound = kJobBound) {
     while (Poll())
@@ -185,7 +186,7 @@ class Job {
                       std::to_string(Step()) + "\n";
     for (const Member& m : kMembers)
       out += std::string("--- ") + m.task + ".log (host " + std::to_string(m.host) + ")\n" +
-             Tail(ReadFile(dir_.File(std::string(m.task) + ".log")), 60);
+             Tail(ReadFile(dir_.File(std::string(m.task) + ".log")), 6000);
     return out;
   }
 
@@ -336,6 +337,13 @@ TEST_F(HostPartitionTest, WorkerCutLongerThanHeartbeatTimeout) {
   ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
   ASSERT_NO_FATAL_FAILURE(CutFor(2, 3s));
   ExpectTheReferenceModel();
+  // Nobody but itself could take its rank: it came back as its own successor, in the same
+  // process (the supervisor started it once), and rolled forward.
+  const std::string log = job_->Log("worker:1");
+  EXPECT_NE(log.find("starting again to rejoin as its successor"), std::string::npos) << log;
+  EXPECT_NE(log.find("joined the running job"), std::string::npos) << log;
+  EXPECT_EQ(job_->sup().starts("worker:1"), 1);
+  EXPECT_NE(job_->Log("chief:0").find("worker:1#"), std::string::npos);
 }
 
 // The workers train on without the chief; it finds them again once back.
@@ -345,6 +353,11 @@ TEST_F(HostPartitionTest, ChiefCut) {
   ASSERT_NO_FATAL_FAILURE(CutFor(0, 8s));
   EXPECT_GT(job_->Step(), before) << "training stopped while the chief was cut off";
   ExpectTheReferenceModel();
+  const std::string chief = job_->Log("chief:0");
+  EXPECT_NE(chief.find("may be cut off"), std::string::npos) << chief;
+  EXPECT_EQ(chief.find("declared lost"), std::string::npos) << chief;
+  for (const char* task : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"})
+    EXPECT_EQ(job_->sup().starts(task), 1) << task << " was restarted";
 }
 
 // Three 2 s outages 2 s apart: each shorter than any timeout but together longer than all.
