@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/daemon_metrics.h"
+#include "cli/member.h"
 #include "cli/roles.h"
 #include "cli/security_setup.h"
 #include "cli/stop_signals.h"
@@ -342,8 +343,11 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       break;
   }
   server.Stop();
-  if (shard) {
-    // A clean stop leaves a restore point, so the next start replays nothing.
+  if (shard && status != kRoleRejoin) {
+    // A clean stop leaves a restore point, so the next start replays nothing. Not before a
+    // rejoin: the replay of the log rebuilds the pre-images of the last applied step, which a
+    // replacement worker's pulls of that step may need (PROTOCOLS §8); a restore point would
+    // drop them.
     Status rp = shard->TakeRestorePoint();
     if (!rp.ok()) TLOG_WARN("final restore point failed: {}", rp.ToString());
     auto ss = shard->stats();
