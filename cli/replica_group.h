@@ -34,9 +34,7 @@ class ReplicaGroup {
   void Watch();
   // Whether the chief announced a generation newer than the group's (PsClient::interrupted).
   // Fenced too: a zombie's pulls and pushes give way at once.
-  bool Interrupted() const {
-    return chief_->fenced() || chief_->generation() > generation_.load();
-  }
+  bool Interrupted() const { return chief_->fenced() || chief_->generation() > generation_.load(); }
 
   // Waits until the chief has declared the loss (within twice the heartbeat timeout plus a
   // probe), then until the cluster is complete under a newer generation (within

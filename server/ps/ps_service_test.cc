@@ -153,6 +153,17 @@ TEST_F(PsServiceTest, StrayRequestCannotFenceOutALiveWorker) {
   EXPECT_TRUE(live.Push(0, {&g, 1}).ok());
 }
 
+// One table's slice of a push: which frames hold its ids and values, and their precision.
+void Slice(wire::TableSlice::Builder t, uint32_t table, uint32_t count, uint32_t dim,
+           uint32_t ids_frame, uint32_t values_frame, uint8_t precision) {
+  t.setTableId(table);
+  t.setCount(count);
+  t.setDim(dim);
+  t.setIdsFrame(ids_frame);
+  t.setValuesFrame(values_frame);
+  t.setPrecision(precision);
+}
+
 TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
   Start(1);
   wire::RpcClient raw(&context_, Worker(0));
@@ -168,21 +179,13 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
   // Push whose slice points at a frame that does not exist.
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPushRequest().initTables(1);
-              t[0].setTableId(0);
-              t[0].setCount(2);
-              t[0].setDim(4);
-              t[0].setIdsFrame(5);
-              t[0].setValuesFrame(6);
+              Slice(t[0], 0, 2, 4, 5, 6, 0);
             }),
             wire::ReplyCode::INVALID);
   // Count disagrees with the ids frame.
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPushRequest().initTables(1);
-              t[0].setTableId(0);
-              t[0].setCount(3);
-              t[0].setDim(4);
-              t[0].setIdsFrame(0);
-              t[0].setValuesFrame(1);
+              Slice(t[0], 0, 3, 4, 0, 1, 0);
               m.AddBulkCopy(ids.data(), 16);
               std::vector<float> g(8, 0.f);
               m.AddBulkCopy(g.data(), 32);
@@ -191,11 +194,7 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
   // Gradient frame of 7 bytes.
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPushRequest().initTables(1);
-              t[0].setTableId(0);
-              t[0].setCount(2);
-              t[0].setDim(4);
-              t[0].setIdsFrame(0);
-              t[0].setValuesFrame(1);
+              Slice(t[0], 0, 2, 4, 0, 1, 0);
               m.AddBulkCopy(ids.data(), 16);
               m.AddBulkCopy("1234567", 7);
             }),
@@ -206,30 +205,15 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
   std::vector<uint64_t> one = {9};
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPushRequest().initTables(1);
-              t[0].setTableId(0);
-              t[0].setCount(2);
-              t[0].setDim(4);
-              t[0].setIdsFrame(0);
-              t[0].setValuesFrame(1);
-              t[0].setPrecision(1);
+              Slice(t[0], 0, 2, 4, 0, 1, 1);
               m.AddBulkCopy(ids.data(), 16);
               m.AddBulkCopy(half.data(), 12);
             }),
             wire::ReplyCode::INVALID);
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPushRequest().initTables(2);
-              t[0].setTableId(0);
-              t[0].setCount(2);
-              t[0].setDim(4);
-              t[0].setIdsFrame(0);
-              t[0].setValuesFrame(1);
-              t[0].setPrecision(1);
-              t[1].setTableId(1);
-              t[1].setCount(1);
-              t[1].setDim(8);
-              t[1].setIdsFrame(2);
-              t[1].setValuesFrame(1);
-              t[1].setPrecision(1);
+              Slice(t[0], 0, 2, 4, 0, 1, 1);
+              Slice(t[1], 1, 1, 8, 2, 1, 1);
               m.AddBulkCopy(ids.data(), 16);
               m.AddBulkCopy(half.data(), 16);
               m.AddBulkCopy(one.data(), 8);
@@ -237,12 +221,7 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
             wire::ReplyCode::INVALID);
   EXPECT_EQ(send([&](wire::OutMessage& m) {
               auto t = m.envelope().getBody().initPushRequest().initTables(1);
-              t[0].setTableId(0);
-              t[0].setCount(2);
-              t[0].setDim(4);
-              t[0].setIdsFrame(0);
-              t[0].setValuesFrame(1);
-              t[0].setPrecision(7);
+              Slice(t[0], 0, 2, 4, 0, 1, 7);
               m.AddBulkCopy(ids.data(), 16);
               m.AddBulkCopy(half.data(), 16);
             }),
