@@ -369,6 +369,15 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
     } else if (f.network() && !restarted) {
       path = r.detect_ms ? "the link came back, no restart"
                          : "the link came back: no loss declared, no restart";
+      if (f.role == "worker") {
+        // The group broke with nobody lost (cli/replica_group.h): the worker's own account.
+        const std::string log = ReadAll(LogOf(ctx.out_dir, f));
+        const std::string mark = "regrouping under generation ";
+        if (const size_t at = log.find(mark, r.log_offset); at != std::string::npos)
+          path += " + regroup (the all-reduce group broke with nobody lost; rebuilt under " +
+                  std::string("generation ") +
+                  std::to_string(std::atoll(log.c_str() + at + mark.size())) + ", rolled forward)";
+      }
     } else if (!r.detect_ms) {
       path = "no restart seen";
     } else {

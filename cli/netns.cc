@@ -118,15 +118,15 @@ Status SetLink(const std::string& link, bool up) {
 }
 
 Status SetBlocked(const std::string& a_ns, const std::string& a_ip, const std::string& b_ns,
-                  const std::string& b_ip, bool on) {
+                  const std::string& b_ip, bool on, const std::string& dev) {
   for (const auto& [ns, peer] : {std::pair{a_ns, b_ip}, std::pair{b_ns, a_ip}}) {
     // A permanent entry is never overwritten by ARP, and replacing the entry in use redirects
     // an established connection's very next segment; deleted, the neighbour is resolved again.
     if (on)
       TANDEM_RETURN_IF_ERROR(RunIp({"-n", ns, "neigh", "replace", peer, "lladdr", kNobodysMac,
-                                    "nud", "permanent", "dev", "eth0"}));
+                                    "nud", "permanent", "dev", dev}));
     else
-      TANDEM_RETURN_IF_ERROR(RunIp({"-n", ns, "neigh", "del", peer, "dev", "eth0"}));
+      TANDEM_RETURN_IF_ERROR(RunIp({"-n", ns, "neigh", "del", peer, "dev", dev}));
   }
   return Status::Ok();
 }
@@ -135,13 +135,14 @@ std::string HostNetwork::OwnPrefix() { return "tnd" + std::to_string(::getpid())
 
 StatusOr<std::unique_ptr<HostNetwork>> HostNetwork::Create(const std::string& prefix,
                                                            const std::string& subnet, int hosts,
-                                                           bool attach_caller) {
+                                                           bool attach_caller,
+                                                           const std::string& fabric) {
   if (prefix.empty() || prefix.size() > 12)
     return Status::InvalidArgument("network prefix '" + prefix + "': 1 to 12 characters");
   if (hosts < 1 || hosts > 250)
     return Status::InvalidArgument("network of " + std::to_string(hosts) + " hosts: 1 to 250");
   RemoveStaleNamespaces();
-  std::unique_ptr<HostNetwork> net(new HostNetwork(prefix, subnet, hosts));
+  std::unique_ptr<HostNetwork> net(new HostNetwork(prefix, subnet, hosts, fabric));
   // On an error the destructor removes what was made.
   if (Status s = net->Build(attach_caller); !s.ok())
     return Status::FailedPrecondition(
@@ -158,19 +159,18 @@ Status HostNetwork::Build(bool attach_caller) {
   TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "set", "lo", "up"}));
   TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "add", "br0", "type", "bridge"}));
   TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "set", "br0", "up"}));
+  if (!fabric_.empty()) {
+    TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "add", "br1", "type", "bridge"}));
+    TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "set", "br1", "up"}));
+  }
   for (int i = 0; i < hosts_; ++i) {
-    const std::string h = Namespace(i), port = "p" + std::to_string(i);
+    const std::string h = Namespace(i);
     created_.push_back(h);
     TANDEM_RETURN_IF_ERROR(RunIp({"netns", "add", h}));
     TANDEM_RETURN_IF_ERROR(RunIp({"-n", h, "link", "set", "lo", "up"}));
-    // The peer is made directly in the switch: no name ever exists in the caller's namespace.
-    TANDEM_RETURN_IF_ERROR(
-        RunIp({"-n", h, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", sw}));
-    TANDEM_RETURN_IF_ERROR(RunIp({"-n", h, "addr", "add", Address(i) + "/24", "dev", "eth0"}));
-    TANDEM_RETURN_IF_ERROR(RunIp({"-n", h, "link", "set", "eth0", "up"}));
-    TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "set", port, "master", "br0"}));
-    // Without STP the port forwards as soon as it is up.
-    TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "set", port, "up"}));
+    TANDEM_RETURN_IF_ERROR(Cable(i, "eth0", Address(i), "p" + std::to_string(i), "br0"));
+    if (!fabric_.empty())
+      TANDEM_RETURN_IF_ERROR(Cable(i, "eth1", FabricAddress(i), "q" + std::to_string(i), "br1"));
   }
   if (attach_caller) {
     const std::string root = prefix_ + "-r";
@@ -185,6 +185,19 @@ Status HostNetwork::Build(bool attach_caller) {
   return Status::Ok();
 }
 
+Status HostNetwork::Cable(int i, const std::string& dev, const std::string& address,
+                          const std::string& port, const std::string& bridge) {
+  const std::string h = Namespace(i), sw = Switch();
+  // The peer is made directly in the switch: no name ever exists in the caller's namespace.
+  TANDEM_RETURN_IF_ERROR(
+      RunIp({"-n", h, "link", "add", dev, "type", "veth", "peer", "name", port, "netns", sw}));
+  TANDEM_RETURN_IF_ERROR(RunIp({"-n", h, "addr", "add", address + "/24", "dev", dev}));
+  TANDEM_RETURN_IF_ERROR(RunIp({"-n", h, "link", "set", dev, "up"}));
+  TANDEM_RETURN_IF_ERROR(RunIp({"-n", sw, "link", "set", port, "master", bridge}));
+  // Without STP the port forwards as soon as it is up.
+  return RunIp({"-n", sw, "link", "set", port, "up"});
+}
+
 HostNetwork::~HostNetwork() {
   // Hosts before the switch: each host's veth goes with its namespace, the caller's with the
   // switch.
@@ -194,6 +207,10 @@ HostNetwork::~HostNetwork() {
 
 std::string HostNetwork::Address(int host) const {
   return subnet_ + "." + std::to_string(host + 1);
+}
+
+std::string HostNetwork::FabricAddress(int host) const {
+  return fabric_.empty() ? std::string() : fabric_ + "." + std::to_string(host + 1);
 }
 
 std::vector<std::string> HostNetwork::Exec(int host) const {
@@ -217,17 +234,18 @@ Status HostNetwork::Heal(int host) {
   return SetLink(Link(host), true);
 }
 
-Status HostNetwork::Block(int a, int b) {
+Status HostNetwork::SetPairBlocked(int a, int b, bool fabric, bool on) {
   TANDEM_RETURN_IF_ERROR(CheckHost(a));
   TANDEM_RETURN_IF_ERROR(CheckHost(b));
   if (a == b) return Status::InvalidArgument("a host cannot be partitioned from itself");
-  return SetBlocked(Namespace(a), Address(a), Namespace(b), Address(b), true);
+  if (!fabric) return SetBlocked(Namespace(a), Address(a), Namespace(b), Address(b), on);
+  if (fabric_.empty()) return Status::InvalidArgument("this network has no fabric (eth1)");
+  return SetBlocked(Namespace(a), FabricAddress(a), Namespace(b), FabricAddress(b), on, "eth1");
 }
 
-Status HostNetwork::Unblock(int a, int b) {
-  TANDEM_RETURN_IF_ERROR(CheckHost(a));
-  TANDEM_RETURN_IF_ERROR(CheckHost(b));
-  return SetBlocked(Namespace(a), Address(a), Namespace(b), Address(b), false);
-}
+Status HostNetwork::Block(int a, int b) { return SetPairBlocked(a, b, false, true); }
+Status HostNetwork::Unblock(int a, int b) { return SetPairBlocked(a, b, false, false); }
+Status HostNetwork::BlockFabric(int a, int b) { return SetPairBlocked(a, b, true, true); }
+Status HostNetwork::UnblockFabric(int a, int b) { return SetPairBlocked(a, b, true, false); }
 
 }  // namespace tandem::cli

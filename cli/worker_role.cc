@@ -74,7 +74,8 @@ int RunWorkerRole(const RoleContext& ctx) {
   ReplicaGroup group(&job, chief.get());
 
   // SIGTERM/SIGINT stop the whole job: the vote rides in the next step's all-reduce and the
-  // chief tells everyone else.
+  // chief tells everyone else. An op or a shard that holds the step up past kStopGrace (a
+  // second signal: at once) is abandoned (ReplicaGroup::Watch).
   std::atomic<bool> stop_signal{false}, finished{false};
   std::thread signals([&] {
     while (!finished.load()) {
@@ -83,10 +84,14 @@ int RunWorkerRole(const RoleContext& ctx) {
         group.Watch();
         continue;
       }
-      TLOG_INFO("received {}: asking the chief to stop the job",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      stop_signal.store(true);
-      chief->StopJob("SIGTERM to worker:" + std::to_string(rank)).status().IgnoreError();
+      const bool again = stop_signal.exchange(true);
+      TLOG_INFO("received {}{}", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                again ? " again: abandoning what the stop waits for"
+                      : ": asking the chief to stop the job");
+      group.NoteStop(again);
+      group.Watch();
+      if (!again)
+        chief->StopJob("SIGTERM to worker:" + std::to_string(rank)).status().IgnoreError();
     }
   });
   struct JoinSignals {
@@ -126,7 +131,10 @@ int RunWorkerRole(const RoleContext& ctx) {
   // Validated with the config (OneOf), so the parse cannot fail here.
   if (auto precision = ParseWirePrecision(job.ps.wire_precision); precision.ok())
     po.wire_precision = *precision;
-  if (world > 1) po.interrupted = [&] { return group.Interrupted(); };
+  if (world > 1)
+    po.interrupted = [&] { return group.Interrupted(); };
+  else
+    po.interrupted = [&] { return group.StopOverdue(); };
   PsClient ps(ctx.context, self, po);
   std::unique_ptr<PsClient> prefetch_ps;
   if (job.train.embedding_staleness >= 1)

@@ -568,6 +568,30 @@ StatusOr<std::string> ChiefClient::StopJob(const std::string& reason) {
   return std::string(body.getStopJobReply().getJobState());
 }
 
+StatusOr<ChiefClient::RegroupAnswer> ChiefClient::Regroup(uint64_t failed_generation,
+                                                          const std::string& reason,
+                                                          std::chrono::milliseconds budget) {
+  auto reply = ControlRetry(
+      [&] {
+        wire::OutMessage m;
+        auto req = m.envelope().getBody().initRegroupRequest();
+        req.setGeneration(failed_generation);
+        req.setReason(Text(reason));
+        return m;
+      },
+      budget);
+  if (!reply.ok()) return reply.status();
+  auto body = reply->envelope().getBody();
+  if (body.which() != Envelope::Body::REGROUP_REPLY)
+    return Status::InvalidArgument("regroup answered without a RegroupReply");
+  auto r = body.getRegroupReply();
+  RegroupAnswer a;
+  a.generation = r.getGeneration();
+  a.raised = r.getRaised();
+  a.why_not = r.getWhyNot();
+  return a;
+}
+
 StatusOr<int64_t> ChiefClient::CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
                                                 const std::string& determinism_class,
                                                 std::chrono::milliseconds budget,

@@ -148,6 +148,17 @@ class ChiefClient {
                                      std::vector<int64_t>* retained = nullptr);
   // Asks the chief to stop the job (SIGTERM to a member, Ctrl-C of `tandem local`).
   StatusOr<std::string> StopJob(const std::string& reason);
+  // A worker whose all-reduce group of `failed_generation` broke while nobody was declared lost
+  // asks for a new generation to regroup in (RegroupRequest, PROTOCOLS §11); the heartbeats
+  // bring the new generation as usual. An incarnation that is not the live one is answered
+  // STALE (the reply's status).
+  struct RegroupAnswer {
+    uint64_t generation = 0;
+    bool raised = false;
+    std::string why_not;
+  };
+  StatusOr<RegroupAnswer> Regroup(uint64_t failed_generation, const std::string& reason,
+                                  std::chrono::milliseconds budget);
 
  private:
   StatusOr<wire::InMessage> ControlCall(wire::OutMessage message, std::chrono::milliseconds budget)

@@ -64,7 +64,8 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
   std::string last_error = "no answer yet";
   while (!todo.empty()) {
     if (options_.interrupted && options_.interrupted())
-      return Status::Cancelled("interrupted: the chief announced a new generation");
+      return Status::Cancelled(
+          "interrupted: the chief announced a new generation, or the job is stopping");
     if (wait.due()) {
       std::string waiting;
       for (const auto& t : todo)
@@ -437,7 +438,8 @@ StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
                 std::chrono::duration<double>(logged - t0).count(), progress);
     }
     if (options_.interrupted && options_.interrupted())
-      return Status::Cancelled("interrupted: the chief announced a new generation");
+      return Status::Cancelled(
+          "interrupted: the chief announced a new generation, or the job is stopping");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(250));
   }

@@ -136,3 +136,19 @@ struct CommitCheckpointReply {
   committedStep @0 :Int64;
   retainedSteps @1 :List(Int64);  # after this commit (checkpoint.keep)
 }
+
+# A worker whose all-reduce group failed although the chief declared nobody lost and every
+# worker has heartbeated since (two workers cut off from each other, not from the chief): the
+# chief opens a new generation in which every worker rebuilds the group and the replicas resync
+# (PROTOCOLS §11). Idempotent: the generation rises only while it still is `generation`, so the
+# workers of one failed group cause one rise between them.
+struct RegroupRequest {
+  generation @0 :UInt64;         # the generation of the group that failed
+  reason @1 :Text;               # the failed op, for the chief's log
+}
+
+struct RegroupReply {
+  generation @0 :UInt64;         # the chief's generation after the request
+  raised @1 :Bool;               # whether this request raised it
+  whyNot @2 :Text;               # not raised and not moved on: what stands in the way
+}

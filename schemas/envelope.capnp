@@ -105,6 +105,8 @@ struct Envelope {
     checkpointPartReply @34 :Ps.CheckpointPartReply;
     commitCheckpointRequest @35 :Chief.CommitCheckpointRequest;
     commitCheckpointReply @36 :Chief.CommitCheckpointReply;
+    regroupRequest @37 :Chief.RegroupRequest;
+    regroupReply @38 :Chief.RegroupReply;
   }
 }
 

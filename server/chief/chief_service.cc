@@ -199,6 +199,7 @@ void ChiefService::Register() {
   on(Envelope::Body::KV_GET, &ChiefService::HandleKvGet);
   on(Envelope::Body::STOP_JOB_REQUEST, &ChiefService::HandleStopJob);
   on(Envelope::Body::COMMIT_CHECKPOINT_REQUEST, &ChiefService::HandleCommitCheckpoint);
+  on(Envelope::Body::REGROUP_REQUEST, &ChiefService::HandleRegroup);
 }
 
 Status ChiefService::Start() {
@@ -608,6 +609,37 @@ void ChiefService::HandleStopJob(wire::InMessage& m, wire::Responder r) {
   changed_.SignalAll();
   wire::OutMessage reply = r.NewReply();
   reply.envelope().getBody().initStopJobReply().setJobState(Text(state));
+  r.Send(std::move(reply));
+}
+
+void ChiefService::HandleRegroup(wire::InMessage& m, wire::Responder r) {
+  auto h = m.header();
+  if (h.getSenderRole() != wire::Role::WORKER) {
+    r.SendError(ReplyCode::INVALID, "a regroup is asked for by a worker, not a " +
+                                        std::string(wire::RoleName(h.getSenderRole())));
+    return;
+  }
+  auto req = m.envelope().getBody().getRegroupRequest();
+  StatusOr<RegroupResult> result = Status::Internal("unset");
+  {
+    MutexLock lock(&mu_);
+    result = membership_.Regroup(h.getSenderIndex(), h.getIncarnation(), req.getGeneration(),
+                                 req.getReason(), Clock::now());
+    if (result.ok() && result->raised) SyncIdentity();
+  }
+  if (!result.ok()) {
+    if (result.status().IsFailedPrecondition())
+      r.SendView(ReplyCode::STALE, result.status().message(), kNoAppliedStep);
+    else
+      SendStatus(r, result.status());
+    return;
+  }
+  if (result->raised) changed_.SignalAll();
+  wire::OutMessage reply = r.NewReply();
+  auto body = reply.envelope().getBody().initRegroupReply();
+  body.setGeneration(result->generation);
+  body.setRaised(result->raised);
+  body.setWhyNot(Text(result->why_not));
   r.Send(std::move(reply));
 }
 

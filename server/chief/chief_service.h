@@ -91,6 +91,7 @@ class ChiefService {
   void HandleKvGet(wire::InMessage& m, wire::Responder r);
   void HandleStopJob(wire::InMessage& m, wire::Responder r);
   void HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r);
+  void HandleRegroup(wire::InMessage& m, wire::Responder r);
   // Pings `s` at its address; true when it answers as the same incarnation. Without `client`
   // (a handler thread) it uses a socket of its own.
   bool ProbeAnswers(const Suspect& s, wire::RpcClient* client, std::map<std::string, int>* handles,

@@ -493,6 +493,40 @@ StatusOr<bool> Membership::DeclareLost(const Suspect& s, const std::string& reas
   return true;
 }
 
+StatusOr<RegroupResult> Membership::Regroup(uint32_t index, uint64_t incarnation,
+                                            uint64_t failed_generation, const std::string& reason,
+                                            Clock::time_point now) {
+  if (index >= workers_.size())
+    return Status::InvalidArgument(Name(MemberRole::kWorker, index) +
+                                   " is outside the cluster of " + std::to_string(workers_.size()));
+  const Member& asker = workers_[index];
+  const std::string who = Name(MemberRole::kWorker, index) + "#" + std::to_string(incarnation);
+  if (!asker.registered || asker.incarnation != incarnation || asker.lost || asker.left)
+    return Status::FailedPrecondition(who + " is not the rank's live incarnation");
+  RegroupResult r;
+  r.generation = generation();
+  if (failed_generation != generation()) return r;  // moved on: the request is answered
+  if (job_state_ != kJobTraining) {
+    r.why_not = "the job is " + job_state_;
+    return r;
+  }
+  if (awaiting_workers_) {
+    r.why_not = "a lost worker is being replaced";
+    return r;
+  }
+  for (uint32_t i = 0; i < workers_.size(); ++i)
+    if (!Alive(workers_[i], now)) {
+      r.why_not = Name(MemberRole::kWorker, i) + " is not heard from";
+      return r;
+    }
+  TANDEM_RETURN_IF_ERROR(
+      BumpGeneration(who + " asked for a new all-reduce group (" + reason +
+                     "); every worker is heard from, so none is lost: the workers regroup"));
+  r.generation = generation();
+  r.raised = true;
+  return r;
+}
+
 bool Membership::Finished(Clock::time_point now, std::chrono::milliseconds quiet) const {
   if (!IsTerminalJobState(job_state_)) return false;
   const bool may_come_back =

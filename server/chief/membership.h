@@ -98,6 +98,12 @@ struct HeartbeatResult {
   std::string job_state;
 };
 
+struct RegroupResult {
+  uint64_t generation = 0;  // the chief's generation after the request
+  bool raised = false;      // this request opened it
+  std::string why_not;  // when not raised and the generation did not move: what stands in the way
+};
+
 // A member whose heartbeats stopped: the service probes it before declaring it lost.
 struct Suspect {
   MemberRole role;
@@ -162,6 +168,17 @@ class Membership {
   // Members whose last sign of life (a heartbeat, or an answered probe) is older than the
   // heartbeat timeout and that are neither lost, left nor in a terminal state.
   std::vector<Suspect> Suspects(Clock::time_point now) const;
+  // Worker `index` (incarnation `incarnation`) found its all-reduce group of `failed_generation`
+  // broken while the chief declared nobody lost (two workers cut off from each other, not from
+  // the chief; PROTOCOLS §11): opens generation failed_generation + 1, complete at once, in
+  // which every worker rebuilds the group. Only once: when the generation moved on already (the
+  // other workers' requests, a loss) it stays. Not while a worker loss awaits its replacement,
+  // a worker is silent (it may be dead: its loss is declared instead) or the job is not
+  // training; `why_not` says which. kFailedPrecondition for an incarnation that is not the rank's
+  // live one; kInvalidArgument for an index out of range; kUnavailable when the new generation
+  // could not be persisted.
+  StatusOr<RegroupResult> Regroup(uint32_t index, uint64_t incarnation, uint64_t failed_generation,
+                                  const std::string& reason, Clock::time_point now);
   // A chief cut off from the network sees every member fall silent at once, exactly as if all
   // had died; it cannot tell the two apart. Whether no live member has heartbeated within half
   // the heartbeat timeout: the monitor then declares nobody lost (a partitioned chief is

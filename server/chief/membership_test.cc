@@ -699,5 +699,74 @@ TEST_F(MembershipTest, ALostWorkerComingBackBeforeAnySuccessorBecomesItsSuccesso
   EXPECT_EQ(rival.status().code(), StatusCode::kPermissionDenied) << rival.status();
 }
 
+// Two workers cut off from each other but not from the chief (PROTOCOLS §11): both ask for a
+// regroup after their group of generation g broke; the chief opens g + 1 once, persisted.
+TEST_F(MembershipTest, ARegroupOpensOneGenerationForAllTheWorkersOfTheBrokenGroup) {
+  RegisterAll();
+  ASSERT_EQ(members_->job_state(), "training");
+  const uint64_t g = members_->generation();
+  now_ += milliseconds(300);
+  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(MemberRole::kWorker, 1, w1_);
+  auto first = members_->Regroup(0, w0_, g, "allreduce timed out", now_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->raised);
+  EXPECT_EQ(first->generation, g + 1);
+  auto second = members_->Regroup(1, w1_, g, "allreduce timed out", now_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->raised) << "the other worker's request finds the generation open";
+  EXPECT_EQ(second->generation, g + 1);
+  EXPECT_EQ(members_->generation(), g + 1);
+  EXPECT_FALSE(members_->Snapshot(now_).generation_pending) << "nobody is awaited";
+  auto disk = DecodeChiefState(ReadFile(state_->path()), "state");
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->generation, g + 1);
+  // The group of g + 1 cannot form either (the cut lasts): the next request opens g + 2.
+  now_ += milliseconds(300);
+  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(MemberRole::kWorker, 1, w1_);
+  auto third = members_->Regroup(1, w1_, g + 1, "rebuild timed out", now_);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(third->raised);
+  EXPECT_EQ(members_->generation(), g + 2);
+}
+
+// A worker that may be dead is declared lost instead; a pending replacement, a stopping job and
+// a replaced incarnation get no regroup.
+TEST_F(MembershipTest, NoRegroupWhileAWorkerIsSilentOrBeingReplacedOrTheJobStops) {
+  RegisterAll();
+  const uint64_t g = members_->generation();
+  now_ += kTimeout + milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(MemberRole::kPs, 0, ps0_);
+  auto silent = members_->Regroup(0, w0_, g, "allreduce failed", now_);
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  EXPECT_FALSE(silent->raised);
+  EXPECT_NE(silent->why_not.find("worker:1"), std::string::npos) << silent->why_not;
+  EXPECT_EQ(members_->generation(), g);
+  ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);  // worker 1 lost: g + 1, pending
+  const uint64_t lost = members_->generation();
+  EXPECT_EQ(lost, g + 1);
+  auto pending = members_->Regroup(0, w0_, lost, "allreduce failed", now_);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_FALSE(pending->raised);
+  EXPECT_NE(pending->why_not.find("replaced"), std::string::npos) << pending->why_not;
+  auto zombie = members_->Regroup(1, w1_, lost, "allreduce failed", now_);
+  EXPECT_EQ(zombie.status().code(), StatusCode::kFailedPrecondition) << zombie.status();
+  auto outside = members_->Regroup(7, w0_, lost, "allreduce failed", now_);
+  EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument) << outside.status();
+  const uint64_t w1 = Reg(MemberRole::kWorker, 1);
+  now_ += milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
+  ASSERT_EQ(members_->generation(), g + 2) << "every worker is present again";
+  members_->RequestStop("test", now_);
+  Beat(MemberRole::kWorker, 1, w1);
+  auto stopping = members_->Regroup(0, w0_, g + 2, "allreduce failed", now_);
+  ASSERT_TRUE(stopping.ok()) << stopping.status();
+  EXPECT_FALSE(stopping->raised);
+  EXPECT_NE(stopping->why_not.find("stopping"), std::string::npos) << stopping->why_not;
+  EXPECT_EQ(members_->generation(), g + 2);
+}
+
 }  // namespace
 }  // namespace tandem::chief

@@ -274,15 +274,16 @@ TEST(DrillTest, WorkerStopCorruptLatestAndAKillBeforeTheFirstCheckpointEndWithTh
 // Network faults (issue 17 item 5): every process on a host of its own (tandem local --netns,
 // which needs root: CI is root), links cut and routes blackholed. A partition shorter than the
 // heartbeat timeout passes unnoticed; a longer one is a loss rolled forward; a cut-off chief
-// declares nobody lost; a flapping PS link and a short cut between the two workers only are
-// ridden out. The job ends with the fault-free model every time.
+// declares nobody lost; a flapping PS link is ridden out; a cut between the two workers only,
+// longer than collective.timeout_ms, breaks their group with nobody lost: they regroup under a
+// new generation and roll forward. The job ends with the fault-free model every time.
 TEST(DrillTest, NetworkPartitionsAndAFlapEndWithTheFaultFreeModel) {
   TempDir dir;
   nlohmann::json report = PassingDrill(
       dir, 1200,
       "partition worker:1 @step 100 for 1s; partition worker:1 @step 300 for 4s;"
       "partition chief @step 550 for 4s; flap ps:1 @step 750 2x;"
-      "partition worker:0,worker:1 @step 950 for 3s",
+      "partition worker:0,worker:1 @step 950 for 12s",
       5, {"--set", "chief.heartbeat_timeout_ms=2000", "--set", "collective.timeout_ms=10000"});
   if (!report.is_object()) return;
   const auto path = [&](int i) { return report["faults"][i].value("path", ""); };
@@ -294,6 +295,7 @@ TEST(DrillTest, NetworkPartitionsAndAFlapEndWithTheFaultFreeModel) {
   EXPECT_NE(path(2).find("declared nobody lost"), std::string::npos) << report.dump(2);
   EXPECT_NE(path(3).find("no restart"), std::string::npos) << report.dump(2);
   EXPECT_NE(path(4).find("no restart"), std::string::npos) << report.dump(2);
+  EXPECT_NE(path(4).find("regroup"), std::string::npos) << report.dump(2);
   EXPECT_NE(ReadFile(dir.path() + "/out/logs/chief-0.log").find("may be cut off"),
             std::string::npos);
   for (const auto& f : report["faults"]) EXPECT_TRUE(f.value("recovered", false)) << f.dump(2);

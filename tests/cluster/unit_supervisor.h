@@ -40,6 +40,7 @@ class Supervisor {
   void Start(const std::string& role, const std::string& task,
              std::vector<std::string> argv_prefix = {}, std::vector<std::string> extra_args = {}) {
     Daemon& d = daemons_[task];
+    d.given_up = false;  // started again by hand, as `systemctl start` after a clean exit
     d.role = role;
     d.argv_prefix = std::move(argv_prefix);
     d.extra_args = std::move(extra_args);

@@ -57,11 +57,12 @@ Fd SocketOn(const HostNetwork& net, int host) {
   return Fd(fd);
 }
 
-sockaddr_in Address(const HostNetwork& net, int host) {
+// `host`'s address on eth0, or with `fabric` on eth1.
+sockaddr_in Address(const HostNetwork& net, int host, bool fabric = false) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(kPort);
-  ::inet_pton(AF_INET, net.Address(host).c_str(), &a.sin_addr);
+  ::inet_pton(AF_INET, (fabric ? net.FabricAddress(host) : net.Address(host)).c_str(), &a.sin_addr);
   return a;
 }
 
@@ -92,22 +93,26 @@ class HostNetworkTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto net = HostNetwork::Create(HostNetwork::OwnPrefix(), "198.18.0", 3,
-                                   /*attach_caller=*/false);
+                                   /*attach_caller=*/false, /*fabric=*/"198.18.1");
     ASSERT_TRUE(net.ok()) << net.status().message();
     net_ = std::move(net).value();
-    listener_ = SocketOn(*net_, 0);
-    ASSERT_GE(listener_.get(), 0);
-    const sockaddr_in a = Address(*net_, 0);
-    ASSERT_EQ(::bind(listener_.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)), 0);
-    ASSERT_EQ(::listen(listener_.get(), 16), 0);
+    for (bool fabric : {false, true}) {
+      Fd& l = fabric ? fabric_listener_ : listener_;
+      l = SocketOn(*net_, 0);
+      ASSERT_GE(l.get(), 0);
+      const sockaddr_in a = Address(*net_, 0, fabric);
+      ASSERT_EQ(::bind(l.get(), reinterpret_cast<const sockaddr*>(&a), sizeof(a)), 0);
+      ASSERT_EQ(::listen(l.get(), 16), 0);
+    }
   }
 
-  // A connection from `host` to host 0: {client end, server end}.
-  std::pair<Fd, Fd> Connect(int host) {
+  // A connection from `host` to host 0 (on eth1 with `fabric`): {client end, server end}.
+  std::pair<Fd, Fd> Connect(int host, bool fabric = false) {
+    const Fd& l = fabric ? fabric_listener_ : listener_;
     Fd c = SocketOn(*net_, host);
-    EXPECT_EQ(ConnectTo(c, Address(*net_, 0)), 0) << strerror(errno);
-    EXPECT_TRUE(Readable(listener_, milliseconds(2000)));
-    return {std::move(c), Fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC))};
+    EXPECT_EQ(ConnectTo(c, Address(*net_, 0, fabric)), 0) << strerror(errno);
+    EXPECT_TRUE(Readable(l, milliseconds(2000)));
+    return {std::move(c), Fd(::accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC))};
   }
 
   // An established connection from host 2 stalls under `fault`, is not reset, and carries
@@ -127,7 +132,7 @@ class HostNetworkTest : public ::testing::Test {
   }
 
   std::unique_ptr<HostNetwork> net_;
-  Fd listener_;
+  Fd listener_, fabric_listener_;
 };
 
 TEST_F(HostNetworkTest, CutStallsAnEstablishedConnectionAndHealResumesIt) {
@@ -152,10 +157,27 @@ TEST_F(HostNetworkTest, BlockStallsTheConnectionSilentlyAndSparesTheOtherHosts) 
       [&] { return net_->Unblock(0, 2); });
 }
 
+// The collective network fails alone: host 2's connection to host 0 over eth1 stalls, the one
+// over eth0 between the same hosts keeps flowing; both resume or stay whole after the repair.
+TEST_F(HostNetworkTest, BlockFabricStallsTheFabricAloneAndUnblockResumesIt) {
+  auto [c, s] = Connect(2, /*fabric=*/true);
+  auto [c0, s0] = Connect(2);
+  ASSERT_TRUE(Send(c) && Arrived(s, milliseconds(2000)));
+  ASSERT_TRUE(net_->BlockFabric(0, 2).ok());
+  ASSERT_TRUE(Send(c));
+  EXPECT_FALSE(Arrived(s, milliseconds(800))) << "a byte crossed the fabric's partition";
+  EXPECT_TRUE(Send(c0) && Arrived(s0, milliseconds(2000))) << "eth0 was cut with the fabric";
+  ASSERT_TRUE(net_->UnblockFabric(0, 2).ok());
+  EXPECT_TRUE(Arrived(s, milliseconds(5000))) << "the queued byte never arrived";
+  EXPECT_EQ(SocketError(c), 0);
+  EXPECT_EQ(SocketError(c0), 0);
+}
+
 TEST_F(HostNetworkTest, BadArgumentsAreErrors) {
   EXPECT_FALSE(net_->Cut(3).ok());
   EXPECT_FALSE(net_->Block(1, 1).ok());
   EXPECT_FALSE(net_->Unblock(0, 1).ok());
+  EXPECT_FALSE(net_->BlockFabric(2, 2).ok());
 }
 
 }  // namespace
