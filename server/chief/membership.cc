@@ -298,10 +298,13 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
         TLOG_WARN("{}: determinism class '{}' differs from '{}' of worker:{}: bit-identity void",
                   who, in.determinism_class, workers_[j].determinism_class, j);
   }
-  // Before UpdateJobState: the registration that completes a fresh start must not count.
-  const bool joins_running_job = in.role == MemberRole::kWorker && !same_process && !adopt &&
-                                 training_since_ != Clock::time_point{} &&
-                                 !IsTerminalJobState(job_state_) && job_state_ != kJobStopping;
+  // Before UpdateJobState: the registration that completes a fresh start must not count. The
+  // same process registering again (its first reply was lost: the chief probed a dead rival for
+  // longer than the attempt's budget) is told again what it was told then.
+  const bool joins_running_job = (same_process && m.joins_running_job) ||
+                                 (in.role == MemberRole::kWorker && !same_process && !adopt &&
+                                  training_since_ != Clock::time_point{} &&
+                                  !IsTerminalJobState(job_state_) && job_state_ != kJobStopping);
   EndIsolation(who, now);
   m = Member{};
   m.registered = true;
@@ -310,6 +313,7 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   m.host = in.host;
   m.pid = in.pid;
   m.determinism_class = in.determinism_class;
+  m.joins_running_job = joins_running_job;
   m.last_heartbeat = m.last_alive = now;
   m.progress.step = in.step;
   TLOG_INFO("{}#{} registered from {} (pid {}, host {}, step {}){}", who, incarnation, in.address,

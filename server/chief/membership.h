@@ -248,6 +248,7 @@ class Membership {
     std::string lost_reason;
     Clock::time_point last_heartbeat{}, last_alive{};  // last_alive: heartbeat or probe
     bool heartbeated = false;
+    bool joins_running_job = false;  // what its registration was told (Issued)
     MemberProgress progress;
     uint64_t generation_seen = 0;
   };

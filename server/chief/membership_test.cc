@@ -699,6 +699,29 @@ TEST_F(MembershipTest, ALostWorkerComingBackBeforeAnySuccessorBecomesItsSuccesso
   EXPECT_EQ(rival.status().code(), StatusCode::kPermissionDenied) << rival.status();
 }
 
+// A replacement whose registration reply was lost (the chief probed the dead rival past the
+// attempt's budget) registers again as the same process: it is told again that it joins the
+// running job, or it would start from the checkpoint while the others went on.
+TEST_F(MembershipTest, ARegistrationRetriedAfterALostReplyStillJoinsTheRunningJob) {
+  RegisterAll();
+  now_ += kTimeout + milliseconds(1);
+  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(MemberRole::kPs, 0, ps0_);
+  ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);
+  const RegisterInput in = Input(MemberRole::kWorker, 1);
+  auto first = members_->Register(in, now_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->joins_running_job);
+  now_ += milliseconds(50);
+  auto again = members_->Register(in, now_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->incarnation, first->incarnation) << "the same process";
+  EXPECT_TRUE(again->joins_running_job);
+  auto fresh = members_->Register(Input(MemberRole::kWorker, 0, w0_), now_);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(fresh->joins_running_job) << "worker 0 was never replaced";
+}
+
 // Two workers cut off from each other but not from the chief (PROTOCOLS §11): both ask for a
 // regroup after their group of generation g broke; the chief opens g + 1 once, persisted.
 TEST_F(MembershipTest, ARegroupOpensOneGenerationForAllTheWorkersOfTheBrokenGroup) {
