@@ -48,7 +48,8 @@ void ReplicaGroup::Watch() {
     TLOG_WARN(
         "the stop has waited {}: waits on the shards give way, and an op of the all-reduce "
         "group still in flight is abandoned (the job stops at its last committed checkpoint)",
-        stop_at_once_ ? "for a second signal" : "3 s");
+        stop_at_once_ ? "for a second signal"
+                      : fmt::format("{} ms", static_cast<long long>(kStopGrace.count())));
   }
   if (!group_) return;
   if (stop_overdue_.load() && !aborted_for_stop_ &&
