@@ -56,8 +56,10 @@ struct FaultRecord {
   struct Marks {
     uint64_t incarnation = 0, term = 0, timeline = 0;
   } before, after;
-  uintmax_t log_offset = 0;                  // size of the target's log when the fault fired
-  std::string corrupted_latest;              // corrupt-latest: the bytes written
+  uintmax_t log_offset = 0;      // size of the target's log when the fault fired
+  uintmax_t log_end = 0;         // its size when the next fault on the same target fired (0: none),
+                                 // bounding the search for the target's own account of this fault
+  std::string corrupted_latest;  // corrupt-latest: the bytes written
   std::optional<Clock::time_point> cont_at;  // stop: when SIGCONT is due; network: the fault's end
   // A network fault's changes to the links and routes, each due at its time (the first ones at
   // once); whatever is left when the job ends is applied then, so every link comes back.
@@ -371,8 +373,12 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
                          : "the link came back: no loss declared, no restart";
       if (f.role == "worker") {
         // The group broke with nobody lost (cli/replica_group.h): the worker's own account.
-        const std::string log = ReadAll(LogOf(ctx.out_dir, f));
-        const std::string mark = "regrouping under generation ";
+        std::string log = ReadAll(LogOf(ctx.out_dir, f));
+        if (r.log_end > r.log_offset && r.log_end < log.size())
+          log.resize(r.log_end);  // a later fault's regroup is not this one's
+        // Whoever asked for it, every worker of the group logs the rebuild (replica_group.cc);
+        // with nobody lost and nobody restarted, only a regroup raises the generation.
+        const std::string mark = "all-reduce group rebuilt under generation ";
         if (const size_t at = log.find(mark, r.log_offset); at != std::string::npos)
           path += " + regroup (the all-reduce group broke with nobody lost; rebuilt under " +
                   std::string("generation ") +
@@ -546,6 +552,12 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     for (size_t j = i + 1; j < records.size(); ++j)
       if (records[j].fired) {
         records[i].rollbacks_until = records[j].rollbacks_at_fire;
+        break;
+      }
+    for (size_t j = i + 1; j < records.size(); ++j)
+      if (records[j].fired && !records[i].fault.role.empty() &&
+          LogOf(ctx.out_dir, records[j].fault) == LogOf(ctx.out_dir, records[i].fault)) {
+        records[i].log_end = records[j].log_offset;
         break;
       }
   }
