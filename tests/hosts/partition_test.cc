@@ -298,6 +298,21 @@ class HostPartitionTest : public ::testing::Test {
     healed_ = Clock::now();
   }
 
+  // Hosts `a` and `b` lose each other (on eth1 only with `fabric`) for `d`, supervised meanwhile.
+  void BlockFor(int a, int b, Clock::duration d, bool fabric) {
+    const Status block = fabric ? net_->BlockFabric(a, b) : net_->Block(a, b);
+    ASSERT_TRUE(block.ok()) << block;
+    job_->RunFor(d);
+    const Status unblock = fabric ? net_->UnblockFabric(a, b) : net_->Unblock(a, b);
+    ASSERT_TRUE(unblock.ok()) << unblock;
+    healed_ = Clock::now();
+  }
+
+  void ExpectNoRestart() {
+    for (const std::string& task : job_->sup().tasks())
+      EXPECT_EQ(job_->sup().starts(task), 1) << task << " was restarted";
+  }
+
   // Ends on its own within the bound, every daemon with 0, with the fault-free model.
   void ExpectTheReferenceModel() {
     ASSERT_TRUE(job_->RunToEnd()) << "still running " << kJobBound.count() << " s after the start";
@@ -321,8 +336,7 @@ TEST_F(HostPartitionTest, WorkerCutShorterThanHeartbeatTimeout) {
   ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
   ASSERT_NO_FATAL_FAILURE(CutFor(2, 1s));
   ExpectTheReferenceModel();
-  for (const std::string& task : job_->sup().tasks())
-    EXPECT_EQ(job_->sup().starts(task), 1) << task << " was restarted";
+  ExpectNoRestart();
 }
 
 // ps:1 and worker:1 both lost (past the heartbeat timeout and ps.watchdog_ms): once the host is
@@ -392,15 +406,9 @@ TEST_F(HostPartitionTest, CutDuringCheckpointCommit) {
 // no daemon is restarted, no rollback.
 TEST_F(HostPartitionTest, WorkersPartitionedFromEachOther) {
   ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
-  const Status block = net_->Block(1, 2);
-  ASSERT_TRUE(block.ok()) << block;
-  job_->RunFor(12s);
-  const Status unblock = net_->Unblock(1, 2);
-  ASSERT_TRUE(unblock.ok()) << unblock;
-  healed_ = Clock::now();
+  ASSERT_NO_FATAL_FAILURE(BlockFor(1, 2, 12s, /*fabric=*/false));
   ExpectTheReferenceModel();
-  for (const std::string& task : job_->sup().tasks())
-    EXPECT_EQ(job_->sup().starts(task), 1) << task << " was restarted";
+  ExpectNoRestart();
 }
 
 // The collective network alone fails between the workers' hosts for 15 s, longer than
@@ -410,15 +418,9 @@ TEST_F(HostPartitionTest, WorkersPartitionedFromEachOther) {
 // fault-free model.
 TEST_F(HostPartitionTest, CollectiveNetworkCutLongerThanCollectiveTimeout) {
   ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
-  const Status block = net_->BlockFabric(1, 2);
-  ASSERT_TRUE(block.ok()) << block;
-  job_->RunFor(15s);
-  const Status unblock = net_->UnblockFabric(1, 2);
-  ASSERT_TRUE(unblock.ok()) << unblock;
-  healed_ = Clock::now();
+  ASSERT_NO_FATAL_FAILURE(BlockFor(1, 2, 15s, /*fabric=*/true));
   ExpectTheReferenceModel();
-  for (const std::string& task : job_->sup().tasks())
-    EXPECT_EQ(job_->sup().starts(task), 1) << task << " was restarted";
+  ExpectNoRestart();
   const std::string chief = job_->Log("chief:0");
   EXPECT_NE(chief.find("asked for a new all-reduce group"), std::string::npos) << chief;
   EXPECT_EQ(chief.find("declared lost"), std::string::npos) << chief;
