@@ -17,6 +17,7 @@
 #include "cli/status_command.h"
 #include "common/build_info.h"
 #include "common/exit_codes.h"
+#include "worker/device/cpu/blas_kernels.h"
 #include "worker/device/device_info.h"
 
 namespace tandem::cli {
@@ -65,7 +66,8 @@ int Main(int argc, char** argv) {
       "tandem: trains recommendation models with huge embedding tables on parameter servers\n"
       "(RocksDB-backed shards) and data-parallel dense workers, with recovery you can prove."};
   app.set_version_flag("--version", std::string("tandem ") + std::string(BuildId()) + " (" +
-                                        device::ProbeDevices().ToString() + ")");
+                                        device::ProbeDevices().ToString() + "; openblas kernels: " +
+                                        device::BlasKernelsDescription() + ")");
   app.require_subcommand(1);
 
   DaemonArgs chief, ps, worker;
@@ -219,4 +221,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace tandem::cli
 
-int main(int argc, char** argv) { return tandem::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // Before anything else runs: it may execute the program again (blas_kernels.h).
+  tandem::device::PinBlasKernels(argv);
+  return tandem::cli::Main(argc, argv);
+}

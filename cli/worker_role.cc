@@ -22,6 +22,7 @@
 #include "worker/collective/chief_store.h"
 #include "worker/dense_state.h"
 #include "worker/device/backend_factory.h"
+#include "worker/device/cpu/blas_kernels.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/training_loop.h"
 
@@ -64,6 +65,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   const std::string determinism_class =
       DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName(),
                        GpuDeterminismClass(job));
+  TLOG_INFO("openblas kernels: {}", device::BlasKernelsDescription());
   auto chief = JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
   if (!chief) return exit_status;
   const int64_t start_step = reg.resume_step + 1;

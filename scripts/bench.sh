@@ -25,8 +25,9 @@ setup_groups=()
 for n in "${names[@]}"; do if [[ $n == torch ]]; then setup_groups=(bench); fi; done
 scripts/setup.sh ${setup_groups[@]+"${setup_groups[@]}"}
 scripts/build.sh "${BUILD_DIR:-build}" >/dev/null
-# OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to SSE3 kernels; pin the
-# kernel set by what the CPU supports (PROTOCOLS §5 pins it anyway for determinism).
+# OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to SSE3 kernels (tandem
+# itself then pins a better set, worker/device/cpu/blas_kernels.h); the benchmarks pin one set by
+# what the CPU supports, so that their figures compare across machines that OpenBLAS knows.
 if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
   if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
   elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi

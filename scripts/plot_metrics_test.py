@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""Tests of plot_metrics.py's readers (no matplotlib needed): metrics.jsonl lines, replays, the
-final line, and fault markers from `tandem drill`'s drill.json or a plain list. Run by ctest."""
+"""Tests of plot_metrics.py: its readers (metrics.jsonl lines, replays, the final line, fault
+markers from `tandem drill`'s drill.json or a plain list) and the PNG it draws with Debian's
+matplotlib (scripts/setup.sh installs it). Run by ctest."""
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -55,6 +57,29 @@ class ReadersTest(unittest.TestCase):
             plot_metrics.read_faults(self.write("bad.json", json.dumps([{"label": "no step"}])))
         with self.assertRaises(ValueError):
             plot_metrics.read_faults(self.write("obj.json", json.dumps({"nothing": 1})))
+
+
+class PlotTest(unittest.TestCase):
+    def test_writes_a_png_with_faults_marked(self):
+        with tempfile.TemporaryDirectory() as d:
+            metrics = os.path.join(d, "metrics.jsonl")
+            with open(metrics, "w", encoding="utf-8") as f:
+                for step in range(49, 1000, 50):
+                    f.write(json.dumps({"step": step, "loss": 0.7 - step / 5000}) + "\n")
+                    if (step + 1) % 250 == 0:
+                        f.write(json.dumps({"step": step, "auc": 0.6 + step / 5000}) + "\n")
+                f.write(json.dumps({"final": True, "auc": 0.8, "model_checksum": "00"}) + "\n")
+            faults = os.path.join(d, "faults.json")
+            with open(faults, "w", encoding="utf-8") as f:
+                json.dump([{"step": 300, "label": "kill worker:1"}], f)
+            png = os.path.join(d, "plot.png")
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot_metrics.py")
+            run = subprocess.run(["/usr/bin/python3", script, metrics, "-o", png, "--faults", faults],
+                                 capture_output=True, text=True, check=False)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            self.assertGreater(os.path.getsize(png), 10000)
 
 
 if __name__ == "__main__":

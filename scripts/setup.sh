@@ -15,6 +15,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # tests/fuzz: clang with libFuzzer and the sanitizer runtimes
   systemd  # systemd-analyze: the unit files' test
   iproute2  # ip netns, veth, bridge: tests/hosts and `tandem local --netns`
+  python3-matplotlib  # scripts/plot_metrics.py: the demo's plot and its test
 )
 BENCH_PACKAGES=(
   python3-torch python3-numpy  # Debian's PyTorch 1.13.1 (bookworm) for /usr/bin/python3

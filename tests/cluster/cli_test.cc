@@ -9,6 +9,7 @@
 #include <zmq.hpp>
 
 #include "tests/cluster/daemon_fixture.h"
+#include "worker/device/cpu/blas_kernels.h"
 
 namespace tandem::testing {
 namespace {
@@ -39,6 +40,40 @@ TEST(CliTest, VersionPrintsBuildId) {
   auto r = Tandem({"--version"});
   EXPECT_EQ(r.exit.exit_code, 0);
   EXPECT_NE(r.output.find("tandem 0.1.0+g"), std::string::npos) << r.output;
+}
+
+// Which OpenBLAS kernels run, and who chose them (worker/device/cpu/blas_kernels.h); a kernel
+// set pinned by the user is kept as it is, never replaced.
+TEST(CliTest, VersionNamesTheOpenBlasKernelsAndKeepsAUsersPin) {
+  auto r = Tandem({"--version"});
+  EXPECT_EQ(r.exit.exit_code, 0);
+  EXPECT_NE(r.output.find("openblas kernels: "), std::string::npos) << r.output;
+  auto pinned = Tandem({"--version"}, {"OPENBLAS_CORETYPE=Haswell"});
+  EXPECT_EQ(pinned.exit.exit_code, 0);
+  EXPECT_NE(pinned.output.find("openblas kernels: Haswell (OPENBLAS_CORETYPE)"), std::string::npos)
+      << pinned.output;
+}
+
+// OpenBLAS fell back to SSE3 on a CPU with AVX2 or AVX-512 (made so by a preloaded library that
+// reports "Prescott" unless OPENBLAS_CORETYPE is set): tandem pins the better kernels and
+// executes itself again, and the process that answers runs them.
+TEST(CliTest, AnOpenBlasFallbackIsReplacedByTheKernelsTheCpuHas) {
+  auto r = Tandem({"--version"}, {std::string("LD_PRELOAD=") + FAKE_OPENBLAS_CORENAME});
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  const std::string better = device::PreferredBlasCore(device::DetectCpuFeatures());
+  if (better.empty()) {  // an SSE-only CPU: nothing better to pin
+    EXPECT_NE(r.output.find("openblas kernels: Prescott (OpenBLAS's choice"), std::string::npos)
+        << r.output;
+  } else {
+    EXPECT_NE(r.output.find("openblas kernels: " + better +
+                            " (pinned by tandem: OpenBLAS chose Prescott)"),
+              std::string::npos)
+        << r.output;
+  }
+  auto pinned = Tandem({"--version"}, {std::string("LD_PRELOAD=") + FAKE_OPENBLAS_CORENAME,
+                                       "OPENBLAS_CORETYPE=Prescott"});
+  EXPECT_NE(pinned.output.find("openblas kernels: Prescott (OPENBLAS_CORETYPE)"), std::string::npos)
+      << "a user's pin, even to the fallback, is kept: " << pinned.output;
 }
 
 TEST(CliTest, UsageErrorsExit2) {
