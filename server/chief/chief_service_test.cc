@@ -519,7 +519,41 @@ TEST_F(ChiefServiceTest, MalformedRequestsAreInvalidAndTheChiefKeepsServing) {
   EXPECT_EQ(call(tool, [](auto b) { b.initKvSet(); }), wire::ReplyCode::INVALID);
   EXPECT_EQ(call(tool, [](auto b) { b.initKvGet(); }), wire::ReplyCode::INVALID);
   EXPECT_EQ(call(tool, [](auto b) { b.initClusterStatusRequest(); }), wire::ReplyCode::OK);
-  Join(wire::Role::WORKER, 0, false);
+  auto regroup = [](auto b) { b.initRegroupRequest().setGeneration(1); };
+  EXPECT_EQ(call(tool, regroup), wire::ReplyCode::INVALID) << "a regroup is a worker's";
+  EXPECT_EQ(call(worker9, regroup), wire::ReplyCode::INVALID) << "index beyond the cluster";
+  EXPECT_EQ(call(worker0, regroup), wire::ReplyCode::STALE) << "not a registered incarnation";
+  Member& w = Join(wire::Role::WORKER, 0, false);
+  auto v = w.client->View(milliseconds(2000));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->generation, 1u) << "no request changed the generation";
+}
+
+// Both workers of a group that broke with nobody lost ask: one new generation, announced to
+// every member with its heartbeats.
+TEST_F(ChiefServiceTest, RegroupRequestsOfOneBrokenGroupOpenOneGeneration) {
+  StartChief();
+  JoinAll();
+  ASSERT_TRUE(w0_->client->AwaitComplete(milliseconds(5000)).ok());
+  std::this_thread::sleep_for(milliseconds(300));  // every worker heartbeats meanwhile
+  auto first = w0_->client->Regroup(1, "test: the group broke", milliseconds(2000));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->raised) << first->why_not;
+  EXPECT_EQ(first->generation, 2u);
+  auto second = w1_->client->Regroup(1, "test: the group broke", milliseconds(2000));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->raised);
+  EXPECT_EQ(second->generation, 2u);
+  const ClusterView v = WaitView(
+      ps0_->client.get(), [](const ClusterView& v) { return v.generation == 2; },
+      milliseconds(3000));
+  EXPECT_EQ(v.generation, 2u);
+  EXPECT_FALSE(v.generation_pending);
+  EXPECT_TRUE(v.Complete());
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(3000);
+  while (ps0_->client->generation() != 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(ps0_->client->generation(), 2u) << "heartbeats announce it";
 }
 
 TEST_F(ChiefServiceTest, TermIncrementsAcrossRestartsAndACorruptStateIsAnError) {
