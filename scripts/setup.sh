@@ -16,6 +16,7 @@ PACKAGES=(
   systemd  # systemd-analyze: the unit files' test
   iproute2  # ip netns, veth, bridge: tests/hosts and `tandem local --netns`
   python3-matplotlib  # scripts/plot_metrics.py: the demo's plot and its test
+  dpkg-dev file lintian  # scripts/package.sh (cpack, dpkg-shlibdeps) and its test
 )
 BENCH_PACKAGES=(
   python3-torch python3-numpy  # Debian's PyTorch 1.13.1 (bookworm) for /usr/bin/python3

@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for f in "$src"/configs/systemd/*.service; do
   # The units name the installed binary; verify checks that ExecStart is executable.
-  sed "s|/usr/local/bin/tandem|$tandem|" "$f" >"$tmp/$(basename "$f")"
+  sed "s|=/usr/bin/tandem |=$tandem |" "$f" >"$tmp/$(basename "$f")"
 done
 cd "$tmp"
 fail=0
