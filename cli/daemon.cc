@@ -196,7 +196,10 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   }
   zmq::context_t context(2);
   wire::ServerOptions options;
-  options.bind_endpoint = "tcp://" + resolved->address;
+  // A task named by DNS name (Kubernetes) is bound on every interface and advertised by name.
+  const config::BindAddress bind = config::BindAddressFor(resolved->address);
+  options.bind_endpoint = "tcp://" + bind.bind;
+  options.advertise_host = bind.advertise;
   options.max_connections = job->security.max_connections;
   options.max_in_flight_per_client = job->security.max_in_flight_per_client;
   options.max_frame_bytes = job->security.max_message_bytes;
@@ -284,6 +287,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   }
   const std::string host = resolved->address.substr(0, resolved->address.rfind(':'));
   TLOG_INFO("bound {} (job {})", server.endpoint(), job_id->ToHex());
+  if (!bind.advertise.empty())
+    TLOG_INFO("{} is a host name, which ZeroMQ cannot bind: bound {}, advertised as {}",
+              bind.advertise, bind.bind, server.endpoint());
   if (job->security.keys.empty() && !IsLoopback(host))
     TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
   if (!job->security.keys.empty())
@@ -296,8 +302,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   if (args.role == config::Role::kWorker) AddWorkerMetrics(&registry, &worker_gauges);
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http;
   if (job->metrics.port >= 0) {
-    auto http =
-        metrics::MetricsHttpServer::Start(host, static_cast<int>(job->metrics.port), &registry);
+    const std::string metrics_host = bind.bind.substr(0, bind.bind.rfind(':'));
+    auto http = metrics::MetricsHttpServer::Start(metrics_host, static_cast<int>(job->metrics.port),
+                                                  &registry);
     if (!http.ok()) {
       TLOG_ERROR("{}", http.status().ToString());
       return kExitRuntimeFailure;

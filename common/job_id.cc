@@ -50,11 +50,13 @@ StatusOr<JobId> LoadOrCreateJobId(const std::string& dir) {
   const std::string path = dir + "/job_id";
   if (!fs::exists(path)) {
     // Write a temp file, then link(2) it into place: link fails if another process won the race,
-    // and readers never see a half-written id.
-    std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    // and readers never see a half-written id. The temp file is named by the new id, not the pid:
+    // processes of other hosts or containers (pods whose daemons all have one pid) share the dir.
+    const std::string hex = RandomJobId().ToHex();
+    std::string tmp = path + ".tmp." + hex;
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << RandomJobId().ToHex() << "\n";
+      out << hex << "\n";
       out.flush();
       if (!out) return Status::Unavailable("cannot write " + tmp);
     }

@@ -2,6 +2,9 @@
 // lists and TensorFlow's TF_CONFIG (DESIGN §1).
 #include "common/config/cluster_spec.h"
 
+#include <arpa/inet.h>
+#include <net/if.h>
+
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -187,6 +190,21 @@ StatusOr<ResolvedTask> ResolveTask(const std::optional<std::string>& task_flag,
   resolved.address = addresses[resolved.task.index];
   job->cluster = std::move(cluster);  // only once everything is valid
   return resolved;
+}
+
+BindAddress BindAddressFor(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, ""};
+  const std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  in_addr ipv4{};
+  // IPv6 comes in brackets; "*" is ZeroMQ's every interface; a network interface by its name.
+  if (host.empty() || host.front() == '[' || host == "*" ||
+      ::inet_pton(AF_INET, host.c_str(), &ipv4) == 1 || ::if_nametoindex(host.c_str()) != 0) {
+    return {address, ""};
+  }
+  if (host == "localhost") return {"127.0.0.1:" + port, host};
+  return {"0.0.0.0:" + port, host};
 }
 
 }  // namespace tandem::config

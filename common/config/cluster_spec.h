@@ -43,4 +43,15 @@ StatusOr<ResolvedTask> ResolveTask(const std::optional<std::string>& task_flag,
                                    const std::optional<std::string>& tf_config,
                                    const std::string& config_path, JobConfig* job);
 
+// How a daemon binds its task's "host:port". ZeroMQ binds numeric addresses and interface names
+// only, so a task named by a DNS name (Kubernetes: the training operator's TF_CONFIG names
+// every task "<job>-<type>-<i>.<namespace>.svc:<port>", a StatefulSet's cluster its pods'
+// "<pod>.<service>:<port>") is bound on every IPv4 interface at its port and advertised by its
+// name, which the chief and the peers resolve when they connect. "localhost" binds 127.0.0.1.
+struct BindAddress {
+  std::string bind;       // what the daemon binds: the address itself, or "0.0.0.0:PORT"
+  std::string advertise;  // the host it tells others; empty: the bound address as it is
+};
+BindAddress BindAddressFor(const std::string& address);
+
 }  // namespace tandem::config

@@ -226,5 +226,24 @@ TEST(ClusterSpecTest, BadTaskFlagIsInvalidArgumentEvenWithTfConfig) {
   EXPECT_TRUE(Contains(r.status().message(), "evaluator")) << r.status();
 }
 
+// ZeroMQ binds numbers and interface names; a DNS name is bound on every interface and
+// advertised by its name (the training operator's TF_CONFIG: configs/k8s/).
+TEST(ClusterSpecTest, BindAddressKeepsNumbersAndInterfacesAndBindsNamesEverywhere) {
+  for (const char* address : {"10.0.0.1:7000", "127.0.0.1:0", "[::1]:7000", "*:7001", "lo:7002"}) {
+    const BindAddress b = BindAddressFor(address);
+    EXPECT_EQ(b.bind, address);
+    EXPECT_EQ(b.advertise, "") << address;
+  }
+  BindAddress b = BindAddressFor("tandem-ps-1.default.svc:2222");
+  EXPECT_EQ(b.bind, "0.0.0.0:2222");
+  EXPECT_EQ(b.advertise, "tandem-ps-1.default.svc");
+  b = BindAddressFor("hostA:0");
+  EXPECT_EQ(b.bind, "0.0.0.0:0");
+  EXPECT_EQ(b.advertise, "hostA");
+  b = BindAddressFor("localhost:7000");
+  EXPECT_EQ(b.bind, "127.0.0.1:7000");
+  EXPECT_EQ(b.advertise, "localhost");
+}
+
 }  // namespace
 }  // namespace tandem::config

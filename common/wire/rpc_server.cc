@@ -328,6 +328,8 @@ Status RpcServer::Start() {
     monitor_->connect(monitor_endpoint);
     router_->bind(options_.bind_endpoint);
     endpoint_ = router_->get(zmq::sockopt::last_endpoint);
+    if (!options_.advertise_host.empty())
+      endpoint_ = "tcp://" + options_.advertise_host + endpoint_.substr(endpoint_.rfind(':'));
   } catch (const zmq::error_t& e) {
     monitor_.reset();
     router_.reset();

@@ -41,6 +41,9 @@ struct LaneOptions {
 
 struct ServerOptions {
   std::string bind_endpoint = "tcp://127.0.0.1:0";  // port 0: the bound port is read back
+  // When set, endpoint() names this host with the bound port instead of the bound address: a
+  // server bound on every interface for a task its cluster names by DNS name.
+  std::string advertise_host;
   std::vector<LaneOptions> lanes = {LaneOptions{}};
   DecodeLimits limits;
   int64_t max_frame_bytes = 1ll << 30;  // ZMQ_MAXMSGSIZE: larger frames disconnect the peer
