@@ -217,6 +217,18 @@ void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
       base_push);
 }
 
+// Pushes alone into one cached shard, for profiling the push path (prints keys/s).
+void PushOnly(zmq::context_t* ctx, uint32_t dim, int reps) {
+  testing::TempDir dir;
+  ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
+  PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+  auto keys = Keys(kKeys, 7);
+  int64_t step = 0;
+  Materialise(&c, keys, dim, &step);
+  PrintFigure("ps_push_only_dim" + std::to_string(dim), PushKeysPerSec(&c, keys, dim, &step, reps),
+              "keys/s", true, "none", 0);
+}
+
 // ps.wire_precision bf16 against fp32, runs interleaved on fresh shards: pull and push keys/s
 // with half the bytes of rows and gradients on the wire.
 void WirePrecisionOnOff(zmq::context_t* ctx, uint32_t dim) {
@@ -477,6 +489,7 @@ int Main(int argc, char** argv) {
     CachedPullPush(&ctx, 16);
     CachedPullPush(&ctx, 64);
   }
+  if (only == "push-profile") PushOnly(&ctx, 16, 60);  // for perf: no baselines, no pulls
   if (only.empty() || only == "wire") {
     WirePrecisionOnOff(&ctx, 16);
     WirePrecisionOnOff(&ctx, 64);

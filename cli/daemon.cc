@@ -294,7 +294,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
     TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
   if (!job->security.keys.empty())
     TLOG_INFO("CURVE on: only holders of {}/cluster.key are served", job->security.keys);
-  if (args.role == config::Role::kWorker)
+  // Only a GPU worker opens the CUDA plugin (and its ~90 MiB of cuBLASLt); `tandem --version`
+  // shows the devices on any host.
+  if (args.role == config::Role::kWorker && job->train.device == "cuda")
     TLOG_INFO("devices: {}", device::ProbeDevices().ToString());
   WorkerGauges worker_gauges;
   if (chief_service) AddChiefMetrics(&registry, chief_service.get());

@@ -28,7 +28,8 @@ void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a)
   sub->add_option("--config", a->config_path, "job config (YAML)")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--task", a->task, "TYPE:INDEX, e.g. ps:0 (or TF_CONFIG's task)");
+  sub->add_option("--task", a->task,
+                  "TYPE:INDEX, e.g. ps:0 (or TF_CONFIG's task, or a Slurm heterogeneous job's)");
   sub->add_option("--set", a->sets, "override a config key: key.path=value (repeatable)");
   sub->add_option("--job-id", a->job_id,
                   "32 hex chars; default: read/create checkpoint.dir/job_id");
@@ -65,9 +66,13 @@ int Main(int argc, char** argv) {
   CLI::App app{
       "tandem: trains recommendation models with huge embedding tables on parameter servers\n"
       "(RocksDB-backed shards) and data-parallel dense workers, with recovery you can prove."};
-  app.set_version_flag("--version", std::string("tandem ") + std::string(BuildId()) + " (" +
-                                        device::ProbeDevices().ToString() + "; openblas kernels: " +
-                                        device::BlasKernelsDescription() + ")");
+  // Built only when asked for: the device probe opens the CUDA plugin, which no daemon that does
+  // not use a GPU should carry (worker/device/cuda/cuda_plugin.h).
+  app.set_version_flag("--version", [] {
+    return std::string("tandem ") + std::string(BuildId()) + " (" +
+           device::ProbeDevices().ToString() +
+           "; openblas kernels: " + device::BlasKernelsDescription() + ")";
+  });
   app.require_subcommand(1);
 
   DaemonArgs chief, ps, worker;

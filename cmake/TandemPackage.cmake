@@ -32,6 +32,10 @@ set(TANDEM_DEB_MAINTAINER "tandem maintainers <maintainers@users.noreply.a-seed-
     CACHE STRING "Maintainer field of the Debian package")
 
 install(TARGETS tandem RUNTIME DESTINATION bin)
+# The CUDA plugin where the binary looks first: <bin>/../lib/tandem/ (worker/device/cuda_plugin_loader.h).
+if(TARGET tandem_cuda_plugin)
+  install(TARGETS tandem_cuda_plugin LIBRARY DESTINATION lib/tandem)
+endif()
 
 # The source units name /usr/bin/tandem (what the package installs; tests/systemd_units_test.sh
 # verifies them). Another install prefix gets its own path.

@@ -92,11 +92,19 @@ for f in "$src"/configs/systemd/*.service; do
   [[ -z $doc || -f $root$doc ]] || bad "$u: Documentation $doc is not in the package"
 done
 if find "$root" -path "$root/usr/local*" | grep -q .; then bad "files under /usr/local"; fi
+# A CUDA build carries its GPU part as a plugin the binary opens from <bin>/../lib/tandem/.
+if [[ -f $build/worker/device/tandem-cuda.so ]]; then
+  [[ -f $root/usr/lib/tandem/tandem-cuda.so ]] || bad "the package lacks /usr/lib/tandem/tandem-cuda.so"
+fi
 
 # 6. The extracted binary runs.
-if out=$("$root/usr/bin/tandem" --version 2>&1); then
+if out=$(TANDEM_CUDA_PLUGIN= "$root/usr/bin/tandem" --version 2>&1); then
   echo "$out"
   [[ $out == "tandem $version"* ]] || bad "--version prints '$out'"
+  # The device probe's library versions come from the packaged plugin.
+  if [[ -f $root/usr/lib/tandem/tandem-cuda.so && $out != *cublas* ]]; then
+    bad "--version did not open the packaged CUDA plugin: '$out'"
+  fi
 else
   bad "extracted tandem --version exited $?: $out"
 fi

@@ -20,9 +20,10 @@ const std::vector<std::string> kSubcommands = {"chief",   "ps",       "worker", 
                                                "datagen", "convert",  "eval",   "export", "predict",
                                                "status",  "checksum", "keys"};
 
-CommandResult Tandem(std::vector<std::string> args, std::vector<std::string> env = {}) {
+CommandResult Tandem(std::vector<std::string> args, std::vector<std::string> env = {},
+                     std::vector<std::string> unset = {"TF_CONFIG"}) {
   args.insert(args.begin(), TANDEM_BINARY);
-  return RunCommand(args, env, {"TF_CONFIG"});
+  return RunCommand(args, env, unset);
 }
 
 TEST(CliTest, HelpWorksForEverySubcommand) {
@@ -58,7 +59,9 @@ TEST(CliTest, VersionNamesTheOpenBlasKernelsAndKeepsAUsersPin) {
 // reports "Prescott" unless OPENBLAS_CORETYPE is set): tandem pins the better kernels and
 // executes itself again, and the process that answers runs them.
 TEST(CliTest, AnOpenBlasFallbackIsReplacedByTheKernelsTheCpuHas) {
-  auto r = Tandem({"--version"}, {std::string("LD_PRELOAD=") + FAKE_OPENBLAS_CORENAME});
+  // Without a pin of the caller's (a shell that exported one would make it the user's choice).
+  auto r = Tandem({"--version"}, {std::string("LD_PRELOAD=") + FAKE_OPENBLAS_CORENAME},
+                  {"TF_CONFIG", "OPENBLAS_CORETYPE"});
   EXPECT_EQ(r.exit.exit_code, 0) << r.output;
   const std::string better = device::PreferredBlasCore(device::DetectCpuFeatures());
   if (better.empty()) {  // an SSE-only CPU: nothing better to pin
@@ -199,6 +202,36 @@ TEST(CliTest, TfConfigSuppliesTaskAndClusterAndSigtermExits0) {
   const std::string first_line = log.substr(0, log.find('\n'));
   EXPECT_NE(first_line.find("cluster from TF_CONFIG"), std::string::npos) << log;
   EXPECT_NE(first_line.find("task from TF_CONFIG"), std::string::npos) << log;
+}
+
+// A PS or chief never opens the CUDA plugin (worker/device/cuda/cuda_plugin.h): cuBLASLt alone
+// commits ~90 MiB of static data in every process that loads it, which the PS memory bound of
+// configs/README.md does not have room for.
+TEST(CliTest, DaemonsThatUseNoGpuLeaveTheCudaLibrariesUnloaded) {
+  TempDir dir;
+  Daemon chief = StartDaemon(dir, "chief", "chief:0");
+  ASSERT_TRUE(chief.process.has_value());
+  Daemon ps = StartDaemon(dir, "ps", "ps:0");
+  ASSERT_TRUE(ps.process.has_value());
+  for (Daemon* d : {&chief, &ps}) {
+    const pid_t pid = d->process->pid();
+    const std::string maps = ReadFile("/proc/" + std::to_string(pid) + "/maps");
+    EXPECT_EQ(maps.find("tandem-cuda.so"), std::string::npos);
+    EXPECT_EQ(maps.find("libcublas"), std::string::npos);
+    EXPECT_EQ(maps.find("libcudnn"), std::string::npos);
+    std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
+    const size_t at = status.find("RssAnon:");
+    ASSERT_NE(at, std::string::npos);
+    const long anon_kib = std::stol(status.substr(at + 8));
+    // A fresh PS with an empty table holds ~12 MiB here; with cuBLASLt it held ~100 MiB.
+    EXPECT_LT(anon_kib, 64 * 1024) << status;
+  }
+  for (Daemon* d : {&ps, &chief}) {
+    d->process->Signal(SIGTERM);
+    auto e = d->process->Wait(milliseconds(20000));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->exit_code, 0) << e->ToString() << ReadFile(d->log_path);
+  }
 }
 
 // `tandem local` running whole jobs: tests/cluster/local_job_test.cc.

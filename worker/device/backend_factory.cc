@@ -2,7 +2,7 @@
 
 #include "worker/device/cpu/cpu_backend.h"
 #ifdef TANDEM_HAVE_CUDA
-#include "worker/device/cuda/cuda_backend.h"
+#include "worker/device/cuda_plugin_loader.h"
 #endif
 
 namespace tandem::device {
@@ -14,7 +14,8 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const config::TrainConfig& trai
   }
   if (train.device == "cuda") {
 #ifdef TANDEM_HAVE_CUDA
-    return CreateCudaBackend(/*device=*/0);
+    TANDEM_ASSIGN_OR_RETURN(const cuda::PluginApi* plugin, CudaPlugin());
+    return plugin->create_backend(/*device=*/0);
 #else
     return Status::Unavailable(
         "train.device: cuda, but this build has no CUDA part (nvcc was not found when it was "

@@ -1,6 +1,6 @@
 #include "worker/device/device_info.h"
 
-#include "worker/device/cuda/cuda_probe.h"
+#include "worker/device/cuda_plugin_loader.h"
 
 namespace tandem::device {
 
@@ -16,9 +16,14 @@ std::string DeviceReport::ToString() const {
 #ifdef TANDEM_HAVE_CUDA
 
 DeviceReport ProbeDevices() {
-  cuda::ProbeResult p = cuda::Probe();
   DeviceReport r;
   r.cuda_compiled = true;
+  StatusOr<const cuda::PluginApi*> plugin = CudaPlugin();
+  if (!plugin.ok()) {
+    r.error = plugin.status().message();
+    return r;
+  }
+  cuda::ProbeResult p = plugin.value()->probe();
   r.device_count = p.device_count;
   r.error = p.error;
   r.devices = p.devices;
@@ -27,8 +32,9 @@ DeviceReport ProbeDevices() {
 }
 
 Status RunDeviceSelfTest() {
+  TANDEM_ASSIGN_OR_RETURN(const cuda::PluginApi* plugin, CudaPlugin());
   std::string error;
-  switch (cuda::SelfTest(&error)) {
+  switch (plugin->self_test(&error)) {
     case cuda::SelfTestResult::kOk:
       return Status::Ok();
     case cuda::SelfTestResult::kNoDevice:
