@@ -344,10 +344,7 @@ Status Shard::ApplyTables(int64_t step,
                           const std::vector<std::vector<const PushTableView*>>& by_table,
                           bool keep_pre_images) {
   if (keep_pre_images) {
-    for (auto& p : pre_images_) {
-      p.index.Reset(0);
-      p.rows.clear();
-    }
+    for (auto& p : pre_images_) p.Clear();
   }
   // The tables with rows, largest first, so that the pool's threads finish at about the same
   // time. Tables are independent: the order they are applied in never shows in the model.
@@ -440,8 +437,9 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
   if (apply_ids.empty()) return Status::Ok();
   // Pre-images (k = 0 only: roll-forward recovery, PROTOCOLS §8).
   if (pre != nullptr) {
-    pre->index.Reset(apply_ids.size());
+    pre->ids.assign(apply_ids.begin(), apply_ids.end());
     pre->rows.resize(apply_ids.size() * size_t{dim});
+    pre->indexed = false;
   }
   stats->rows_applied += apply_ids.size();
   const uint64_t seed = options_.seed;
@@ -449,10 +447,7 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
   // The ids are distinct (validated per push, merged across ranks), and each row's update
   // depends only on that row, so the store may visit them in any order.
   Status s = store_->UpdateDistinct(table, apply_ids, [&](size_t k, RowRef row, bool existed) {
-    if (pre != nullptr) {
-      const uint32_t slot = pre->index.Insert(apply_ids[k]).first;
-      std::copy_n(row.embedding(), dim, &pre->rows[size_t{slot} * dim]);
-    }
+    if (pre != nullptr) std::copy_n(row.embedding(), dim, &pre->rows[k * dim]);
     // TTL is logical: a row not updated for ttl_steps is treated as absent (PROTOCOLS §4).
     if (existed && spec.ttl_steps > 0 && row.meta()->last_updated_step < step - spec.ttl_steps) {
       embedding::InitialRow(seed, spec, apply_ids[k], row);
@@ -513,10 +508,10 @@ Status Shard::Read(uint32_t table, std::span<const uint64_t> ids, float* out) {
 Status Shard::ReadPreImages(uint32_t table, std::span<const uint64_t> ids, float* out) {
   TANDEM_RETURN_IF_ERROR(store_->Read(table, ids, out));
   MutexLock lock(&mu_);
-  const PreImages& pre = pre_images_.at(table);
+  PreImages& pre = pre_images_.at(table);
   const uint32_t dim = options_.tables[table].dim;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const uint32_t slot = pre.index.Find(ids[i]);
+    const uint32_t slot = pre.Find(ids[i]);
     if (slot == FlatIdIndex::kAbsent) continue;
     std::copy_n(&pre.rows[size_t{slot} * dim], dim, out + i * dim);
   }
@@ -532,10 +527,10 @@ Status Shard::ReadTablesForRecovery(std::span<const TableRead> reads, int64_t st
   for (const TableRead& r : reads) {
     TANDEM_RETURN_IF_ERROR(store_->Read(r.table, r.ids, r.out));
     if (applied != step) continue;
-    const PreImages& pre = pre_images_.at(r.table);
+    PreImages& pre = pre_images_.at(r.table);
     const uint32_t dim = options_.tables[r.table].dim;
     for (size_t i = 0; i < r.ids.size(); ++i) {
-      const uint32_t slot = pre.index.Find(r.ids[i]);
+      const uint32_t slot = pre.Find(r.ids[i]);
       if (slot != FlatIdIndex::kAbsent)
         std::copy_n(&pre.rows[size_t{slot} * dim], dim, r.out + i * dim);
     }

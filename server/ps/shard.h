@@ -261,10 +261,27 @@ class Shard {
   std::map<int64_t, std::set<uint32_t>> k1_ranks_ GUARDED_BY(mu_);
   // Exactly-once: (step, rank) -> payload hash, for steps above the oldest retained bound.
   std::map<std::pair<int64_t, uint32_t>, uint64_t> logged_ GUARDED_BY(mu_);
-  // Pre-images of the last apply, per table: ids (indexed) and their embeddings before it.
+  // Pre-images of the last apply, per table: ids and their embeddings before it (rows[k * dim]
+  // for ids[k]). Only a recovery pull reads them, so the id index is built by the first lookup
+  // after an apply, not on the hot path.
   struct PreImages {  // (declared above)
-    FlatIdIndex index;
+    std::vector<uint64_t> ids;
     std::vector<float> rows;
+    FlatIdIndex index;
+    bool indexed = false;
+    void Clear() {
+      ids.clear();
+      rows.clear();
+      indexed = false;
+    }
+    uint32_t Find(uint64_t id) {
+      if (!indexed) {
+        index.Reset(ids.size());
+        for (uint64_t i : ids) index.Insert(i);
+        indexed = true;
+      }
+      return index.Find(id);
+    }
   };
   std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
   uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
