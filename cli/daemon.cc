@@ -18,6 +18,7 @@
 #include "common/build_info.h"
 #include "common/checkpoint_layout.h"
 #include "common/chief_client.h"
+#include "common/config/slurm_env.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/log.h"
@@ -166,7 +167,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
                  job.status().message().c_str());
     return kExitInvalid;
   }
-  auto resolved = config::ResolveTask(args.task, tf_config, args.config_path, &*job);
+  // --task / TF_CONFIG, else a Slurm heterogeneous job's variables (common/config/slurm_env.h).
+  auto resolved = config::ResolveDaemonTask(args.role, args.task, tf_config,
+                                            config::ProcessEnvironment(), args.config_path, &*job);
   if (!resolved.ok()) {
     std::fprintf(stderr, "tandem %s: %s\n", std::string(config::RoleName(args.role)).c_str(),
                  resolved.status().message().c_str());

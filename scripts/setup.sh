@@ -17,6 +17,7 @@ PACKAGES=(
   iproute2  # ip netns, veth, bridge: tests/hosts and `tandem local --netns`
   python3-matplotlib  # scripts/plot_metrics.py: the demo's plot and its test
   dpkg-dev file lintian  # scripts/package.sh (cpack, dpkg-shlibdeps) and its test
+  slurm-wlm munge  # tests/slurm: a real slurmctld + slurmd run scripts/slurm/tandem.sbatch
 )
 BENCH_PACKAGES=(
   python3-torch python3-numpy  # Debian's PyTorch 1.13.1 (bookworm) for /usr/bin/python3
