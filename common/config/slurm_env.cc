@@ -62,7 +62,8 @@ Status ExpandRange(std::string_view body, const std::string& hostlist,
       return Status::InvalidArgument("host list \"" + hostlist + "\" names more than " +
                                      std::to_string(kMaxHosts) + " hosts");
     }
-    for (uint64_t v = *lo; v <= *hi; ++v) out->push_back(Padded(v, lo_text.size()));
+    // Counted from 0, so a range ending at UINT64_MAX cannot wrap around and never end.
+    for (uint64_t n = 0; n <= *hi - *lo; ++n) out->push_back(Padded(*lo + n, lo_text.size()));
     start = comma + 1;
   }
   return Status::Ok();

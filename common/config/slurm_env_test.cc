@@ -87,6 +87,14 @@ TEST(SlurmHostlistTest, RejectsMalformedLists) {
   }
 }
 
+// The top of the 64-bit range is one host (a loop counting up to it once never ended).
+TEST(SlurmHostlistTest, ARangeEndingAtTheLargestNumberEnds) {
+  StatusOr<std::vector<std::string>> hosts =
+      ExpandHostlist("n[18446744073709551614-18446744073709551615]");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_EQ(*hosts, (std::vector<std::string>{"n18446744073709551614", "n18446744073709551615"}));
+}
+
 TEST(SlurmHostlistTest, TasksPerNode) {
   EXPECT_EQ(*ExpandTasksPerNode("1"), (std::vector<int>{1}));
   EXPECT_EQ(*ExpandTasksPerNode("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));

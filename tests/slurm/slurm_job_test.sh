@@ -28,7 +28,16 @@ pids=()
 job_id=""
 cleanup() {
   local rc=$?
-  if [[ -n $job_id ]]; then scancel "$job_id" 2>/dev/null || true; fi
+  if [[ -n $job_id ]]; then
+    scancel "$job_id" 2>/dev/null || true
+    # scancel returns at once; the members (daemonized under slurmstepd, not our children) are
+    # waited for, and whatever is left of them is killed by its command line (our temp dir).
+    for _ in $(seq 100); do
+      [[ -z $(squeue -h -j "$job_id" 2>/dev/null) ]] && break
+      sleep 0.2
+    done
+    pkill -KILL -f -- "--ready-file $tmp/" 2>/dev/null || true
+  fi
   # slurmd first (it ends the job's steps), then slurmctld, then munged; each by its pid.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
   if [[ -f $tmp/munge/munged.pid ]]; then kill -TERM "$(cat "$tmp/munge/munged.pid")" 2>/dev/null || true; fi
