@@ -290,9 +290,15 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   }
   const std::string host = resolved->address.substr(0, resolved->address.rfind(':'));
   TLOG_INFO("bound {} (job {})", server.endpoint(), job_id->ToHex());
-  if (!bind.advertise.empty())
+  if (bind.every_interface) {
+    TLOG_WARN(
+        "{} is no address of this host (it does not resolve here yet?): bound {} (every "
+        "interface), advertised as {}",
+        bind.advertise, bind.bind, server.endpoint());
+  } else if (!bind.advertise.empty()) {
     TLOG_INFO("{} is a host name, which ZeroMQ cannot bind: bound {}, advertised as {}",
               bind.advertise, bind.bind, server.endpoint());
+  }
   if (job->security.keys.empty() && !IsLoopback(host))
     TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
   if (!job->security.keys.empty())

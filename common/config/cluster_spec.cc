@@ -3,7 +3,9 @@
 #include "common/config/cluster_spec.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -204,7 +206,42 @@ BindAddress BindAddressFor(const std::string& address) {
     return {address, ""};
   }
   if (host == "localhost") return {"127.0.0.1:" + port, host};
-  return {"0.0.0.0:" + port, host};
+  if (std::string local = LocalAddressOf(host); !local.empty()) return {local + ":" + port, host};
+  return {"0.0.0.0:" + port, host, /*every_interface=*/true};
+}
+
+std::string LocalAddressOf(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return "";
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) != 0) {
+    ::freeaddrinfo(found);
+    return "";
+  }
+  std::string local;
+  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    const in_addr want = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr;
+    // Linux's lo answers all of 127.0.0.0/8 (Debian names the host 127.0.1.1 in /etc/hosts).
+    if ((ntohl(want.s_addr) >> 24) == 127) {
+      char text[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &want, text, sizeof text) != nullptr) local = text;
+      break;
+    }
+    for (ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr != want.s_addr)
+        continue;
+      char text[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &want, text, sizeof text) != nullptr) local = text;
+      break;
+    }
+  }
+  ::freeifaddrs(interfaces);
+  ::freeaddrinfo(found);
+  return local;
 }
 
 }  // namespace tandem::config

@@ -46,12 +46,19 @@ StatusOr<ResolvedTask> ResolveTask(const std::optional<std::string>& task_flag,
 // How a daemon binds its task's "host:port". ZeroMQ binds numeric addresses and interface names
 // only, so a task named by a DNS name (Kubernetes: the training operator's TF_CONFIG names
 // every task "<job>-<type>-<i>.<namespace>.svc:<port>", a StatefulSet's cluster its pods'
-// "<pod>.<service>:<port>") is bound on every IPv4 interface at its port and advertised by its
-// name, which the chief and the peers resolve when they connect. "localhost" binds 127.0.0.1.
+// "<pod>.<service>:<port>", a Slurm node's name) is bound by address and advertised by its
+// name, which the chief and the peers resolve when they connect: a name that resolves to an
+// address of one of this host's interfaces binds that address alone; a name that does not (yet)
+// resolve here (a pod before its Service publishes it) binds every IPv4 interface at its port,
+// which the daemon warns about. "localhost" binds 127.0.0.1.
 struct BindAddress {
-  std::string bind;       // what the daemon binds: the address itself, or "0.0.0.0:PORT"
-  std::string advertise;  // the host it tells others; empty: the bound address as it is
+  std::string bind;              // what the daemon binds: the address itself, or "0.0.0.0:PORT"
+  std::string advertise;         // the host it tells others; empty: the bound address as it is
+  bool every_interface = false;  // bound 0.0.0.0 for a name that is no address of this host
 };
 BindAddress BindAddressFor(const std::string& address);
+
+// The IPv4 address `host` resolves to that one of this host's interfaces has, or "".
+std::string LocalAddressOf(const std::string& host);
 
 }  // namespace tandem::config

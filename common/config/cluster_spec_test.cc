@@ -1,6 +1,7 @@
 #include "common/config/cluster_spec.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -234,15 +235,36 @@ TEST(ClusterSpecTest, BindAddressKeepsNumbersAndInterfacesAndBindsNamesEverywher
     EXPECT_EQ(b.bind, address);
     EXPECT_EQ(b.advertise, "") << address;
   }
-  BindAddress b = BindAddressFor("tandem-ps-1.default.svc:2222");
+  // Names that resolve to no address of this host (".invalid" never resolves, RFC 6761).
+  BindAddress b = BindAddressFor("tandem-ps-1.default.svc.invalid:2222");
   EXPECT_EQ(b.bind, "0.0.0.0:2222");
-  EXPECT_EQ(b.advertise, "tandem-ps-1.default.svc");
-  b = BindAddressFor("hostA:0");
+  EXPECT_EQ(b.advertise, "tandem-ps-1.default.svc.invalid");
+  EXPECT_TRUE(b.every_interface);
+  b = BindAddressFor("hostA.invalid:0");
   EXPECT_EQ(b.bind, "0.0.0.0:0");
-  EXPECT_EQ(b.advertise, "hostA");
+  EXPECT_EQ(b.advertise, "hostA.invalid");
   b = BindAddressFor("localhost:7000");
   EXPECT_EQ(b.bind, "127.0.0.1:7000");
   EXPECT_EQ(b.advertise, "localhost");
+  EXPECT_FALSE(b.every_interface);
+}
+
+// A name of this host (a Slurm node's) binds the one address it resolves to, not every interface.
+TEST(BindAddressTest, ANameOfThisHostBindsItsAddressAlone) {
+  // /etc/hosts maps "localhost" and, on Debian, the host's own name; ip6-localhost is IPv6 only.
+  EXPECT_EQ(LocalAddressOf("localhost"), "127.0.0.1");
+  EXPECT_EQ(LocalAddressOf("name.invalid"), "");
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  const std::string local = LocalAddressOf(name);
+  if (local.empty()) {
+    ADD_FAILURE() << "this host's name " << name << " resolves to none of its addresses";
+    return;
+  }
+  const BindAddress b = BindAddressFor(std::string(name) + ":7100");
+  EXPECT_EQ(b.bind, local + ":7100");
+  EXPECT_EQ(b.advertise, name);
+  EXPECT_FALSE(b.every_interface);
 }
 
 }  // namespace
