@@ -138,7 +138,8 @@ class Entry {
 };
 
 // A stand-in for tandem: writes its arguments to $FAKE_ARGS, then exits $FAKE_EXIT, kills
-// itself with $FAKE_SIGNAL, or ($FAKE_WAIT) waits for SIGTERM and exits $FAKE_ON_TERM.
+// itself with $FAKE_SIGNAL, or ($FAKE_WAIT) waits for SIGTERM and exits $FAKE_ON_TERM (its trap
+// is set once $FAKE_ARGS.trapped exists).
 std::string FakeTandem(const TempDir& dir) {
   const std::string path = dir.File("fake-tandem");
   WriteFile(path,
@@ -147,6 +148,7 @@ std::string FakeTandem(const TempDir& dir) {
             "if [ -n \"${FAKE_SIGNAL:-}\" ]; then kill -\"$FAKE_SIGNAL\" $$; fi\n"
             "if [ -n \"${FAKE_WAIT:-}\" ]; then\n"
             "  trap 'echo TERM >>\"$FAKE_ARGS\"; kill $sleeper; exit \"${FAKE_ON_TERM:-0}\"' TERM\n"
+            "  echo trapped >\"$FAKE_ARGS.trapped\"\n"
             "  sleep 60 & sleeper=$!\n"
             "  wait $sleeper\n"
             "fi\n"
@@ -250,7 +252,7 @@ TEST(K8sEntryTest, SigtermReachesTandemAndItsStatusIsKept) {
     entry.Start({mode, fake, "worker"},
                 {"FAKE_ARGS=" + args, "FAKE_WAIT=1", "FAKE_ON_TERM=" + std::to_string(on_term),
                  "HOSTNAME=tandem-sts-worker-0"});
-    ASSERT_TRUE(WaitForFile(args, milliseconds(10000))) << entry.log();
+    ASSERT_TRUE(WaitForFile(args + ".trapped", milliseconds(10000))) << entry.log();
     entry.Signal(SIGTERM);
     auto e = entry.Wait(milliseconds(10000));
     ASSERT_TRUE(e.has_value());
