@@ -20,7 +20,7 @@ std::vector<std::string> CudaPluginCandidates() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) out.push_back((exe.parent_path() / "../lib/tandem/tandem-cuda.so").lexically_normal());
-  for (const char* p : {TANDEM_CUDA_PLUGIN_INSTALLED, TANDEM_CUDA_PLUGIN_BUILT}) {
+  for (const char* p : {TANDEM_CUDA_PLUGIN_BUILT, TANDEM_CUDA_PLUGIN_INSTALLED}) {
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   }
   return out;

@@ -10,8 +10,9 @@
 namespace tandem::device {
 
 // Where the plugin is looked for, in order: $TANDEM_CUDA_PLUGIN (a file) when set, else beside
-// the installed binary (<exe dir>/../lib/tandem/tandem-cuda.so), the configured install
-// location, and the build tree that built this binary.
+// the installed binary (<exe dir>/../lib/tandem/tandem-cuda.so), the build tree that built this
+// binary, and the configured install location (a binary run from its build tree never opens an
+// older installed plugin before its own).
 std::vector<std::string> CudaPluginCandidates();
 
 // Opens the first of `candidates` that is a plugin of this build (never closed). kUnavailable
