@@ -261,6 +261,11 @@ int RunWorkerRole(const RoleContext& ctx) {
         std::chrono::milliseconds(std::max<int64_t>(60000, job.collective.timeout_ms)));
     if (!final_checkpoint.ok()) return report_failure(final_checkpoint, kExitRuntimeFailure);
   }
+  if (!result.ok() && result.status().code() == StatusCode::kAborted && !chief->fenced()) {
+    // A shard may tell a replaced worker so (STALE) a moment before the chief's next heartbeat
+    // reply does: ask the chief now, so that a zombie exits 75 (fenced), not 1 (restart me).
+    chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
+  }
   if (chief->fenced()) return ExitWhenFenced(chief.get(), "worker:" + std::to_string(rank));
   if (!result.ok() && result.status().IsCancelled() &&
       (stop_signal.load() || chief->stop_requested())) {

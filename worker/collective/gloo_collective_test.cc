@@ -294,8 +294,14 @@ TEST_F(GlooCollectiveTest, StoppedPeerMakesAllReduceFailWithinTheDeadline) {
   std::vector<float> data(1024, 1.0f);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE((*c)->AllReduceSum(data.data(), data.size()).ok());
   peer->Signal(SIGSTOP);
-  const auto start = Clock::now();
+  auto start = Clock::now();
   Status s = (*c)->AllReduceSum(data.data(), data.size());
+  if (s.ok()) {
+    // The peer, looping, had sent its whole part of this op before it stopped (seen on a loaded
+    // machine); it cannot have sent any of the next one, which needs ours first.
+    start = Clock::now();
+    s = (*c)->AllReduceSum(data.data(), data.size());
+  }
   const auto took = Clock::now() - start;
   EXPECT_TRUE(s.IsDeadlineExceeded()) << s;
   EXPECT_GE(took, milliseconds(1400));
