@@ -189,17 +189,28 @@ double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
   return v;
 }
 
+// A shard whose kKeys rows are all cached, and a client of it.
+struct CachedShard {
+  CachedShard(zmq::context_t* ctx, uint32_t dim)
+      : server(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true),
+        client(MakeClient(ctx, {server.server->endpoint()}, dim)),
+        keys(Keys(kKeys, 7)) {
+    Materialise(&client, keys, dim, &step);
+  }
+  testing::TempDir dir;
+  ShardServer server;
+  PsClient client;
+  std::vector<uint64_t> keys;
+  int64_t step = 0;
+};
+
 void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
   std::vector<double> pull, push, gather, scatter, raw;
   for (int run = 0; run < kRuns; ++run) {
-    testing::TempDir dir;
-    ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
-    PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
-    auto keys = Keys(kKeys, 7);
-    int64_t step = 0;
-    Materialise(&c, keys, dim, &step);
-    pull.push_back(PullKeysPerSec(&c, keys, step, 10));
-    push.push_back(PushKeysPerSec(&c, keys, dim, &step, 10));
+    CachedShard s(ctx, dim);
+    const auto& keys = s.keys;
+    pull.push_back(PullKeysPerSec(&s.client, keys, s.step, 10));
+    push.push_back(PushKeysPerSec(&s.client, keys, dim, &s.step, 10));
     auto [g, sc] = FlatGatherScatter(keys, dim, 10);
     gather.push_back(g);
     scatter.push_back(sc);
@@ -219,14 +230,9 @@ void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
 
 // Pushes alone into one cached shard, for profiling the push path (prints keys/s).
 void PushOnly(zmq::context_t* ctx, uint32_t dim, int reps) {
-  testing::TempDir dir;
-  ShardServer s(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true);
-  PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
-  auto keys = Keys(kKeys, 7);
-  int64_t step = 0;
-  Materialise(&c, keys, dim, &step);
-  PrintFigure("ps_push_only_dim" + std::to_string(dim), PushKeysPerSec(&c, keys, dim, &step, reps),
-              "keys/s", true, "none", 0);
+  CachedShard s(ctx, dim);
+  PrintFigure("ps_push_only_dim" + std::to_string(dim),
+              PushKeysPerSec(&s.client, s.keys, dim, &s.step, reps), "keys/s", true, "none", 0);
 }
 
 // ps.wire_precision bf16 against fp32, runs interleaved on fresh shards: pull and push keys/s
