@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tandem builds with, only those missing. `apt-get update` runs only
 # when something is missing, so a second run installs nothing and takes well under 5 s.
-# Usage: scripts/setup.sh [GROUP...]. With no GROUP: what tandem builds and tests with (CI).
+# Usage: scripts/setup.sh [GROUP...]. With no GROUP: what tandem builds with and most tests need.
 # Optional groups add packages only some tools need:
+#   test   lintian, slurm-wlm, munge: the package and real-Slurm tests (scripts/test.sh, CI)
 #   bench  python3-torch and python3-numpy: bench/torch_dlrm_bench.py, the PyTorch baseline
 #          of `scripts/bench.sh torch`, which asks for this group itself.
 set -euo pipefail
@@ -16,7 +17,12 @@ PACKAGES=(
   systemd  # systemd-analyze: the unit files' test
   iproute2  # ip netns, veth, bridge: tests/hosts and `tandem local --netns`
   python3-matplotlib  # scripts/plot_metrics.py: the demo's plot and its test
-  dpkg-dev file lintian  # scripts/package.sh (cpack, dpkg-shlibdeps) and its test
+  dpkg-dev file  # scripts/package.sh (cpack, dpkg-shlibdeps)
+)
+# Only the test command needs these (scripts/test.sh asks for them): Slurm's and munge's
+# packages enable their own services on a systemd host, which nobody running the demo wants.
+TEST_PACKAGES=(
+  lintian  # tests/debian_package_test.sh
   slurm-wlm munge  # tests/slurm: a real slurmctld + slurmd run scripts/slurm/tandem.sbatch
 )
 BENCH_PACKAGES=(
@@ -26,7 +32,8 @@ BENCH_PACKAGES=(
 for group in "$@"; do
   case $group in
     bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
-    *) echo "setup: unknown package group '$group' (known: bench)" >&2; exit 2 ;;
+    test) PACKAGES+=("${TEST_PACKAGES[@]}") ;;
+    *) echo "setup: unknown package group '$group' (known: bench, test)" >&2; exit 2 ;;
   esac
 done
 

@@ -3,7 +3,7 @@
 # The exit status is ctest's. Extra arguments go to ctest (e.g. -L unit, -R Rpc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh test
 scripts/build.sh "${BUILD_DIR:-build}"
 cd "${BUILD_DIR:-build}"
 exec ctest --output-on-failure -j "$(nproc)" "$@"

@@ -21,7 +21,7 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 for tool in cpack dpkg-deb dpkg-shlibdeps lintian systemd-analyze; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/setup.sh)"; exit 1; }
+  command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/setup.sh test installs it)"; exit 1; }
 done
 
 # 1. Build it.

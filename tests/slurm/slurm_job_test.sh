@@ -18,7 +18,7 @@ fail() {
 }
 for tool in munged slurmctld slurmd sbatch sinfo squeue scancel python3; do
   command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] ||
-    fail "$tool is missing: scripts/setup.sh installs slurm-wlm and munge"
+    fail "$tool is missing: scripts/setup.sh test installs slurm-wlm and munge"
 done
 [[ $(id -u) == 0 ]] || fail "needs root: slurmd starts the job's tasks as the job's user"
 PATH=$PATH:/usr/sbin
