@@ -119,6 +119,13 @@ class Entry {
   void Signal(int sig) {
     if (process_) process_->Signal(sig);
   }
+  // SIGTERM, and the daemon behind the script leaves 0 within a minute.
+  void StopExpectingExit0() {
+    Signal(SIGTERM);
+    auto e = Wait(milliseconds(60000));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->exit_code, 0) << log();
+  }
   bool running() { return process_ && process_->running(); }
   void Kill() {
     if (!process_ || !process_->running()) return;
@@ -369,10 +376,7 @@ TEST(K8sEntryTest, TheOperatorsTfConfigStartsEachDaemon) {
     }
     EXPECT_EQ(members, (std::map<std::string, int>{{"chief", 1}, {"ps", 2}, {"worker", 2}}))
         << "the TFJob's replicas: " << status.output;
-    chief.Signal(SIGTERM);
-    auto e = chief.Wait(milliseconds(60000));
-    ASSERT_TRUE(e.has_value());
-    EXPECT_EQ(e->exit_code, 0) << chief.log();
+    chief.StopExpectingExit0();
   }
   // A worker binds before it looks for the chief (whose name does not resolve here).
   {
@@ -384,10 +388,7 @@ TEST(K8sEntryTest, TheOperatorsTfConfigStartsEachDaemon) {
     EXPECT_EQ(ready["task"], "worker:1");
     EXPECT_TRUE(Contains(FirstLine(worker.log()), "cluster from TF_CONFIG, task from TF_CONFIG"))
         << worker.log();
-    worker.Signal(SIGTERM);
-    auto e = worker.Wait(milliseconds(60000));
-    ASSERT_TRUE(e.has_value());
-    EXPECT_EQ(e->exit_code, 0) << worker.log();
+    worker.StopExpectingExit0();
   }
   // A PS asks the chief which checkpoint to restore before it binds: here it gets as far as
   // asking (the chief's name does not resolve), and SIGTERM ends the wait.
@@ -398,10 +399,7 @@ TEST(K8sEntryTest, TheOperatorsTfConfigStartsEachDaemon) {
                           milliseconds(20000)))
         << ps.log();
     EXPECT_TRUE(Contains(FirstLine(ps.log()), "ps:1")) << ps.log();
-    ps.Signal(SIGTERM);
-    auto e = ps.Wait(milliseconds(60000));
-    ASSERT_TRUE(e.has_value());
-    EXPECT_EQ(e->exit_code, 0) << ps.log();
+    ps.StopExpectingExit0();
   }
 }
 
