@@ -162,6 +162,13 @@ void Membership::StartOver() {
 }
 
 bool Membership::NoteIsolation(Clock::time_point now) {
+  // Once the job has ended its members leave, and falling silent together is what they do: a
+  // member that left without a last word is then declared lost as usual, so that the chief does
+  // not wait out its whole leave grace for it (seen once: a stop took 25 s, not 4).
+  if (IsTerminalJobState(job_state_)) {
+    isolated_since_ = Clock::time_point{};
+    return false;
+  }
   const auto recent = std::max(options_.heartbeat_timeout / 2, 2 * options_.heartbeat_interval);
   bool live = false, heard = false;
   for (MemberRole r : {MemberRole::kPs, MemberRole::kWorker})

@@ -680,6 +680,24 @@ TEST_F(MembershipTest, AChiefThatHearsNobodyDeclaresNobodyAndExcusesEveryoneWhen
   EXPECT_FALSE(members_->isolated());
 }
 
+// After the job has ended, members falling silent together are leaving, not a sign that the
+// chief is cut off: one that left without a last word is suspected (and then declared lost) as
+// usual, and the chief may leave without waiting out its grace.
+TEST_F(MembershipTest, AfterTheJobEndedSilentMembersAreLeavingNotAPartition) {
+  RegisterAll();
+  members_->RequestStop("test", now_);
+  Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  Beat(MemberRole::kWorker, 1, w1_, "stopped");
+  ASSERT_EQ(members_->job_state(), "stopped");
+  Beat(MemberRole::kPs, 0, ps0_, "training");  // its last word said nothing of the end
+  now_ += kTimeout * 3;
+  EXPECT_FALSE(members_->NoteIsolation(now_));
+  EXPECT_FALSE(members_->isolated());
+  EXPECT_FALSE(members_->Finished(now_, milliseconds(300)));
+  EXPECT_EQ(SilenceAndDeclare(milliseconds(0)), 1);
+  EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
+}
+
 // A worker declared lost (cut off) that reaches the chief again while nobody holds its rank
 // registers as its own successor: a new incarnation that rolls forward. Once it is alive, its
 // old incarnation is stale, and another registration of the rank is refused.
