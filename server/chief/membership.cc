@@ -376,7 +376,9 @@ StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
     }
     if (progress.state == "failed" && m.progress.state != "failed")
       TLOG_ERROR("{} failed: {}", who, progress.detail);
-    m.progress = progress;
+    // A heartbeat the member's thread built before its last word can arrive after it: a terminal
+    // state, once reported, is this incarnation's last (else the chief waited for it to leave).
+    if (!Terminal(m) || IsTerminalMemberState(progress.state)) m.progress = progress;
     if (role == MemberRole::kWorker) TryCompleteGeneration();
     m.generation_seen = generation();
     UpdateJobState(now);

@@ -680,6 +680,20 @@ TEST_F(MembershipTest, AChiefThatHearsNobodyDeclaresNobodyAndExcusesEveryoneWhen
   EXPECT_FALSE(members_->isolated());
 }
 
+// A periodic heartbeat built before a member's last word ("stopped") may arrive after it: the
+// terminal state stays, and the member finishes once quiet.
+TEST_F(MembershipTest, ALateHeartbeatDoesNotUndoAMembersLastWord) {
+  RegisterAll();
+  members_->RequestStop("test", now_);
+  Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  Beat(MemberRole::kWorker, 1, w1_, "stopped");
+  Beat(MemberRole::kPs, 0, ps0_, "stopped");
+  Beat(MemberRole::kPs, 0, ps0_, "serving");  // the late one
+  now_ += milliseconds(300);
+  EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
+  EXPECT_TRUE(members_->Suspects(now_ + kTimeout * 10).empty()) << "terminal: not monitored";
+}
+
 // After the job has ended, members falling silent together are leaving, not a sign that the
 // chief is cut off: one that left without a last word is suspected (and then declared lost) as
 // usual, and the chief may leave without waiting out its grace.
