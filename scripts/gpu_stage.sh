@@ -13,15 +13,17 @@ scripts/setup.sh
 [[ -f $BUILD/build.ninja ]] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 BINS=(tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests trainer_gpu_tests
       gpu_dense_bench dense_bench)
-ninja -C "$BUILD" -j "$(nproc)" "${BINS[@]}" >/dev/null
+ninja -C "$BUILD" -j "$(nproc)" "${BINS[@]}" tandem_cuda_plugin >/dev/null
 rm -rf "$DIR"
-mkdir -p "$DIR/bin" "$DIR/lib"
+mkdir -p "$DIR/bin" "$DIR/lib/tandem"
 for b in "${BINS[@]}"; do
   f=$(find "$BUILD" -name "$b" -type f -perm -u+x | head -1)
   [[ -n $f ]] || { echo "gpu_stage.sh: $b was not built" >&2; exit 1; }
   strip -o "$DIR/bin/$b" "$f"
 done
-for b in "$DIR"/bin/*; do
+# The GPU part is a plugin the binary opens from <bin>/../lib/tandem/ (cuda_plugin_loader.h).
+strip -o "$DIR/lib/tandem/tandem-cuda.so" "$BUILD/worker/device/tandem-cuda.so"
+for b in "$DIR"/bin/* "$DIR/lib/tandem/tandem-cuda.so"; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
