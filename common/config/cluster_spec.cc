@@ -210,6 +210,21 @@ BindAddress BindAddressFor(const std::string& address) {
   return {"0.0.0.0:" + port, host, /*every_interface=*/true};
 }
 
+namespace {
+
+// Linux's lo answers all of 127.0.0.0/8 (Debian names the host 127.0.1.1 in /etc/hosts).
+bool IsLocal(in_addr a, const ifaddrs* interfaces) {
+  if ((ntohl(a.s_addr) >> 24) == 127) return true;
+  for (const ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a.s_addr)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string LocalAddressOf(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -217,29 +232,17 @@ std::string LocalAddressOf(const std::string& host) {
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return "";
   ifaddrs* interfaces = nullptr;
-  if (::getifaddrs(&interfaces) != 0) {
-    ::freeaddrinfo(found);
-    return "";
-  }
+  if (::getifaddrs(&interfaces) != 0) interfaces = nullptr;
   std::string local;
-  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
-    const in_addr want = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr;
-    // Linux's lo answers all of 127.0.0.0/8 (Debian names the host 127.0.1.1 in /etc/hosts).
-    if ((ntohl(want.s_addr) >> 24) == 127) {
-      char text[INET_ADDRSTRLEN];
-      if (::inet_ntop(AF_INET, &want, text, sizeof text) != nullptr) local = text;
-      break;
-    }
-    for (ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-      if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr != want.s_addr)
-        continue;
-      char text[INET_ADDRSTRLEN];
-      if (::inet_ntop(AF_INET, &want, text, sizeof text) != nullptr) local = text;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const in_addr addr = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr;
+    char text[INET_ADDRSTRLEN];
+    if (IsLocal(addr, interfaces) && ::inet_ntop(AF_INET, &addr, text, sizeof text) != nullptr) {
+      local = text;
       break;
     }
   }
-  ::freeifaddrs(interfaces);
+  if (interfaces != nullptr) ::freeifaddrs(interfaces);
   ::freeaddrinfo(found);
   return local;
 }

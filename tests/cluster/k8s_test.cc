@@ -345,17 +345,23 @@ TEST(K8sEntryTest, TheOperatorsTfConfigStartsEachDaemon) {
     return tf;
   };
   const std::string host_suffix = ".default.svc:" + std::to_string(port);
+  // Started, bound, and advertised by its DNS name, with cluster and task from TF_CONFIG.
+  auto start_bound = [&](Entry& entry, const std::string& role, int index) {
+    start(entry, role, index);
+    ASSERT_TRUE(WaitForFile(dir.File(role + ".ready"), milliseconds(20000))) << entry.log();
+    auto ready = nlohmann::json::parse(ReadFile(dir.File(role + ".ready")));
+    const std::string task = role + ":" + std::to_string(index);
+    EXPECT_EQ(ready["address"], "tcp://tandem-" + role + "-" + std::to_string(index) + host_suffix);
+    EXPECT_EQ(ready["task"], task);
+    EXPECT_TRUE(Contains(FirstLine(entry.log()), "cluster from TF_CONFIG, task from TF_CONFIG"))
+        << entry.log();
+  };
 
   // The chief: bound on every interface, so 127.0.0.1 reaches it; its cluster is TF_CONFIG's.
   {
     Entry chief(dir, "chief");
-    start(chief, "chief", 0);
-    ASSERT_TRUE(WaitForFile(dir.File("chief.ready"), milliseconds(20000))) << chief.log();
-    auto ready = nlohmann::json::parse(ReadFile(dir.File("chief.ready")));
-    EXPECT_EQ(ready["address"], "tcp://tandem-chief-0" + host_suffix);
-    EXPECT_EQ(ready["task"], "chief:0");
+    ASSERT_NO_FATAL_FAILURE(start_bound(chief, "chief", 0));
     const std::string log = chief.log();
-    EXPECT_TRUE(Contains(FirstLine(log), "cluster from TF_CONFIG, task from TF_CONFIG")) << log;
     EXPECT_TRUE(Contains(log, "bound 0.0.0.0:" + std::to_string(port))) << log;
     WriteFile(dir.File("status.yaml"), "cluster:\n  chief: [\"127.0.0.1:" + std::to_string(port) +
                                            "\"]\ncheckpoint:\n  dir: " + dir.File("ckpt") + "\n");
@@ -381,13 +387,7 @@ TEST(K8sEntryTest, TheOperatorsTfConfigStartsEachDaemon) {
   // A worker binds before it looks for the chief (whose name does not resolve here).
   {
     Entry worker(dir, "worker");
-    start(worker, "worker", 1);
-    ASSERT_TRUE(WaitForFile(dir.File("worker.ready"), milliseconds(20000))) << worker.log();
-    auto ready = nlohmann::json::parse(ReadFile(dir.File("worker.ready")));
-    EXPECT_EQ(ready["address"], "tcp://tandem-worker-1" + host_suffix);
-    EXPECT_EQ(ready["task"], "worker:1");
-    EXPECT_TRUE(Contains(FirstLine(worker.log()), "cluster from TF_CONFIG, task from TF_CONFIG"))
-        << worker.log();
+    ASSERT_NO_FATAL_FAILURE(start_bound(worker, "worker", 1));
     worker.StopExpectingExit0();
   }
   // A PS asks the chief which checkpoint to restore before it binds: here it gets as far as
