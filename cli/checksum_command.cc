@@ -8,7 +8,7 @@
 #include <optional>
 #include <utility>
 
-#include "cli/checkpoint_reader.h"
+#include "offline/checkpoint_reader.h"
 #include "common/checkpoint_layout.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
@@ -20,6 +20,12 @@
 #include "worker/dense_state.h"
 
 namespace tandem::cli {
+
+using offline::CheckpointJobConfig;
+using offline::OpenCheckpoint;
+using offline::OpenCheckpointShard;
+using offline::OpenedCheckpoint;
+using offline::ScratchDir;
 namespace {
 
 namespace fs = std::filesystem;

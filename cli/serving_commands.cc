@@ -10,15 +10,21 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli/bundle.h"
-#include "cli/checkpoint_reader.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "offline/bundle.h"
+#include "offline/checkpoint_reader.h"
+#include "serve/checkpoint_delta.h"
 #include "worker/data/binary_format.h"
 #include "worker/data/record_source.h"
 #include "worker/frozen_model.h"
 
 namespace tandem::cli {
+
+using offline::OpenCheckpoint;
+using offline::ReadBundle;
+using offline::ReadCheckpointModel;
+using offline::WriteBundle;
 namespace {
 
 namespace fs = std::filesystem;
@@ -102,6 +108,25 @@ class ScoreWriter {
   FILE* file_ = nullptr;
 };
 
+int ExportDelta(const ExportArgs& args, const offline::OpenedCheckpoint& ckpt) {
+  auto scratch = offline::ScratchDir::Create("tandem-export");
+  if (!scratch.ok()) return Fail("export", scratch.status());
+  serve::DeltaStats stats;
+  auto model = serve::ReadCheckpointDelta(ckpt, args.since, (*scratch)->path(), &stats);
+  if (!model.ok())
+    return Fail("export", model.status().WithContext("checkpoint of step " +
+                                                     std::to_string(ckpt.manifest.step)));
+  offline::BundleOrigin origin{ckpt.manifest.job_id, args.checkpoint, args.since};
+  if (Status s = WriteBundle(*model, origin, args.out); !s.ok()) return Fail("export", s);
+  std::fprintf(stderr,
+               "exported the rows of step %lld changed after step %lld (%llu of %llu rows read) "
+               "to %s\n",
+               static_cast<long long>(model->step), static_cast<long long>(args.since),
+               static_cast<unsigned long long>(stats.rows_changed),
+               static_cast<unsigned long long>(stats.rows_read), args.out.c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunExport(const ExportArgs& args) {
@@ -113,6 +138,7 @@ int RunExport(const ExportArgs& args) {
                                                            "(a bundle is never overwritten)"));
   auto ckpt = OpenCheckpoint(args.checkpoint);
   if (!ckpt.ok()) return Fail("export", ckpt.status());
+  if (args.since >= 0) return ExportDelta(args, *ckpt);
   auto model = ReadCheckpointModel(*ckpt, /*verify=*/true);
   if (!model.ok())
     return Fail("export", model.status().WithContext("checkpoint of step " +

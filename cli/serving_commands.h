@@ -1,8 +1,9 @@
 // `tandem export`, `tandem predict` and `tandem eval`: a trained model out of its checkpoint
-// (cli/bundle.h), and scored on a data file with the trainer's own evaluator and model code
+// (offline/bundle.h), and scored on a data file with the trainer's own evaluator and model code
 // (worker/frozen_model.h), so the figures equal the trainer's eval of that model.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@ namespace tandem::cli {
 struct ExportArgs {
   std::string checkpoint;  // checkpoint.dir (its LATEST) or one ckpt-<step> directory
   std::string out;         // the bundle directory to create
+  int64_t since = -1;      // >= 0: a delta bundle of the rows changed after this step
   std::string log_level = "warn";
 };
 

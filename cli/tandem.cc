@@ -13,6 +13,7 @@
 #include "cli/keys_command.h"
 #include "cli/local_command.h"
 #include "cli/member.h"
+#include "cli/serve_command.h"
 #include "cli/serving_commands.h"
 #include "cli/status_command.h"
 #include "common/build_info.h"
@@ -140,6 +141,10 @@ int Main(int argc, char** argv) {
                   "a checkpoint: checkpoint.dir (its LATEST) or one ckpt-<step> directory")
       ->required();
   exp->add_option("--out", ex.out, "the bundle directory to create (absent or empty)")->required();
+  exp->add_option("--since", ex.since,
+                  "a delta bundle: only the rows changed after this committed step (for "
+                  "tandem serve --model BASE --delta)")
+      ->check(CLI::NonNegativeNumber);
   PredictArgs pr;
   auto* predict = app.add_subcommand("predict", "score a data file with an exported bundle");
   predict->add_option("--model", pr.model, "a bundle directory (tandem export)")
@@ -158,6 +163,62 @@ int Main(int argc, char** argv) {
                    "fail above this fraction of malformed records (default: the bundle's "
                    "data.max_bad_fraction)")
       ->check(CLI::Range(0.0, 1.0));
+  ServeArgs sv;
+  serve::ServeOptions& so = sv.options;
+  auto* srv = app.add_subcommand(
+      "serve", "answer TF-Serving-style HTTP predict requests from a bundle or a live checkpoint");
+  auto* srv_model = srv->add_option("--model", so.model, "a bundle directory (tandem export)")
+                        ->check(CLI::ExistingDirectory);
+  srv->add_option("--delta", so.deltas,
+                  "with --model: a delta bundle (tandem export --since), applied in order "
+                  "(repeatable)")
+      ->check(CLI::ExistingDirectory)
+      ->needs(srv_model);
+  srv->add_option("--follow", so.follow,
+                  "a job's checkpoint.dir: serve its newest checkpoint and apply each new one's "
+                  "changed rows")
+      ->check(CLI::ExistingDirectory)
+      ->excludes(srv_model);
+  srv->add_option("--host", so.http.host, "address to listen on (default 0.0.0.0)");
+  srv->add_option("--port", so.http.port, "port (default 8501; 0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  srv->add_option("--name", so.http.model_name, "the model's name in /v1/models/<name>");
+  srv->add_option("--state-dir", so.state_dir,
+                  "--follow: where checkpoints are opened (default: DIR/serve-state/<host>-<pid>)");
+  srv->add_option("--cache-mb", sv.cache_mb, "--follow: row cache per PS shard of the checkpoint")
+      ->check(CLI::Range(0.0, 1e7));
+  srv->add_option("--poll-seconds", so.poll_seconds, "--follow: how often LATEST is read")
+      ->check(CLI::Range(0.05, 3600.0));
+  srv->add_option("--max-delta-rows", so.max_delta_rows,
+                  "--follow: changed rows held in memory before the newest checkpoint is opened "
+                  "whole instead");
+  srv->add_flag("--verify", so.verify, "--model: check every table file's CRC32C first");
+  srv->add_option("--unknown", sv.unknown, "initial|zero: the row of an id the model lacks")
+      ->check(CLI::IsMember({"initial", "zero"}));
+  srv->add_option("--device", so.version.device, "cpu|cuda (default cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  srv->add_option("--scorers", so.version.scorers, "requests scored at once (default 4)")
+      ->check(CLI::Range(1, 256));
+  srv->add_option("--max-concurrent", so.http.max_concurrent,
+                  "predict requests in flight; more are answered 503 (default 8)")
+      ->check(CLI::Range(1, 4096));
+  srv->add_option("--max-instances", so.http.max_instances,
+                  "instances per request; more are answered 413 (default 4096)")
+      ->check(CLI::Range(1, 1 << 20));
+  srv->add_option("--max-body-mb", sv.max_body_mb, "request body bound; more is answered 413")
+      ->check(CLI::Range(0.001, 4096.0));
+  srv->add_option("--read-timeout", so.http.read_timeout_seconds,
+                  "seconds a client may stall while sending (default 10)")
+      ->check(CLI::Range(1, 3600));
+  srv->add_option("--token-file", sv.token_file,
+                  "require \"Authorization: Bearer <token>\" (the file's content)")
+      ->check(CLI::ExistingFile);
+  srv->add_option("--tls-cert", so.http.tls_cert, "PEM certificate: serve HTTPS")
+      ->check(CLI::ExistingFile);
+  srv->add_option("--tls-key", so.http.tls_key, "PEM private key of --tls-cert")
+      ->check(CLI::ExistingFile);
+  srv->add_option("--log-level", sv.log_level, "trace|debug|info|warn|error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   ChecksumArgs sum;
   auto* checksum = app.add_subcommand(
       "checksum",
@@ -213,6 +274,7 @@ int Main(int argc, char** argv) {
   if (app.got_subcommand("keys")) return RunKeys(keys_args);
   if (app.got_subcommand("export")) return RunExport(ex);
   if (app.got_subcommand("predict")) return RunPredict(pr);
+  if (app.got_subcommand("serve")) return RunServe(std::move(sv));
   if (app.got_subcommand("eval")) return RunEval(ev);
   if (app.got_subcommand("checksum")) {
     if (!sum.checkpoint.empty()) return RunCheckpointChecksum(sum);

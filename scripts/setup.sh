@@ -18,6 +18,7 @@ PACKAGES=(
   iproute2  # ip netns, veth, bridge: tests/hosts and `tandem local --netns`
   python3-matplotlib  # scripts/plot_metrics.py: the demo's plot and its test
   dpkg-dev file  # scripts/package.sh (cpack, dpkg-shlibdeps)
+  openssl  # tests/cluster/serve_test.cc: a certificate for the HTTPS case
 )
 # Only the test command needs these (scripts/test.sh asks for them): Slurm's and munge's
 # packages enable their own services on a systemd host, which nobody running the demo wants.

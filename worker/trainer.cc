@@ -349,7 +349,11 @@ Status Trainer::Predict(int64_t step, const data::Batch& batch, std::vector<floa
   TANDEM_RETURN_IF_ERROR(PullBatchRows(options_.embeddings, step, batch, &rows_));
   TANDEM_RETURN_IF_ERROR(Describe(batch, rows_));
   probs->resize(static_cast<size_t>(batch.size));
+  // A score must not depend on the batch it was scored in (backend.h): eval, predict and serve
+  // agree bit for bit on every record.
+  options_.backend->SetRowStableForward(true);
   model_->PredictStep(host_batch_, probs->data());
+  options_.backend->SetRowStableForward(false);
   return options_.backend->status().WithContext("device, predict");
 }
 

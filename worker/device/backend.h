@@ -73,6 +73,11 @@ class Backend {
   virtual void LinearForward(Precision precision, int64_t batch, int64_t in, int64_t out,
                              const float* x, const float* w, const float* b, bool relu,
                              float* y) = 0;
+  // on: LinearForward computes each row on its own (cpu/row_stable_linear.h), so that a
+  // sample's score does not depend on the batch it is scored in; scoring (Trainer::Predict)
+  // turns it on, so eval, `tandem predict` and `tandem serve` agree bit for bit on every record.
+  // off: the BLAS GEMM (training). Backends that make no such promise (CUDA) ignore it.
+  virtual void SetRowStableForward(bool on) {}
 
   // y[r][c] += bias[c] for y of rows x cols.
   virtual void AddBias(int64_t rows, int64_t cols, const float* bias, float* y) = 0;

@@ -30,6 +30,7 @@ class ForwardingBackend : public Backend {
                      const float* w, const float* b, bool relu, float* y) override {
     inner_->LinearForward(p, batch, in, out, x, w, b, relu, y);
   }
+  void SetRowStableForward(bool on) override { inner_->SetRowStableForward(on); }
   void Scale(int64_t n, float a, float* x) override { inner_->Scale(n, a, x); }
   bool AllFinite(int64_t n, const float* x) override { return inner_->AllFinite(n, x); }
   void AddBias(int64_t r, int64_t c, const float* b, float* y) override {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "worker/device/cpu/row_stable_linear.h"
 #include "worker/device/precision.h"
 
 namespace tandem::device {
@@ -102,7 +103,20 @@ void CpuBackend::GemmMixed(Precision precision, bool trans_a, bool trans_b, int6
 void CpuBackend::LinearForward(Precision precision, int64_t batch, int64_t in, int64_t out,
                                const float* x, const float* w, const float* b, bool relu,
                                float* y) {
-  GemmMixed(precision, false, true, batch, out, in, 1.0f, x, w, 0.0f, y);
+  if (!row_stable_) {
+    GemmMixed(precision, false, true, batch, out, in, 1.0f, x, w, 0.0f, y);
+  } else if (precision == Precision::kFp32) {
+    RowStableLinear(batch, in, out, x, w, y, &transposed_w_);
+  } else {
+    // As GemmMixed: inputs rounded first, products and sums in fp32.
+    round_x_.resize(static_cast<size_t>(batch * in));
+    for (int64_t i = 0; i < batch * in; ++i)
+      round_x_[static_cast<size_t>(i)] = RoundTo(precision, x[i]);
+    round_b_.resize(static_cast<size_t>(out * in));
+    for (int64_t i = 0; i < out * in; ++i)
+      round_b_[static_cast<size_t>(i)] = RoundTo(precision, w[i]);
+    RowStableLinear(batch, in, out, round_x_.data(), round_b_.data(), y, &transposed_w_);
+  }
   AddBias(batch, out, b, y);
   if (relu) ReluForward(batch * out, y, y);
 }

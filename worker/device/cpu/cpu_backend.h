@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
                  float alpha, const float* a, const float* b, float beta, float* c) override;
   void LinearForward(Precision precision, int64_t batch, int64_t in, int64_t out, const float* x,
                      const float* w, const float* b, bool relu, float* y) override;
+  void SetRowStableForward(bool on) override { row_stable_ = on; }
   void Scale(int64_t n, float alpha, float* x) override;
   bool AllFinite(int64_t n, const float* x) override;
   void AddBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
@@ -74,6 +75,8 @@ class CpuBackend final : public Backend {
   Status status_;
   // GemmMixed's rounded copies of A and B.
   std::vector<float> round_a_, round_b_;
+  bool row_stable_ = false;
+  std::vector<float> round_x_, transposed_w_;  // RowStableLinear's inputs
 };
 
 }  // namespace tandem::device

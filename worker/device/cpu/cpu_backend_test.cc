@@ -39,6 +39,45 @@ TEST(CpuBackendTest, GemmMatchesNaiveForEveryTransposition) {
   }
 }
 
+// Scoring's forward (SetRowStableForward): a row's output is the k-ascending sum of separately
+// rounded products, the same bits whether the row is scored alone, in a small batch or at any
+// place of a large one; training's BLAS GEMM stays within rounding of it.
+TEST(CpuBackendTest, RowStableForwardGivesEveryRowTheSameBitsInAnyBatch) {
+  auto be = Make();
+  constexpr int64_t in = 37, out = 70, rows = 131;  // odd sizes: every edge of the blocking
+  const std::vector<float> x = Random(rows * in, 4), w = Random(out * in, 5), b = Random(out, 6);
+  std::vector<float> blas(rows * out), all(rows * out);
+  be->LinearForward(Precision::kFp32, rows, in, out, x.data(), w.data(), b.data(), true,
+                    blas.data());
+  be->SetRowStableForward(true);
+  be->LinearForward(Precision::kFp32, rows, in, out, x.data(), w.data(), b.data(), true,
+                    all.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < out; ++j) {
+      float sum = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        const float p = x[r * in + k] * w[j * in + k];
+        sum = sum + p;
+      }
+      sum = sum + b[j];
+      sum = sum > 0 ? sum : 0.0f;
+      ASSERT_EQ(all[r * out + j], sum) << r << "," << j;
+      EXPECT_NEAR(blas[r * out + j], sum, 1e-5);
+    }
+  }
+  // Row r alone, and rows [r0, r0 + n) as a batch of their own: the same bits.
+  for (int64_t r0 : {0, 1, 5, 64, 130}) {
+    for (int64_t n : {1, 3, 17}) {
+      if (r0 + n > rows) continue;
+      std::vector<float> part(n * out);
+      be->LinearForward(Precision::kFp32, n, in, out, &x[r0 * in], w.data(), b.data(), true,
+                        part.data());
+      for (int64_t i = 0; i < n * out; ++i)
+        ASSERT_EQ(part[i], all[r0 * out + i]) << "rows " << r0 << "+" << n;
+    }
+  }
+}
+
 TEST(CpuBackendTest, BiasGradSumsInSampleOrder) {
   auto be = Make();
   // (1 + 1e8) - 1e8 = 0 in float in sample order; any other order gives 1.

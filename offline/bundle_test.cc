@@ -1,6 +1,6 @@
 // The serving bundle's files: written whole or not at all, read back bit for bit, and refused
 // (naming the file) when any byte of any file changed.
-#include "cli/bundle.h"
+#include "offline/bundle.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "common/testing/test_util.h"
 
-namespace tandem::cli {
+namespace tandem::offline {
 namespace {
 
 namespace fs = std::filesystem;
@@ -124,4 +124,4 @@ TEST(BundleTest, TableFileRoundTripsAndATruncatedOneIsDataLoss) {
 }
 
 }  // namespace
-}  // namespace tandem::cli
+}  // namespace tandem::offline

@@ -1,8 +1,11 @@
-#include "cli/bundle.h"
+#include "offline/bundle.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -18,7 +21,7 @@
 #include "common/embedding/table_spec.h"
 #include "worker/dense_state.h"
 
-namespace tandem::cli {
+namespace tandem::offline {
 namespace {
 
 namespace fs = std::filesystem;
@@ -151,7 +154,9 @@ Status WriteBundleFiles(const worker::FrozenModel& model, const BundleOrigin& or
                          {"checkpoint", origin.checkpoint},
                          {"tables", std::move(tables)},
                          {"files", std::move(files)}};
-  return WriteFileDurably(dir + "/" + kBundleManifest, SealManifest(manifest));
+  json sealed = manifest;
+  if (origin.base_step >= 0) sealed["base_step"] = origin.base_step;
+  return WriteFileDurably(dir + "/" + kBundleManifest, SealManifest(sealed));
 }
 
 Status FsyncDir(const std::string& dir) {
@@ -254,9 +259,13 @@ StatusOr<std::string> ReadChecked(const std::string& dir, const BundleFile& f) {
 
 }  // namespace
 
-StatusOr<worker::FrozenModel> ReadBundle(const std::string& dir) {
+namespace {
+
+StatusOr<worker::FrozenModel> ReadBundleFiles(const std::string& dir, bool delta) {
   std::vector<BundleFile> files;
   TANDEM_ASSIGN_OR_RETURN(json manifest, ReadManifest(dir, &files));
+  if (delta && !manifest.contains("base_step"))
+    return Status::InvalidArgument(dir + " is a whole bundle, not a delta bundle");
   // Every file is checked before any is used: a damaged bundle is refused whole.
   std::vector<std::string> contents;
   for (const auto& f : files) {
@@ -268,6 +277,10 @@ StatusOr<worker::FrozenModel> ReadBundle(const std::string& dir) {
       if (files[i].path == path) return &contents[i];
     return nullptr;
   };
+  if (!delta && manifest.contains("base_step"))
+    return Status::InvalidArgument(dir + " is a delta bundle (the rows changed after step " +
+                                   manifest["base_step"].dump() +
+                                   "): serve it over its base with tandem serve");
   worker::FrozenModel model;
   model.step = manifest.value("step", int64_t{-1});
   const std::string* config = content_of(kConfigFile);
@@ -287,4 +300,123 @@ StatusOr<worker::FrozenModel> ReadBundle(const std::string& dir) {
   return model;
 }
 
-}  // namespace tandem::cli
+}  // namespace
+
+StatusOr<worker::FrozenModel> ReadBundle(const std::string& dir) {
+  return ReadBundleFiles(dir, /*delta=*/false);
+}
+
+StatusOr<worker::FrozenModel> ReadDeltaBundle(const std::string& dir) {
+  return ReadBundleFiles(dir, /*delta=*/true);
+}
+
+StatusOr<BundleHeader> OpenBundle(const std::string& dir, bool verify_tables) {
+  std::vector<BundleFile> files;
+  TANDEM_ASSIGN_OR_RETURN(json manifest, ReadManifest(dir, &files));
+  BundleHeader h;
+  h.dir = dir;
+  const BundleFile* config = nullptr;
+  const BundleFile* dense = nullptr;
+  for (const auto& f : files) {
+    if (f.path == kConfigFile) config = &f;
+    if (f.path == kDenseFile) dense = &f;
+  }
+  if (config == nullptr || dense == nullptr)
+    return Status::DataLoss(dir + ": the manifest lists no " + kConfigFile + " or " + kDenseFile);
+  try {
+    h.step = manifest.at("step").get<int64_t>();
+    h.base_step = manifest.value("base_step", int64_t{-1});
+  } catch (const json::exception& e) {
+    return Status::DataLoss(dir + "/" + kBundleManifest + ": malformed step (" + e.what() + ")");
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::string config_text, ReadChecked(dir, *config));
+  TANDEM_ASSIGN_OR_RETURN(h.job, config::ParseJobConfig(config_text, dir + "/" + kConfigFile, {}));
+  TANDEM_ASSIGN_OR_RETURN(std::string dense_bytes, ReadChecked(dir, *dense));
+  TANDEM_ASSIGN_OR_RETURN(worker::DenseState state,
+                          worker::DecodeDenseState(dense_bytes, dir + "/" + kDenseFile));
+  h.dense = worker::WithoutOptimizerState(std::move(state));
+  for (const auto& spec : embedding::TableSpecsFromConfig(h.job)) {
+    const std::string path = "tables/" + spec.name + ".emb";
+    const BundleFile* file = nullptr;
+    for (const auto& f : files)
+      if (f.path == path) file = &f;
+    if (file == nullptr) return Status::DataLoss(dir + ": the manifest lists no " + path);
+    if (verify_tables) {
+      TANDEM_RETURN_IF_ERROR(ReadChecked(dir, *file).status());
+    } else {
+      std::error_code ec;
+      const uint64_t size = fs::file_size(dir + "/" + path, ec);
+      if (ec) return Status::DataLoss(dir + "/" + path + " is missing");
+      if (size != file->size)
+        return Status::DataLoss(dir + "/" + path + ": " + std::to_string(size) +
+                                " bytes, the manifest says " + std::to_string(file->size));
+    }
+    h.table_files.push_back(dir + "/" + path);
+  }
+  return h;
+}
+
+StatusOr<std::unique_ptr<MappedTableFile>> MappedTableFile::Open(const std::string& path,
+                                                                 uint32_t dim) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? Status::DataLoss(path + " is missing")
+                           : Status::Unavailable("open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::Unavailable("stat " + path + ": " + std::strerror(err));
+  }
+  std::unique_ptr<MappedTableFile> t(new MappedTableFile());
+  t->path_ = path;
+  t->size_ = static_cast<size_t>(st.st_size);
+  if (t->size_ < kTableHeaderBytes) {
+    ::close(fd);
+    return Status::DataLoss(path + ": not an embedding table file (too short)");
+  }
+  void* base = ::mmap(nullptr, t->size_, PROT_READ, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (base == MAP_FAILED) return Status::Unavailable("mmap " + path + ": " + std::strerror(err));
+  t->base_ = base;
+  const std::string_view bytes(static_cast<const char*>(base), t->size_);
+  if (std::memcmp(bytes.data(), kTableMagic, 8) != 0)
+    return Status::DataLoss(path + ": not an embedding table file (bad magic)");
+  if (Get<uint32_t>(bytes, 8) != kTableFormatVersion)
+    return Status::DataLoss(path + ": unknown table format version " +
+                            std::to_string(Get<uint32_t>(bytes, 8)));
+  t->table_ = Get<uint32_t>(bytes, 12);
+  t->dim_ = Get<uint32_t>(bytes, 16);
+  const uint64_t rows = Get<uint64_t>(bytes, 24);
+  const uint64_t row_bytes = sizeof(uint64_t) + uint64_t{t->dim_} * sizeof(float);
+  if (t->dim_ != dim)
+    return Status::DataLoss(path + ": rows of dim " + std::to_string(t->dim_) +
+                            ", the config says " + std::to_string(dim));
+  if (rows > t->size_ / row_bytes || kTableHeaderBytes + rows * row_bytes != t->size_)
+    return Status::DataLoss(path + ": " + std::to_string(rows) + " rows of dim " +
+                            std::to_string(t->dim_) + " do not fit its " +
+                            std::to_string(t->size_) + " bytes");
+  const char* ids = bytes.data() + kTableHeaderBytes;
+  t->ids_ = {reinterpret_cast<const uint64_t*>(ids), rows};
+  t->values_ = reinterpret_cast<const float*>(ids + rows * sizeof(uint64_t));
+  return t;
+}
+
+MappedTableFile::~MappedTableFile() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+}
+
+int64_t MappedTableFile::Find(uint64_t id) const {
+  const auto it = std::lower_bound(ids_.begin(), ids_.end(), id);
+  return it != ids_.end() && *it == id ? it - ids_.begin() : -1;
+}
+
+Status MappedTableFile::CheckOrder() const {
+  for (size_t i = 1; i < ids_.size(); ++i)
+    if (ids_[i - 1] >= ids_[i])
+      return Status::DataLoss(path_ + ": ids are not ascending at row " + std::to_string(i));
+  return Status::Ok();
+}
+
+}  // namespace tandem::offline

@@ -14,7 +14,7 @@
 #include "server/ps/embedding_store.h"
 #include "worker/frozen_model.h"
 
-namespace tandem::cli {
+namespace tandem::offline {
 
 // A checkpoint as `--checkpoint DIR` names it. A value type.
 struct OpenedCheckpoint {
@@ -60,4 +60,4 @@ class ScratchDir {
 // TODO(perf): holds every row in memory; a table larger than memory needs a streaming merge.
 StatusOr<worker::FrozenModel> ReadCheckpointModel(const OpenedCheckpoint& ckpt, bool verify);
 
-}  // namespace tandem::cli
+}  // namespace tandem::offline

@@ -1,4 +1,4 @@
-#include "cli/checkpoint_reader.h"
+#include "offline/checkpoint_reader.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include "common/embedding/table_spec.h"
 #include "server/ps/durable_copy.h"
 
-namespace tandem::cli {
+namespace tandem::offline {
 
 namespace fs = std::filesystem;
 
@@ -119,4 +119,4 @@ StatusOr<worker::FrozenModel> ReadCheckpointModel(const OpenedCheckpoint& ckpt, 
   return model;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::offline

@@ -1,0 +1,65 @@
+#include "cli/serve_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "cli/stop_signals.h"
+#include "common/exit_codes.h"
+#include "common/log.h"
+#include "common/sd_notify.h"
+
+namespace tandem::cli {
+
+namespace {
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "tandem serve: %s\n", s.ToString().c_str());
+  if (s.IsInvalidArgument() && s.message().find("give exactly one") != std::string::npos)
+    return kExitUsage;
+  return s.IsDataLoss() || s.IsInvalidArgument() || s.IsNotFound() ? kExitInvalid
+                                                                   : kExitRuntimeFailure;
+}
+
+}  // namespace
+
+int RunServe(ServeArgs args) {
+  const sigset_t stop_signals = BlockStopSignals();
+  log::Init("serve", args.log_level);
+  serve::ServeOptions& o = args.options;
+  o.version.unknown =
+      args.unknown == "zero" ? worker::UnknownIds::kZero : worker::UnknownIds::kInitial;
+  o.cache_bytes = static_cast<uint64_t>(args.cache_mb * (1 << 20));
+  o.http.max_body_bytes = static_cast<uint64_t>(args.max_body_mb * (1 << 20));
+  if (!args.token_file.empty()) {
+    std::ifstream in(args.token_file);
+    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+      token.pop_back();
+    if (!in.good() && !in.eof())
+      return Fail(Status::InvalidArgument("cannot read " + args.token_file));
+    if (token.empty()) return Fail(Status::InvalidArgument(args.token_file + " holds no token"));
+    o.http.token = token;
+  }
+  auto p = serve::ServeProcess::Start(o);
+  if (!p.ok()) return Fail(p.status());
+  std::fprintf(stderr, "tandem serve: listening on %s:%d (model %s)\n", o.http.host.c_str(),
+               (*p)->port(), o.http.model_name.c_str());
+  std::fflush(stderr);
+  bool announced = false;
+  int signal = 0;
+  for (;;) {
+    if (!announced && (*p)->ready()) {
+      announced = true;
+      SdNotify("READY=1\nSTATUS=serving version " +
+               std::to_string((*p)->served().current()->step()));
+    }
+    if (WaitStopSignal(stop_signals, std::chrono::milliseconds(200), &signal)) break;
+  }
+  TLOG_INFO("serve: signal {}: answering the requests in flight, then stopping", signal);
+  SdNotify("STOPPING=1");
+  (*p)->Stop();
+  return kExitOk;
+}
+
+}  // namespace tandem::cli
