@@ -46,13 +46,15 @@ int RunServe(ServeArgs args) {
   std::fprintf(stderr, "tandem serve: listening on %s:%d (model %s)\n", o.http.host.c_str(),
                (*p)->port(), o.http.model_name.c_str());
   std::fflush(stderr);
-  bool announced = false;
+  // READY once listening: whether a version is loaded is /ready's to say (a followed job may
+  // not have committed a checkpoint yet); the status line follows the version served.
+  SdNotify("READY=1\nSTATUS=waiting for a model version");
+  int64_t announced = -1;
   int signal = 0;
   for (;;) {
-    if (!announced && (*p)->ready()) {
-      announced = true;
-      SdNotify("READY=1\nSTATUS=serving version " +
-               std::to_string((*p)->served().current()->step()));
+    if (auto v = (*p)->served().current(); v != nullptr && v->step() != announced) {
+      announced = v->step();
+      SdNotify("STATUS=serving version " + std::to_string(announced));
     }
     if (WaitStopSignal(stop_signals, std::chrono::milliseconds(200), &signal)) break;
   }

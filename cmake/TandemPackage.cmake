@@ -26,7 +26,8 @@ RocksDB-backed parameter-server shards and data-parallel dense workers, and
 recovers from crashed, hung or partitioned processes from committed
 checkpoints. One binary runs the chief, the shards and the workers; the
 systemd units tandem-chief, tandem-ps@ and tandem-worker@ run them on bare
-metal from the job config /etc/tandem/job.yaml.")
+metal from the job config /etc/tandem/job.yaml; tandem-serve answers
+TF-Serving-style predict requests from a bundle or a live checkpoint.")
 
 set(TANDEM_DEB_MAINTAINER "tandem maintainers <maintainers@users.noreply.a-seed-12d618a9.example>"
     CACHE STRING "Maintainer field of the Debian package")

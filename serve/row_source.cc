@@ -170,6 +170,15 @@ Status CheckpointRows::KeysNotIn(uint32_t shard, const ps::CheckpointPart& older
   return Status::Ok();
 }
 
+RowSource::Rows CheckpointRows::rows_held() const {
+  Rows r;
+  for (const auto& s : shards_) {
+    r.in_memory += s->stats().cached_rows;
+    r.on_disk += s->RocksIntProperty("rocksdb.estimate-num-keys");
+  }
+  return r;
+}
+
 ps::StoreStats CheckpointRows::stats() const {
   ps::StoreStats sum;
   for (const auto& s : shards_) {

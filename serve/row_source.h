@@ -1,4 +1,4 @@
-// Where a served model version reads its embedding rows (DESIGN "Serving"): a bundle's table
+// Where a served model version reads its embedding rows (serve/README.md): a bundle's table
 // files mapped read-only, a committed checkpoint's shards opened read-only with a bounded row
 // cache, or the rows changed since either, layered over it. Every source is immutable once
 // built, so requests read it concurrently without locks, and a version's rows never change
@@ -29,6 +29,13 @@ class RowSource {
   // and that row of `out` left as it was. kInvalidArgument for a table the model lacks.
   virtual Status Read(uint32_t table, std::span<const uint64_t> ids, float* out,
                       uint8_t* found) const = 0;
+  // Rows held in memory (changed rows, cached rows) and rows on disk behind them (mapped table
+  // files; RocksDB's estimate for a checkpoint): the metrics' "rows loaded".
+  struct Rows {
+    uint64_t in_memory = 0;
+    uint64_t on_disk = 0;
+  };
+  virtual Rows rows_held() const = 0;
 };
 
 // A whole bundle's tables (offline::MappedTableFile).
@@ -37,6 +44,7 @@ class BundleRows : public RowSource {
   static StatusOr<std::shared_ptr<BundleRows>> Open(const offline::BundleHeader& bundle);
   Status Read(uint32_t table, std::span<const uint64_t> ids, float* out,
               uint8_t* found) const override;
+  Rows rows_held() const override { return {0, rows()}; }
   uint64_t rows() const;
 
  private:
@@ -56,6 +64,7 @@ class CheckpointRows : public RowSource {
   ~CheckpointRows() override;
   Status Read(uint32_t table, std::span<const uint64_t> ids, float* out,
               uint8_t* found) const override;
+  Rows rows_held() const override;
 
   int64_t step() const { return step_; }
   // Each shard's part as the manifest describes it, by shard: what a delta compares.
@@ -84,6 +93,11 @@ class DeltaRows : public RowSource {
   DeltaRows(std::shared_ptr<const RowSource> base, std::vector<worker::FrozenTable> tables);
   Status Read(uint32_t table, std::span<const uint64_t> ids, float* out,
               uint8_t* found) const override;
+  Rows rows_held() const override {
+    Rows r = base_->rows_held();
+    r.in_memory += rows();
+    return r;
+  }
   const std::shared_ptr<const RowSource>& base() const { return base_; }
   const std::vector<worker::FrozenTable>& tables() const { return tables_; }
   uint64_t rows() const;

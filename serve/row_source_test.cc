@@ -33,6 +33,7 @@ class EvenRows : public RowSource {
     }
     return Status::Ok();
   }
+  Rows rows_held() const override { return {0, 10}; }
 };
 
 TEST(MergeRowsTest, NewerRowsWinAndOrderIsKept) {
@@ -63,6 +64,8 @@ TEST(DeltaRowsTest, ChangedRowsOverrideTheBaseAndAbsentOnesStayAbsent) {
   EXPECT_EQ(out[4], 1003.0f);  // new row
   EXPECT_EQ(out[6], -1.0f);    // absent: untouched
   EXPECT_EQ(rows.rows(), 2u);
+  EXPECT_EQ(rows.rows_held().in_memory, 2u);
+  EXPECT_EQ(rows.rows_held().on_disk, 10u);
   EXPECT_FALSE(rows.Read(1, ids, out.data(), found.data()).ok());  // the base's error
 }
 

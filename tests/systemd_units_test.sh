@@ -19,7 +19,10 @@ verify() {
   out=$(systemd-analyze verify "$@" 2>&1) || { echo "verify $*: exit $?: $out"; return 1; }
   if [[ -n $out ]]; then echo "verify $*: $out"; return 1; fi
 }
-verify ./tandem-chief.service ./tandem-ps@0.service ./tandem-worker@0.service || fail=1
+verify ./tandem-chief.service ./tandem-ps@0.service ./tandem-worker@0.service \
+  ./tandem-serve.service || fail=1
+grep -q '^Type=notify$' tandem-serve.service || { echo "tandem-serve.service: not Type=notify"; fail=1; }
+grep -q '^KillSignal=SIGTERM$' tandem-serve.service || { echo "tandem-serve: no SIGTERM"; fail=1; }
 heartbeat_timeout_ms=$(sed -n 's/.*heartbeat_timeout_ms = \([0-9]*\);.*/\1/p' \
   "$src/common/config/job_config.h" | head -1)
 for f in tandem-chief.service tandem-ps@.service tandem-worker@.service; do

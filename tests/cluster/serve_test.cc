@@ -352,6 +352,34 @@ TEST_F(ServeTest, ACheckpointWhoseTableExceedsTheCacheServesExactly) {
   EXPECT_EQ(differ, 0);
 }
 
+TEST_F(ServeTest, RefusesAModelItCannotServeNamingTheFile) {
+  const std::string good = job_->Bundle(kSteps - 1);
+  const std::string bad = job_->dir.File("damaged-bundle");
+  fs::copy(good, bad, fs::copy_options::recursive);
+  // A flipped byte in a table file: found by --verify (a full read), named.
+  const std::string table = bad + "/tables/C3.emb";
+  std::string bytes = ReadFile(table);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
+  WriteFile(table, bytes);
+  Server verified({"--model", bad, "--verify"});
+  ASSERT_TRUE(verified.exited().has_value()) << verified.log();
+  EXPECT_EQ(verified.exited()->exit_code, 3);
+  EXPECT_NE(verified.log().find("C3.emb"), std::string::npos) << verified.log();
+  // A truncated dense file is found without --verify.
+  const std::string dense = bad + "/dense.ckpt";
+  const std::string d = ReadFile(dense);
+  WriteFile(dense, d.substr(0, d.size() / 2));
+  Server truncated({"--model", bad});
+  ASSERT_TRUE(truncated.exited().has_value()) << truncated.log();
+  EXPECT_EQ(truncated.exited()->exit_code, 3);
+  EXPECT_NE(truncated.log().find("dense.ckpt"), std::string::npos) << truncated.log();
+  // Flags that contradict each other: a usage error.
+  auto both = Tandem({"serve", "--model", good, "--follow", job_->dir.File("ckpt")});
+  EXPECT_EQ(both.exit.exit_code, 2) << both.output;
+  auto none = Tandem({"serve", "--port", "0"});
+  EXPECT_EQ(none.exit.exit_code, 2) << none.output;
+}
+
 TEST_F(ServeTest, EveryBadRequestGetsItsStatusAndCounter) {
   WriteFile(job_->dir.File("token"), "s3cret\n");
   Server s({"--model", job_->Bundle(kSteps - 1), "--max-instances", "10", "--max-body-mb", "0.01",
@@ -562,7 +590,9 @@ TEST(ServeFollowTest, FollowsATrainingJobWithExactVersionedScores) {
       }
       seen[v] = scores;
     } else {
-      EXPECT_EQ(a.status, 503) << a.body;  // before the first checkpoint
+      // Not ready before the first checkpoint; once serving, an update never interrupts it.
+      EXPECT_EQ(a.status, 503) << a.body;
+      EXPECT_EQ(previous, -1) << "an answer failed while updating: " << a.body;
     }
     if (!done) done = train->Wait(milliseconds(20));
     if (done && previous == 399) break;
