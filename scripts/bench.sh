@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
 # Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
-# ps_replay recovery scale torch; default: all but scale and torch). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
+# ps_replay recovery serve scale torch; default: all but scale and torch). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
 # 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
+# `serve` (bench/serve_bench.cc: `tandem serve` over HTTP against in-process scoring, and a
+# `tandem local` job's checkpoints applied as deltas while serving) takes about 1 to 1.5 minutes
+# on 2 cores; `scripts/bench.sh serve -- --only steady` (or `--only delta`) runs one half.
 # `scale` (bench/scale_bench.sh: three whole `tandem local` jobs, the table all in cache and
 # with caches of 1/10 and 1/100 of it) is not in the default list because it is long: at its
 # defaults (2e7 ids per field, 1200 steps of 2 x 1024) each job trains on 2.5M samples, mostly
@@ -15,7 +18,7 @@
 # `scripts/bench.sh torch -- --steps 300 --reps 3`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ALL=(rpc ps data dense train checkpoint ps_replay recovery)
+ALL=(rpc ps data dense train checkpoint ps_replay recovery serve)
 names=()
 while (($# > 0)) && [[ $1 != -- ]]; do names+=("$1"); shift; done
 if (($# > 0)); then shift; fi  # the --

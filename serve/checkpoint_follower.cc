@@ -117,6 +117,7 @@ Status CheckpointFollower::PollOnce() {
 }
 
 Status CheckpointFollower::Update(const std::string& root, const chief::Manifest& m) {
+  const auto start = std::chrono::steady_clock::now();
   MutexLock lock(&mu_);
   const offline::OpenedCheckpoint ckpt{root, m};
   TANDEM_RETURN_IF_ERROR(chief::VerifyManifestFiles(root, m, /*full=*/false, nullptr));
@@ -172,6 +173,11 @@ Status CheckpointFollower::Update(const std::string& root, const chief::Manifest
   }
   TANDEM_ASSIGN_OR_RETURN(auto version, ModelVersion::Create(job, m.step, std::move(dense),
                                                              std::move(rows), options_.version));
+  // Counted before it is published: a client that sees the version finds its update counted.
+  update_seconds_->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  lag_seconds_ = WallSeconds() - ModifiedAt(root + "/" + CheckpointDirName(m.step) + "/MANIFEST");
+  updates_->Add();
   served_->Publish(std::move(version));
   if (whole) base_ = newer;
   delta_ = std::move(delta);
@@ -181,7 +187,6 @@ Status CheckpointFollower::Update(const std::string& root, const chief::Manifest
   served_timeline_ = m.timeline;
   served_step_ = m.step;
   last_error_.clear();
-  updates_->Add();
   return Status::Ok();
 }
 
