@@ -25,10 +25,11 @@
 //       find them;
 //     - serve_p99_ms_during_update: batch-64 p99 of the requests overlapping the updates
 //       against the steady p99 just before (target ratio <= 2).
-// Usage: serve_bench [--only steady|delta] [--reps N] [--scale X] [--tandem PATH]
+// Usage: serve_bench [--only steady|delta|startup] [--reps N] [--scale X] [--tandem PATH]
 //                    [--every-steps E] [--checkpoints K]
 // (--scale multiplies the call counts of part A, e.g. 0.2 for a quick look).
 #include <httplib.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,6 +53,7 @@
 #include "common/embedding/table_spec.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/subprocess.h"
 #include "common/testing/test_util.h"
 #include "offline/bundle.h"
 #include "serve/request.h"
@@ -285,7 +287,7 @@ StatusOr<Load> RunClients(int port, const std::vector<std::string>& bodies, int 
 
 // A bundle of the local.yaml model under `dir`/bundle: the dense parameters a trainer starts
 // from and kTableRows random rows per table, the ids those of values 0 .. kTableRows-1.
-StatusOr<std::string> BuildBundle(const std::string& dir) {
+StatusOr<std::string> BuildBundle(const std::string& dir, uint64_t table_rows = kTableRows) {
   TANDEM_ASSIGN_OR_RETURN(config::JobConfig job,
                           config::ParseJobConfig(ModelYaml(), "bench.yaml", {}));
   TANDEM_ASSIGN_OR_RETURN(auto backend, device::CreateBackend(job.train));
@@ -307,14 +309,14 @@ StatusOr<std::string> BuildBundle(const std::string& dir) {
     worker::FrozenTable table;
     table.table = static_cast<uint32_t>(t);
     table.dim = kDim;
-    for (uint64_t v = 0; v < kTableRows; ++v) {
+    for (uint64_t v = 0; v < table_rows; ++v) {
       table.ids.push_back(data::CategoricalId(t, v));
       for (int d = 0; d < kDim; ++d) table.values.push_back(value(rng));
     }
     TANDEM_RETURN_IF_ERROR(table.Finish());
     m.tables.push_back(std::move(table));
   }
-  const std::string out = dir + "/bundle";
+  const std::string out = dir + "/bundle-" + std::to_string(table_rows);
   TANDEM_RETURN_IF_ERROR(
       offline::WriteBundle(m, {"5e7be5c4000000000000000000000001", "serve_bench"}, out));
   return out;
@@ -627,6 +629,98 @@ Status RunDelta(const Args& args) {
   return Status::Ok();
 }
 
+// ---------------------------------------------------------------------------------------------
+// C. Start-up against table size (`--only startup`): `tandem serve --model` of a bundle with
+//    kTableRows rows per table and of one with 10x as many, as processes: seconds from the start
+//    to GET /ready answering 200, and the process's anonymous memory (RssAnon) after 200
+//    requests. The mapped table files are not read at start-up and their pages are the kernel's
+//    (RssFile), so neither figure should grow with the table.
+
+long RssAnonKiB(pid_t pid) {
+  const std::string status = testing::ReadFile("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("RssAnon:");
+  return at == std::string::npos ? -1 : std::atol(status.c_str() + at + 8);
+}
+
+struct Startup {
+  double seconds = 0;
+  double rss_anon_mib = 0;
+};
+
+StatusOr<Startup> MeasureStartup(const Args& args, const std::string& bundle,
+                                 const std::string& log) {
+  SpawnOptions o;
+  o.argv = {args.tandem, "serve", "--model", bundle, "--port", "0", "--host", "127.0.0.1"};
+  o.output_path = log;
+  o.unset_env = {"TF_CONFIG"};
+  const auto t0 = Clock::now();
+  TANDEM_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Spawn(o));
+  int port = 0;
+  while (port == 0 && Seconds(t0) < 60) {
+    const std::string text = testing::ReadFile(log);
+    const auto at = text.find("listening on 127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(text.c_str() + at + 23);
+    if (p.Wait(std::chrono::milliseconds(2)).has_value())
+      return Status::Internal("tandem serve exited: " + testing::ReadFile(log));
+  }
+  if (port == 0) return Status::DeadlineExceeded("tandem serve did not listen within 60 s");
+  httplib::Client c("127.0.0.1", port);
+  c.set_tcp_nodelay(true);
+  Startup r;
+  for (;;) {
+    auto ready = c.Get("/ready");
+    if (ready && ready->status == 200) break;
+    if (Seconds(t0) > 60) return Status::DeadlineExceeded("not ready within 60 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  r.seconds = Seconds(t0);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    nlohmann::json inst = nlohmann::json::object();
+    for (int f = 0; f < kFields; ++f) {
+      char hex[20];
+      std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(rng() % kTableRows));
+      inst["C" + std::to_string(f + 1)] = hex;
+    }
+    auto res = c.Post("/v1/models/tandem:predict", nlohmann::json{{"instances", {inst}}}.dump(),
+                      "application/json");
+    if (!res || res->status != 200) return Status::Internal("a predict request failed");
+  }
+  r.rss_anon_mib = RssAnonKiB(p.pid()) / 1024.0;
+  p.Signal(SIGTERM);
+  p.Wait(std::chrono::milliseconds(20000));
+  return r;
+}
+
+Status RunStartup(const Args& args) {
+  testing::TempDir dir;
+  std::vector<Startup> small, large;
+  TANDEM_ASSIGN_OR_RETURN(std::string small_bundle, BuildBundle(dir.path(), kTableRows));
+  TANDEM_ASSIGN_OR_RETURN(std::string large_bundle, BuildBundle(dir.path(), 10 * kTableRows));
+  for (int rep = 0; rep < args.reps; ++rep) {
+    // A log per process: the port is read from it, and a log is appended to.
+    const std::string n = std::to_string(rep);
+    TANDEM_ASSIGN_OR_RETURN(Startup a,
+                            MeasureStartup(args, small_bundle, dir.File("small-" + n + ".log")));
+    TANDEM_ASSIGN_OR_RETURN(Startup b,
+                            MeasureStartup(args, large_bundle, dir.File("large-" + n + ".log")));
+    small.push_back(a);
+    large.push_back(b);
+    std::fprintf(stderr, "startup rep %d: %.3f s %.1f MiB | 10x rows: %.3f s %.1f MiB\n", rep,
+                 a.seconds, a.rss_anon_mib, b.seconds, b.rss_anon_mib);
+  }
+  auto median = [](const std::vector<Startup>& v, double Startup::*field) {
+    std::vector<double> x;
+    for (const auto& s : v) x.push_back(s.*field);
+    return Median(x);
+  };
+  PrintFigure("serve_start_s_10x_rows", median(large, &Startup::seconds), "s", false,
+              "serve_start_s", median(small, &Startup::seconds));
+  PrintFigure("serve_rss_anon_mib_10x_rows", median(large, &Startup::rss_anon_mib), "MiB", false,
+              "serve_rss_anon_mib", median(small, &Startup::rss_anon_mib));
+  return Status::Ok();
+}
+
 int Main(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
@@ -652,24 +746,31 @@ int Main(int argc, char** argv) {
       args.checkpoints = std::max(2, std::atoi(next().c_str()));
     } else {
       std::fprintf(stderr,
-                   "usage: serve_bench [--only steady|delta] [--reps N] [--scale X] "
+                   "usage: serve_bench [--only steady|delta|startup] [--reps N] [--scale X] "
                    "[--tandem PATH] [--every-steps E] [--checkpoints K]\n");
       return 2;
     }
   }
-  if (args.only != "" && args.only != "steady" && args.only != "delta") {
-    std::fprintf(stderr, "serve_bench: --only steady|delta\n");
+  if (args.only != "" && args.only != "steady" && args.only != "delta" && args.only != "startup") {
+    std::fprintf(stderr, "serve_bench: --only steady|delta|startup\n");
     return 2;
   }
   const auto t0 = Clock::now();
-  if (args.only != "delta") {
+  if (args.only == "" || args.only == "startup") {
+    Status s = RunStartup(args);
+    if (!s.ok()) {
+      std::fprintf(stderr, "serve_bench: start-up: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  if (args.only == "" || args.only == "steady") {
     Status s = RunSteady(args);
     if (!s.ok()) {
       std::fprintf(stderr, "serve_bench: steady state: %s\n", s.ToString().c_str());
       return 1;
     }
   }
-  if (args.only != "steady") {
+  if (args.only == "" || args.only == "delta") {
     Status s = RunDelta(args);
     if (!s.ok()) {
       std::fprintf(stderr, "serve_bench: deltas: %s\n", s.ToString().c_str());
