@@ -8,10 +8,10 @@
 #include <optional>
 #include <utility>
 
-#include "offline/checkpoint_reader.h"
 #include "common/checkpoint_layout.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "offline/checkpoint_reader.h"
 #include "server/chief/checkpoint_manifest.h"
 #include "server/ps/embedding_store.h"
 #include "server/ps/shard.h"
