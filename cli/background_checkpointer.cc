@@ -63,7 +63,11 @@ void BackgroundCheckpointer::Run() {
     {
       MutexLock lock(&mu_);
       while (!stopping_ && !next_ && !uncommitted_) cv_.Wait();
-      if (next_) {
+      if (uncommitted_ && !uncommitted_->tried && !stopping_) {
+        // A written checkpoint is offered to the chief once before the next one is written,
+        // so a present chief commits every checkpoint, not only the newest of a quick series.
+        commit = uncommitted_;
+      } else if (next_) {
         work = std::move(next_);
         next_.reset();
         writing_ = true;
@@ -94,6 +98,7 @@ void BackgroundCheckpointer::Run() {
     }
     const bool settled = TryCommit(*commit);
     MutexLock lock(&mu_);
+    if (uncommitted_ && uncommitted_->step == commit->step) uncommitted_->tried = true;
     if (settled) {
       if (uncommitted_ && uncommitted_->step == commit->step) uncommitted_.reset();
       cv_.SignalAll();

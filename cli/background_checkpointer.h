@@ -58,6 +58,7 @@ class BackgroundCheckpointer {
   struct Uncommitted {
     int64_t step = -1;
     std::vector<std::string> parts;  // the manifest's parts, JSON each
+    bool tried = false;              // offered to the chief at least once
   };
   void Run();
   // The dense file and every shard's part, as the chief's parts.
