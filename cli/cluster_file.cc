@@ -3,9 +3,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli/daemon.h"
+#include "common/daemon/daemon.h"
 
 namespace tandem::cli {
+
+using daemon::WriteFileAtomically;
 
 Status WriteClusterFile(const std::string& path, const ClusterFile& file) {
   nlohmann::json j;

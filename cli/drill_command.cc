@@ -15,15 +15,19 @@
 #include "cli/cluster_file.h"
 #include "cli/drill_faults.h"
 #include "cli/netns.h"
-#include "cli/security_setup.h"
-#include "cli/stop_signals.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
+#include "common/daemon/security_setup.h"
+#include "common/daemon/stop_signals.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/subprocess.h"
 
 namespace tandem::cli {
+
+using daemon::ApplySecurity;
+using daemon::BlockStopSignals;
+using daemon::WaitStopSignal;
 namespace {
 
 namespace fs = std::filesystem;
@@ -372,7 +376,8 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
       path = r.detect_ms ? "the link came back, no restart"
                          : "the link came back: no loss declared, no restart";
       if (f.role == "worker") {
-        // The group broke with nobody lost (cli/replica_group.h): the worker's own account.
+        // The group broke with nobody lost (worker/roll_forward/replica_group.h): the worker's own
+        // account.
         std::string log = ReadAll(LogOf(ctx.out_dir, f));
         if (r.log_end > r.log_offset && r.log_end < log.size())
           log.resize(r.log_end);  // a later fault's regroup is not this one's
@@ -388,7 +393,7 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
       path = "no restart seen";
     } else {
       // A member cut off and declared lost rejoins as a new incarnation of the same process
-      // (cli/member.h) unless `tandem local` killed it on the chief's verdict first.
+      // (common/daemon/member.h) unless `tandem local` killed it on the chief's verdict first.
       path = f.network() && r.last_pid == r.pid ? f.role + " rejoin (same pid, incarnation " +
                                                       std::to_string(r.after.incarnation) + ")"
                                                 : f.role + " restart";

@@ -15,16 +15,20 @@
 
 #include "cli/cluster_file.h"
 #include "cli/netns.h"
-#include "cli/security_setup.h"
-#include "cli/stop_signals.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
+#include "common/daemon/security_setup.h"
+#include "common/daemon/stop_signals.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/subprocess.h"
 #include "worker/device/device_info.h"
 
 namespace tandem::cli {
+
+using daemon::ApplySecurity;
+using daemon::BlockStopSignals;
+using daemon::WaitStopSignal;
 namespace {
 
 using std::chrono::milliseconds;

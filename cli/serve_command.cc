@@ -4,12 +4,15 @@
 #include <fstream>
 #include <iterator>
 
-#include "cli/stop_signals.h"
+#include "common/daemon/stop_signals.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 
 namespace tandem::cli {
+
+using daemon::BlockStopSignals;
+using daemon::WaitStopSignal;
 
 namespace {
 

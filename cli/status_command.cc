@@ -6,14 +6,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cluster_file.h"
-#include "cli/security_setup.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
+#include "common/daemon/security_setup.h"
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/wire/curve_keys.h"
 
 namespace tandem::cli {
+
+using daemon::ApplySecurity;
 namespace {
 
 struct Target {

@@ -7,24 +7,27 @@
 #include <string>
 
 #include "cli/checksum_command.h"
-#include "cli/daemon.h"
 #include "cli/data_commands.h"
 #include "cli/drill_command.h"
 #include "cli/keys_command.h"
 #include "cli/local_command.h"
-#include "cli/member.h"
 #include "cli/serve_command.h"
 #include "cli/serving_commands.h"
 #include "cli/status_command.h"
 #include "common/build_info.h"
+#include "common/daemon/daemon.h"
+#include "common/daemon/member.h"
 #include "common/exit_codes.h"
+#include "server/chief/chief_main.h"
+#include "server/ps/ps_main.h"
 #include "worker/device/cpu/blas_kernels.h"
 #include "worker/device/device_info.h"
+#include "worker/worker_main.h"
 
 namespace tandem::cli {
 namespace {
 
-void AddDaemon(CLI::App& app, const char* name, const char* help, DaemonArgs* a) {
+void AddDaemon(CLI::App& app, const char* name, const char* help, daemon::DaemonArgs* a) {
   auto* sub = app.add_subcommand(name, help);
   sub->add_option("--config", a->config_path, "job config (YAML)")
       ->required()
@@ -76,7 +79,7 @@ int Main(int argc, char** argv) {
   });
   app.require_subcommand(1);
 
-  DaemonArgs chief, ps, worker;
+  daemon::DaemonArgs chief, ps, worker;
   chief.role = config::Role::kChief;
   ps.role = config::Role::kPs;
   worker.role = config::Role::kWorker;
@@ -260,11 +263,13 @@ int Main(int argc, char** argv) {
 
   const char* tf = std::getenv("TF_CONFIG");
   const std::optional<std::string> tf_config = tf ? std::optional<std::string>(tf) : std::nullopt;
-  if (app.got_subcommand("chief")) return RunDaemon(chief, tf_config);
-  // A member declared lost that nobody replaced comes back as a new process (cli/member.h).
+  if (app.got_subcommand("chief")) return tandem::chief::RunChief(chief, tf_config);
+  // A member declared lost that nobody replaced comes back as a new process
+  // (common/daemon/member.h).
   if (app.got_subcommand("ps") || app.got_subcommand("worker")) {
-    const int status = RunDaemon(app.got_subcommand("ps") ? ps : worker, tf_config);
-    return status == kRoleRejoin ? ExecAgainToRejoin(argv) : status;
+    const int status = app.got_subcommand("ps") ? tandem::ps::RunPs(ps, tf_config)
+                                                : tandem::worker::RunWorker(worker, tf_config);
+    return status == daemon::kRoleRejoin ? daemon::ExecAgainToRejoin(argv) : status;
   }
   if (app.got_subcommand("local")) return RunLocal(local);
   if (app.got_subcommand("status")) return RunStatus(status);

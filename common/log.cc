@@ -39,6 +39,9 @@ class IdentityFlag : public spdlog::custom_flag_formatter {
 
 void Init(const std::string& role_and_index, const std::string& level) {
   Ident().who = role_and_index;
+  // A second Init (a daemon's start-up run twice in one process, as its tests do) replaces the
+  // logger; spdlog refuses a second one of the same name with an exception.
+  spdlog::drop("tandem");
   auto logger = spdlog::stderr_logger_mt("tandem");
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<IdentityFlag>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%e %L %* | %v");

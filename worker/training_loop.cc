@@ -12,7 +12,7 @@
 #include "worker/data/record_source.h"
 #include "worker/dense_state.h"
 #include "worker/evaluator.h"
-#include "worker/replica_resync.h"
+#include "worker/roll_forward/replica_resync.h"
 #include "worker/trainer.h"
 
 namespace tandem::worker {

@@ -143,4 +143,14 @@ std::string Registry::Render() const {
   return out;
 }
 
+void AddGauge(std::vector<Registry::Sample>* out, const std::string& name, const std::string& help,
+              double value, Labels labels) {
+  out->push_back({name, help, "gauge", std::move(labels), value});
+}
+
+void AddCount(std::vector<Registry::Sample>* out, const std::string& name, const std::string& help,
+              uint64_t value, Labels labels) {
+  out->push_back({name, help, "counter", std::move(labels), static_cast<double>(value)});
+}
+
 }  // namespace tandem::metrics

@@ -81,4 +81,10 @@ class Registry {
 // `{k="v",...}` with Prometheus escaping ("" for no labels).
 std::string RenderLabels(const Labels& labels);
 
+// A collector's gauge and counter samples (Registry::AddCollector).
+void AddGauge(std::vector<Registry::Sample>* out, const std::string& name, const std::string& help,
+              double value, Labels labels = {});
+void AddCount(std::vector<Registry::Sample>* out, const std::string& name, const std::string& help,
+              uint64_t value, Labels labels = {});
+
 }  // namespace tandem::metrics

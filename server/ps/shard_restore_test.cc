@@ -10,6 +10,9 @@
 #include "common/checkpoint_layout.h"
 #include "common/model_checksum.h"
 #include "common/slot_map.h"
+#include "server/chief/checkpoint_manifest.h"
+#include "server/ps/durable_copy.h"
+#include "server/ps/shard_resume.h"
 #include "server/ps/shard_test_util.h"
 
 namespace tandem::ps {
@@ -299,6 +302,102 @@ TEST(ShardRestoreTest, SourceThatDoesNotDescribeTheJobIsRefused) {
   ASSERT_FALSE(report.ok());
   EXPECT_TRUE(report.status().IsInvalidArgument()) << report.status();
 }
+
+// The PS's resume decision (shard_resume.h) from the chief's view, over a committed manifest.
+namespace resume {
+
+// Commits the old job's checkpoint as the chief would: a MANIFEST naming every shard's part.
+void CommitManifest(const RestoreSource& source) {
+  chief::Manifest m;
+  m.step = source.step;
+  m.job_id = std::string(32, 'a');
+  m.num_ps = source.num_ps;
+  m.num_workers = 1;
+  for (const CheckpointPart& part : source.parts) {
+    chief::ManifestPart p;
+    p.name = "shard-" + std::to_string(part.shard);
+    p.detail = CheckpointPartToJson(part);
+    m.parts.push_back(std::move(p));
+  }
+  const std::string dir = source.checkpoint_dir + "/" + CheckpointDirName(source.step);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/MANIFEST") << chief::EncodeManifest(m);
+}
+
+ClusterView View(const std::string& state, int64_t resume_step, int64_t elapsed_ms = 0) {
+  ClusterView v;
+  v.job_state = state;
+  v.resume_step = resume_step;
+  v.elapsed_ms = elapsed_ms;
+  return v;
+}
+
+TEST(ShardResumeTest, StartingJobRestoresTheNamedCheckpointOnEveryShard) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 2, &expected);
+  CommitManifest(source);
+  std::vector<std::unique_ptr<Shard>> shards;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto step = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), i, 2),
+                                     View("starting", kStep));
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(*step, kStep);
+    auto opened = Shard::Open(JobShard(dir.path(), i, 2));
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_EQ((*opened)->applied_step(), kStep);
+    shards.push_back(std::move(opened).value());
+  }
+  EXPECT_EQ(ChecksumOf(Raw(shards)), expected);
+}
+
+TEST(ShardResumeTest, TrainingJobOrRejoiningChiefKeepsWhatTheShardApplied) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 1, &expected);
+  CommitManifest(source);
+  for (const ClusterView& view : {View("training", kStep), View("starting", kStep, 1500)}) {
+    auto step = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1), view);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(*step, -1) << view.job_state;
+  }
+  // It recovers from its own log: the steps after the checkpoint are still there.
+  auto opened = Shard::Open(JobShard(dir.path(), 0, 1));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->applied_step(), kPastStep);
+}
+
+TEST(ShardResumeTest, NothingToResumeFromStartsEmpty) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  RunOldJob(dir.path(), 1, &expected);
+  auto step =
+      PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1), View("starting", -1));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, -1);
+  auto opened = Shard::Open(JobShard(dir.path(), 0, 1));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->applied_step(), -1);
+}
+
+TEST(ShardResumeTest, MissingOrDamagedManifestIsDataLossNamingIt) {
+  ::tandem::testing::TempDir dir;
+  std::string expected;
+  const RestoreSource source = RunOldJob(dir.path(), 1, &expected);
+  auto missing = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1),
+                                      View("starting", kStep));
+  ASSERT_TRUE(missing.status().IsDataLoss()) << missing.status();
+  EXPECT_NE(missing.status().message().find("MANIFEST"), std::string::npos);
+  CommitManifest(source);
+  const std::string manifest = dir.path() + "/ckpt/" + CheckpointDirName(kStep) + "/MANIFEST";
+  FlipByte(manifest, 40);
+  auto damaged = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1),
+                                      View("starting", kStep));
+  ASSERT_TRUE(damaged.status().IsDataLoss()) << damaged.status();
+  EXPECT_NE(damaged.status().message().find("MANIFEST"), std::string::npos) << damaged.status();
+}
+
+}  // namespace resume
 
 }  // namespace
 }  // namespace tandem::ps

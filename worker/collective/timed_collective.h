@@ -1,7 +1,7 @@
 // TimedCollective: a Collective that tells, from any thread, since when its op in flight has
 // been running. A stop (SIGTERM) is honoured by the op's own return when the group is healthy;
 // when a peer is cut off the op would block until collective.timeout_ms, and the worker's
-// watcher uses this to abort it instead (cli/replica_group.h).
+// watcher uses this to abort it instead (worker/roll_forward/replica_group.h).
 #pragma once
 
 #include <atomic>

@@ -1,32 +1,35 @@
-// `tandem worker`: join the job, wait for the whole cluster, connect to the shards and the other
-// replicas, train, report the result to the chief and exit.
+#include "worker/worker_main.h"
+
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cli/all_reduce_group.h"
-#include "cli/background_checkpointer.h"
-#include "cli/daemon_metrics.h"
-#include "cli/member.h"
-#include "cli/replica_group.h"
-#include "cli/roles.h"
 #include "common/checkpoint_layout.h"
+#include "common/daemon/member.h"
+#include "common/daemon/stop_signals.h"
 #include "common/determinism_class.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "common/metrics/metrics_writer.h"
 #include "common/metrics/tensorboard_writer.h"
 #include "common/ps_client.h"
+#include "worker/background_checkpointer.h"
 #include "worker/collective/chief_store.h"
 #include "worker/dense_state.h"
 #include "worker/device/backend_factory.h"
 #include "worker/device/cpu/blas_kernels.h"
 #include "worker/device/cpu/cpu_backend.h"
+#include "worker/device/device_info.h"
+#include "worker/roll_forward/all_reduce_group.h"
+#include "worker/roll_forward/replica_group.h"
 #include "worker/training_loop.h"
+#include "worker/worker_service.h"
 
-namespace tandem::cli {
+namespace tandem::worker {
+
+using daemon::RoleContext;
 namespace {
 
 // Exit status for a training error: an invalid push or bad data is the job's input, not a
@@ -50,7 +53,7 @@ void MoveAsideOldMetrics(const std::string& path) {
 
 }  // namespace
 
-int RunWorkerRole(const RoleContext& ctx) {
+int WorkerDaemon::Run(const RoleContext& ctx) {
   const auto& job = *ctx.job;
   const int rank = ctx.index;
   const int world = static_cast<int>(job.cluster.workers.size());
@@ -66,7 +69,7 @@ int RunWorkerRole(const RoleContext& ctx) {
       DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName(),
                        GpuDeterminismClass(job));
   TLOG_INFO("openblas kernels: {}", device::BlasKernelsDescription());
-  auto chief = JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
+  auto chief = daemon::JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
   if (!chief) return exit_status;
   const int64_t start_step = reg.resume_step + 1;
   const bool rejoin = reg.joins_running_job && world > 1;
@@ -82,7 +85,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   std::thread signals([&] {
     while (!finished.load()) {
       int sig = 0;
-      if (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(100), &sig)) {
+      if (!daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(100), &sig)) {
         group.Watch();
         continue;
       }
@@ -118,7 +121,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   };
 
   auto view = chief->AwaitComplete(std::chrono::seconds(job.recovery.max_wait_s),
-                                   [&] { return StopSignalSeen(ctx.stop_signals); });
+                                   [&] { return daemon::StopSignalSeen(ctx.stop_signals); });
   if (view.status().IsCancelled()) {
     TLOG_INFO("{}: stopping", view.status().message());
     return kExitOk;
@@ -173,7 +176,7 @@ int RunWorkerRole(const RoleContext& ctx) {
 
   progress.state = "training";
   chief->SetProgress(progress);
-  worker::TrainingLoopOptions o;
+  TrainingLoopOptions o;
   o.job = &job;
   o.rank = rank;
   o.world = world;
@@ -186,7 +189,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   o.rejoin = rejoin;
   if (world > 1) {
     o.recover = [&] {
-      if (ctx.worker_gauges != nullptr) ctx.worker_gauges->recoveries.fetch_add(1);
+      gauges_.recoveries.fetch_add(1);
       return group.Recover([&](const std::string& state) {
         progress.state = state;
         chief->SetProgress(progress);
@@ -233,11 +236,9 @@ int RunWorkerRole(const RoleContext& ctx) {
   if (rank == 0) o.dense_state_path = job.output.dir + "/model/dense.ckpt";  // creates model/
   o.on_progress = [&](const worker::LoopProgress& p) {
     log::SetStep(p.step);
-    if (ctx.worker_gauges != nullptr) {
-      ctx.worker_gauges->step.store(p.step);
-      ctx.worker_gauges->samples_per_sec.store(p.samples_per_sec / world);
-      ctx.worker_gauges->generation.store(chief->generation());
-    }
+    gauges_.step.store(p.step);
+    gauges_.samples_per_sec.store(p.samples_per_sec / world);
+    gauges_.generation.store(chief->generation());
     progress.step = p.step;
     // The chief sums its members' rates: report this worker's share of the global rate.
     progress.samples_per_sec = p.samples_per_sec / world;
@@ -254,7 +255,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   TLOG_INFO("training steps {}..{} of {} (k = {}, batch {} per worker, {} workers, {} shards)", 0,
             job.train.steps - 1, job.train.steps, job.train.embedding_staleness,
             job.train.batch_size, world, po.shards.size());
-  auto result = worker::RunTrainingLoop(o);
+  auto result = RunTrainingLoop(o);
   if (checkpointer && result.ok()) {
     // The last checkpoint is committed before the result is reported: the job ends only then.
     Status final_checkpoint = checkpointer->Finish(
@@ -266,7 +267,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     // reply does: ask the chief now, so that a zombie exits 75 (fenced), not 1 (restart me).
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
   }
-  if (chief->fenced()) return ExitWhenFenced(chief.get(), "worker:" + std::to_string(rank));
+  if (chief->fenced()) return daemon::ExitWhenFenced(chief.get(), "worker:" + std::to_string(rank));
   if (!result.ok() && result.status().IsCancelled() &&
       (stop_signal.load() || chief->stop_requested())) {
     if (chief->job_state() == "failed") {
@@ -308,4 +309,25 @@ int RunWorkerRole(const RoleContext& ctx) {
   return kExitOk;
 }
 
-}  // namespace tandem::cli
+std::vector<wire::LaneOptions> WorkerDaemon::Lanes(const config::JobConfig&) const {
+  return WorkerLanes();
+}
+
+std::optional<int> WorkerDaemon::Prepare(const RoleContext& ctx) {
+  RegisterWorkerService(ctx.server);
+  return std::nullopt;
+}
+
+void WorkerDaemon::Started(const RoleContext& ctx, metrics::Registry* registry) {
+  // Only a GPU worker opens the CUDA plugin (and its ~90 MiB of cuBLASLt); `tandem --version`
+  // shows the devices on any host.
+  if (ctx.job->train.device == "cuda") TLOG_INFO("devices: {}", device::ProbeDevices().ToString());
+  AddWorkerMetrics(registry, &gauges_);
+}
+
+int RunWorker(const daemon::DaemonArgs& args, const std::optional<std::string>& tf_config) {
+  WorkerDaemon role;
+  return daemon::RunDaemon(args, tf_config, &role);
+}
+
+}  // namespace tandem::worker

@@ -1,9 +1,9 @@
-#include "cli/security_setup.h"
+#include "common/daemon/security_setup.h"
 
 #include "common/log.h"
 #include "common/wire/curve_keys.h"
 
-namespace tandem::cli {
+namespace tandem::daemon {
 
 Status ApplySecurity(const config::JobConfig& job) {
   if (job.security.keys.empty()) {
@@ -16,4 +16,4 @@ Status ApplySecurity(const config::JobConfig& job) {
   return Status::Ok();
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::daemon

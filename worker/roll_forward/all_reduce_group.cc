@@ -1,4 +1,4 @@
-#include "cli/all_reduce_group.h"
+#include "worker/roll_forward/all_reduce_group.h"
 
 #include "common/log.h"
 #include "worker/collective/gloo_collective.h"
@@ -7,7 +7,7 @@
 #include "worker/collective/nccl_collective.h"
 #endif
 
-namespace tandem::cli {
+namespace tandem::worker {
 
 StatusOr<std::unique_ptr<collective::Collective>> JoinAllReduceGroup(
     const config::JobConfig& job, int rank, int world, const std::string& host, int64_t generation,
@@ -52,4 +52,4 @@ std::string GpuDeterminismClass(const config::JobConfig& job) {
   return report.devices.front() + " " + report.library_versions;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::worker

@@ -1,4 +1,4 @@
-#include "cli/background_checkpointer.h"
+#include "worker/background_checkpointer.h"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/log.h"
 
-namespace tandem::cli {
+namespace tandem::worker {
 
 using Clock = std::chrono::steady_clock;
 
@@ -171,4 +171,4 @@ bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {
   return false;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::worker

@@ -23,7 +23,7 @@
 #include "common/sync.h"
 #include "worker/dense_state.h"
 
-namespace tandem::cli {
+namespace tandem::worker {
 
 struct BackgroundCheckpointerOptions {
   const config::JobConfig* job = nullptr;
@@ -82,4 +82,4 @@ class BackgroundCheckpointer {
   std::thread thread_;
 };
 
-}  // namespace tandem::cli
+}  // namespace tandem::worker

@@ -26,7 +26,7 @@
 #include "worker/collective/collective.h"
 #include "worker/collective/timed_collective.h"
 
-namespace tandem::cli {
+namespace tandem::worker {
 
 // How long a stop waits for the op in flight (or a shard) before abandoning it: far above a
 // healthy op or pull, far below collective.timeout_ms.
@@ -93,4 +93,4 @@ class ReplicaGroup {
   bool aborted_for_stop_ GUARDED_BY(mu_) = false;
 };
 
-}  // namespace tandem::cli
+}  // namespace tandem::worker

@@ -6,10 +6,10 @@
 #include "common/config/job_config.h"
 #include "common/status.h"
 
-namespace tandem::cli {
+namespace tandem::daemon {
 
 // kInvalidArgument naming the file when the keys cannot be used. Without `security.keys`,
 // clears them (no authentication).
 Status ApplySecurity(const config::JobConfig& job);
 
-}  // namespace tandem::cli
+}  // namespace tandem::daemon

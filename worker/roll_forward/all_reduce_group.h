@@ -11,7 +11,7 @@
 #include "common/status.h"
 #include "worker/collective/collective.h"
 
-namespace tandem::cli {
+namespace tandem::worker {
 
 // Null for a single worker (nothing to reduce). `host` is the worker's own address (Gloo binds
 // it; on loopback collective.iface is ignored).
@@ -23,4 +23,4 @@ StatusOr<std::unique_ptr<collective::Collective>> JoinAllReduceGroup(
 // driver/CUDA/cuBLAS/cuDNN/NCCL versions for train.device cuda; "none" otherwise.
 std::string GpuDeterminismClass(const config::JobConfig& job);
 
-}  // namespace tandem::cli
+}  // namespace tandem::worker

@@ -5,10 +5,10 @@
 #include <memory>
 #include <string>
 
-#include "cli/roles.h"
 #include "common/chief_client.h"
+#include "common/daemon/daemon.h"
 
-namespace tandem::cli {
+namespace tandem::daemon {
 
 // Registers this member with the chief named in the config, adopts the issued identity in the
 // server (replies carry it) and the log, and starts the heartbeat thread. On failure returns
@@ -34,4 +34,4 @@ int ExitWhenFenced(ChiefClient* chief, const std::string& rank);
 // Returns only when that fails, with the exit status to use.
 int ExecAgainToRejoin(char** argv);
 
-}  // namespace tandem::cli
+}  // namespace tandem::daemon

@@ -1,16 +1,16 @@
-#include "cli/replica_group.h"
+#include "worker/roll_forward/replica_group.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <thread>
 
-#include "cli/stop_signals.h"
+#include "common/daemon/stop_signals.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "common/wait_log.h"
 
-namespace tandem::cli {
+namespace tandem::worker {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
@@ -69,7 +69,7 @@ void ReplicaGroup::Watch() {
     std::_Exit(kExitRestart);
   }
   // Fenced (declared lost while cut off, or replaced): this incarnation must not finish the op
-  // in flight nor push what follows it; the rank is its successor's (cli/member.h).
+  // in flight nor push what follows it; the rank is its successor's (common/daemon/member.h).
   if (chief_->fenced() && !aborted_for_fence_) {
     TLOG_WARN("fenced by the chief: aborting the group's op");
     group_->Abort();
@@ -118,10 +118,10 @@ Status ReplicaGroup::Recover(const std::function<void(const std::string&)>& on_s
                ")");
   for (;;) {
     // Declared lost meanwhile (this worker was the one cut off): it leaves the rank to the
-    // decision of the chief (cli/member.h, ExitWhenFenced).
+    // decision of the chief (common/daemon/member.h, ExitWhenFenced).
     if (chief_->fenced())
       return Status::Aborted("this incarnation was declared lost while it waited to recover");
-    if (StopSignalReceived() || chief_->stop_requested() || StopOverdue())
+    if (daemon::StopSignalReceived() || chief_->stop_requested() || StopOverdue())
       return Status::Cancelled("the job is stopping: no recovery");
     wait.Tick(missing);
     const auto now = Clock::now();
@@ -208,4 +208,4 @@ Status ReplicaGroup::Recover(const std::function<void(const std::string&)>& on_s
       " s: " + missing);
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::worker

@@ -1,4 +1,4 @@
-#include "worker/replica_resync.h"
+#include "worker/roll_forward/replica_resync.h"
 
 #include <algorithm>
 #include <limits>

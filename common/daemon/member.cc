@@ -1,4 +1,4 @@
-#include "cli/member.h"
+#include "common/daemon/member.h"
 
 #include <unistd.h>
 
@@ -7,11 +7,12 @@
 #include <cstring>
 #include <string>
 
+#include "common/daemon/stop_signals.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 
-namespace tandem::cli {
+namespace tandem::daemon {
 
 std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
                                      const std::string& determinism_class, int* exit_status,
@@ -97,4 +98,4 @@ int ExecAgainToRejoin(char** argv) {
   return kExitRuntimeFailure;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::daemon

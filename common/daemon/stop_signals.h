@@ -8,7 +8,7 @@
 #include <chrono>
 #include <ctime>
 
-namespace tandem::cli {
+namespace tandem::daemon {
 
 namespace internal {
 // A stop signal that reached a thread which had not blocked it (OpenBLAS starts its thread pool
@@ -80,4 +80,4 @@ inline bool StopSignalSeen(const sigset_t& set) {
   return true;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::daemon

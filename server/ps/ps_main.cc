@@ -1,13 +1,18 @@
-// `tandem ps`: the shard is open and served (RunDaemon); join the job and serve until the chief
-// says the job has ended, then leave a restore point so the next start replays nothing.
-#include "cli/member.h"
-#include "cli/roles.h"
+#include "server/ps/ps_main.h"
+
+#include "common/daemon/member.h"
+#include "common/daemon/stop_signals.h"
 #include "common/determinism_class.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
-#include "server/ps/shard.h"
+#include "server/ps/ps_metrics.h"
+#include "server/ps/shard_options.h"
+#include "server/ps/shard_resume.h"
 
-namespace tandem::cli {
+namespace tandem::ps {
+
+using daemon::RoleContext;
+
 namespace {
 bool Ended(const std::string& job_state) {
   return job_state == "done" || job_state == "stopped" || job_state == "failed";
@@ -19,25 +24,78 @@ bool Ended(const std::string& job_state) {
 static int ServeStandalone(const RoleContext& ctx) {
   TLOG_WARN("cluster.chief has port 0: serving without a chief until SIGTERM");
   int sig = 0;
-  while (!WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(1000), &sig)) {
+  while (!daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(1000), &sig)) {
   }
   TLOG_INFO("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   return kExitOk;
 }
 
-int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
+std::vector<wire::LaneOptions> PsDaemon::Lanes(const config::JobConfig& job) const {
+  return PsLanes(static_cast<int>(job.ps.handler_threads));
+}
+
+std::optional<int> PsDaemon::Prepare(const RoleContext& ctx) {
+  // Recovery (restore point + push-log replay), and before it the restore of the checkpoint a
+  // starting job resumes from, complete before the port is bound, so no request ever sees a
+  // half-recovered shard.
+  const auto& job = *ctx.job;
+  const auto shard_options = ShardOptionsFromConfig(job, static_cast<uint32_t>(ctx.index));
+  if (!job.cluster.chief.at(0).ends_with(":0")) {
+    auto restored = RestoreForResume(job, ctx.job_id, ctx.context, shard_options, ctx.stop_signals);
+    if (restored.status().IsCancelled()) {
+      TLOG_INFO("{}: stopping before the shard was opened", restored.status().message());
+      return kExitOk;
+    }
+    if (!restored.ok()) {
+      TLOG_ERROR("cannot restore the shard from the checkpoint: {}", restored.status().ToString());
+      // Refused by the chief (another job's, scenario 16): do not restart (PROTOCOLS §12).
+      if (restored.status().code() == StatusCode::kPermissionDenied) return kExitFenced;
+      return restored.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+    }
+    restored_step_ = *restored;
+  }
+  auto opened = Shard::Open(shard_options);
+  if (!opened.ok()) {
+    TLOG_ERROR("cannot open the shard: {}", opened.status().ToString());
+    return opened.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+  }
+  shard_ = std::move(opened).value();
+  service_ = std::make_unique<PsService>(shard_.get(), ctx.server);
+  service_->Register();
+  return std::nullopt;
+}
+
+void PsDaemon::Started(const RoleContext&, metrics::Registry* registry) {
+  AddPsMetrics(registry, shard_.get());
+}
+
+void PsDaemon::Stopped(int status) {
+  if (status == daemon::kRoleRejoin) return;
+  // A clean stop leaves a restore point, so the next start replays nothing. Not before a
+  // rejoin: the replay of the log rebuilds the pre-images of the last applied step, which a
+  // replacement worker's pulls of that step may need (PROTOCOLS §8); a restore point would
+  // drop them.
+  Status rp = shard_->TakeRestorePoint();
+  if (!rp.ok()) TLOG_WARN("final restore point failed: {}", rp.ToString());
+  auto ss = shard_->stats();
+  TLOG_INFO("shard: applied step {}, {} pushes logged, {} duplicates, {} rows applied",
+            shard_->applied_step(), ss.pushes_logged, ss.duplicates, ss.rows_applied);
+}
+
+int PsDaemon::Run(const RoleContext& ctx) {
+  Shard* shard = shard_.get();
   const auto& job = *ctx.job;
   if (job.cluster.chief.at(0).ends_with(":0")) return ServeStandalone(ctx);
   int exit_status = kExitOk;
   Registration reg;
-  auto chief = JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
+  auto chief = daemon::JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
   // The daemon restored the shard to the checkpoint the chief named before it opened it; the
   // registration must confirm it (a chief restarted in between may resume from another one), and
   // the shard must run on the timeline the workers are handed, or every push is refused.
   const bool restored_other_step =
-      ctx.restored_step >= 0 &&
-      (reg.resume_step != ctx.restored_step || shard->applied_step() != reg.resume_step);
+      restored_step_ >= 0 &&
+      (reg.resume_step != restored_step_ || shard->applied_step() != reg.resume_step);
   auto fail = [&](const std::string& detail) {
     TLOG_ERROR("{}", detail);
     Progress failed;
@@ -47,9 +105,9 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     return kExitRuntimeFailure;
   };
-  if (restored_other_step || (ctx.restored_step >= 0 && shard->timeline() != reg.timeline)) {
+  if (restored_other_step || (restored_step_ >= 0 && shard->timeline() != reg.timeline)) {
     return fail("ps:" + std::to_string(ctx.index) + " was restored to step " +
-                std::to_string(ctx.restored_step) + " and is at step " +
+                std::to_string(restored_step_) + " and is at step " +
                 std::to_string(shard->applied_step()) + " on timeline " +
                 std::to_string(shard->timeline()) +
                 ", the job resumes from the checkpoint of step " + std::to_string(reg.resume_step) +
@@ -75,7 +133,7 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
     progress.step = shard->applied_step();
     chief->SetProgress(progress);
     int sig = 0;
-    if (WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) {
+    if (daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) {
       if (stop_deadline) break;  // a second signal: stop now
       TLOG_INFO("received {}: asking the chief to stop the job",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -86,7 +144,7 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
     }
     if (chief->fenced()) {
       chief->StopHeartbeats();
-      return ExitWhenFenced(chief.get(), "ps:" + std::to_string(ctx.index));
+      return daemon::ExitWhenFenced(chief.get(), "ps:" + std::to_string(ctx.index));
     }
     if (Ended(chief->job_state())) {
       TLOG_INFO("the job has ended ({}): leaving", chief->job_state());
@@ -114,4 +172,9 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   return kExitOk;
 }
 
-}  // namespace tandem::cli
+int RunPs(const daemon::DaemonArgs& args, const std::optional<std::string>& tf_config) {
+  PsDaemon role;
+  return daemon::RunDaemon(args, tf_config, &role);
+}
+
+}  // namespace tandem::ps

@@ -4,7 +4,7 @@
 // replicas on threads, scenario 19 (the all-reduce completed on one survivor, failed on the
 // other, the third rank replaced): every replica ends with the fault-free run's state.
 // Linked into trainer_tests. The multi-process path is tested by the drill tests.
-#include "worker/replica_resync.h"
+#include "worker/roll_forward/replica_resync.h"
 
 #include <gtest/gtest.h>
 

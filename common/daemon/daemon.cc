@@ -1,0 +1,190 @@
+#include "common/daemon/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "common/build_info.h"
+#include "common/config/slurm_env.h"
+#include "common/daemon/security_setup.h"
+#include "common/daemon/stop_signals.h"
+#include "common/exit_codes.h"
+#include "common/job_id.h"
+#include "common/log.h"
+#include "common/metrics/metrics_http.h"
+#include "common/metrics/prometheus.h"
+#include "common/wire/rpc_server.h"
+
+namespace tandem::daemon {
+namespace {
+
+wire::Role WireRole(config::Role r) {
+  switch (r) {
+    case config::Role::kChief:
+      return wire::Role::CHIEF;
+    case config::Role::kPs:
+      return wire::Role::PS;
+    case config::Role::kWorker:
+      return wire::Role::WORKER;
+  }
+  return wire::Role::UNKNOWN;
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+StatusOr<JobId> ResolveJobId(const DaemonArgs& args, const config::JobConfig& job) {
+  if (!args.job_id.empty()) return ParseJobId(args.job_id);
+  return LoadOrCreateJobId(job.checkpoint.dir);
+}
+
+}  // namespace
+
+bool WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_config,
+              DaemonRole* role) {
+  const sigset_t stop_signals = BlockStopSignals();
+  // A file-size limit (RLIMIT_FSIZE) reached must fail the write (EFBIG: the push is refused
+  // like on a full disk) instead of killing the daemon.
+  ::signal(SIGXFSZ, SIG_IGN);
+  std::vector<config::Override> overrides;
+  for (const auto& s : args.sets) overrides.push_back({s});
+  auto job = config::LoadJobConfig(args.config_path, overrides);
+  if (!job.ok()) {
+    std::fprintf(stderr, "tandem %s: %s\n", std::string(config::RoleName(args.role)).c_str(),
+                 job.status().message().c_str());
+    return kExitInvalid;
+  }
+  // --task / TF_CONFIG, else a Slurm heterogeneous job's variables (common/config/slurm_env.h).
+  auto resolved = config::ResolveDaemonTask(args.role, args.task, tf_config,
+                                            config::ProcessEnvironment(), args.config_path, &*job);
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "tandem %s: %s\n", std::string(config::RoleName(args.role)).c_str(),
+                 resolved.status().message().c_str());
+    return resolved.status().IsFailedPrecondition() ? kExitUsage : kExitInvalid;
+  }
+  if (resolved->task.role != args.role) {
+    std::fprintf(stderr, "tandem %s: the task is %s, but this is `tandem %s`\n",
+                 std::string(config::RoleName(args.role)).c_str(),
+                 resolved->task.ToString().c_str(),
+                 std::string(config::RoleName(args.role)).c_str());
+    return kExitInvalid;
+  }
+  log::Init(resolved->task.ToString(), args.log_level);
+  log::SetIncarnation(args.incarnation);
+  TLOG_INFO("tandem {} starting: cluster from {}, task from {}; build {}; config hash {}",
+            resolved->task.ToString(), resolved->cluster_from, resolved->task_from, BuildId(),
+            job->ComputationHash());
+  auto job_id = ResolveJobId(args, *job);
+  if (!job_id.ok()) {
+    TLOG_ERROR("job id: {}", job_id.status().ToString());
+    return kExitInvalid;
+  }
+
+  if (Status secured = ApplySecurity(*job); !secured.ok()) {
+    TLOG_ERROR("{}", secured.message());
+    return kExitInvalid;
+  }
+  zmq::context_t context(2);
+  wire::ServerOptions options;
+  // A task named by DNS name (Kubernetes) is bound on every interface and advertised by name.
+  const config::BindAddress bind = config::BindAddressFor(resolved->address);
+  options.bind_endpoint = "tcp://" + bind.bind;
+  options.advertise_host = bind.advertise;
+  options.max_connections = job->security.max_connections;
+  options.max_in_flight_per_client = job->security.max_in_flight_per_client;
+  options.max_frame_bytes = job->security.max_message_bytes;
+  options.lanes = role->Lanes(*job);
+  wire::Identity self;
+  self.job_id = *job_id;
+  self.role = WireRole(args.role);
+  self.index = static_cast<uint32_t>(resolved->task.index);
+  self.incarnation = args.incarnation;
+  // /metrics (metrics.port): declared first, so that it outlives everything it reads.
+  metrics::Registry registry;
+  wire::RpcServer server(&context, options, self);
+  server.SetMetrics(&registry);
+  RoleContext ctx;
+  ctx.job = &*job;
+  ctx.index = resolved->task.index;
+  ctx.job_id = *job_id;
+  ctx.host = resolved->address.substr(0, resolved->address.rfind(':'));
+  ctx.context = &context;
+  ctx.server = &server;
+  ctx.stop_signals = stop_signals;
+  if (std::optional<int> refused = role->Prepare(ctx)) return *refused;
+  Status started = server.Start();
+  if (!started.ok()) {
+    TLOG_ERROR("{}", started.ToString());
+    return kExitRuntimeFailure;
+  }
+  const std::string& host = ctx.host;
+  TLOG_INFO("bound {} (job {})", server.endpoint(), job_id->ToHex());
+  if (bind.every_interface) {
+    TLOG_WARN(
+        "{} is no address of this host (it does not resolve here yet?): bound {} (every "
+        "interface), advertised as {}",
+        bind.advertise, bind.bind, server.endpoint());
+  } else if (!bind.advertise.empty()) {
+    TLOG_INFO("{} is a host name, which ZeroMQ cannot bind: bound {}, advertised as {}",
+              bind.advertise, bind.bind, server.endpoint());
+  }
+  if (job->security.keys.empty() && !IsLoopback(host))
+    TLOG_WARN("no security.keys: the training plane on {} accepts any client", server.endpoint());
+  if (!job->security.keys.empty())
+    TLOG_INFO("CURVE on: only holders of {}/cluster.key are served", job->security.keys);
+  role->Started(ctx, &registry);
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_http;
+  if (job->metrics.port >= 0) {
+    const std::string metrics_host = bind.bind.substr(0, bind.bind.rfind(':'));
+    auto http = metrics::MetricsHttpServer::Start(metrics_host, static_cast<int>(job->metrics.port),
+                                                  &registry);
+    if (!http.ok()) {
+      TLOG_ERROR("{}", http.status().ToString());
+      return kExitRuntimeFailure;
+    }
+    metrics_http = std::move(http).value();
+    TLOG_INFO("metrics on http://{}:{}/metrics", host, metrics_http->port());
+  }
+  if (!args.ready_file.empty()) {
+    nlohmann::json ready = {{"address", server.endpoint()},
+                            {"pid", ::getpid()},
+                            {"task", resolved->task.ToString()},
+                            {"job_id", job_id->ToHex()}};
+    if (metrics_http) ready["metrics_port"] = metrics_http->port();
+    if (!WriteFileAtomically(args.ready_file, ready.dump() + "\n")) {
+      TLOG_ERROR("cannot write ready file {}", args.ready_file);
+      return kExitRuntimeFailure;
+    }
+  }
+  role->Ready(ctx);
+  const int status = role->Run(ctx);
+  server.Stop();
+  role->Stopped(status);
+  auto st = server.stats();
+  TLOG_INFO("stopped: {} requests, {} replies, {} malformed dropped, {} invalid, {} wrong job",
+            st.received, st.replied, st.dropped_malformed, st.invalid, st.wrong_job);
+  return status;
+}
+
+}  // namespace tandem::daemon

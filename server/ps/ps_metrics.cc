@@ -1,0 +1,60 @@
+#include "server/ps/ps_metrics.h"
+
+#include <string>
+#include <vector>
+
+#include "server/ps/shard.h"
+
+namespace tandem::ps {
+
+using metrics::AddCount;
+using metrics::AddGauge;
+using Sample = metrics::Registry::Sample;
+
+void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
+  registry->AddCollector([shard](std::vector<Sample>* out) {
+    const ShardStats s = shard->stats();
+    const StoreStats c = shard->store()->stats();
+    AddGauge(out, "tandem_ps_applied_step", "The newest step the shard applied",
+             static_cast<double>(shard->applied_step()));
+    AddCount(out, "tandem_ps_pushes_logged_total", "Pushes written to the push log",
+             s.pushes_logged);
+    AddCount(out, "tandem_ps_duplicate_pushes_total", "Pushes already logged (acknowledged again)",
+             s.duplicates);
+    AddCount(out, "tandem_ps_steps_applied_total", "Steps applied", s.steps_applied);
+    AddCount(out, "tandem_ps_rows_applied_total", "Rows updated by applied pushes", s.rows_applied);
+    AddCount(out, "tandem_ps_rows_admitted_total",
+             "Rows materialised on reaching admission.min_count", s.rows_admitted);
+    AddCount(out, "tandem_ps_rows_not_admitted_total", "Row gradients dropped below min_count",
+             s.rows_not_admitted);
+    AddCount(out, "tandem_ps_rows_expired_total", "Rows treated as absent by eviction.ttl_steps",
+             s.rows_expired);
+    AddCount(out, "tandem_ps_restore_points_total", "Restore points taken", s.restore_points);
+    // A full disk: pushes are refused (never acknowledged) until their records can be written.
+    const char* refused_help = "Pushes refused because their push-log record failed to write";
+    AddCount(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_log_full,
+             {{"reason", "no_space"}});
+    AddCount(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_log_error,
+             {{"reason", "io_error"}});
+    AddGauge(out, "tandem_ps_push_log_full", "1 while pushes are refused for lack of log space",
+             s.push_log_full ? 1 : 0);
+    AddGauge(out, "tandem_ps_replayed_records", "Log records replayed at the last recovery",
+             static_cast<double>(s.replayed_records));
+    AddGauge(out, "tandem_ps_push_log_bytes", "Bytes in the push-log segments",
+             static_cast<double>(shard->push_log_bytes()));
+    AddGauge(out, "tandem_ps_rows_cached", "Rows in the cache", static_cast<double>(c.cached_rows));
+    AddGauge(out, "tandem_ps_cache_bytes", "Cache memory in use (slabs and index)",
+             static_cast<double>(c.cache_bytes_used));
+    AddCount(out, "tandem_ps_cache_hits_total", "Row reads served by the cache", c.hits);
+    AddCount(out, "tandem_ps_cache_misses_total", "Row reads that went to RocksDB", c.misses);
+    AddCount(out, "tandem_ps_rows_evicted_total", "Rows evicted from the cache", c.evictions);
+    AddCount(out, "tandem_ps_cache_writebacks_total", "Dirty rows written back to RocksDB",
+             c.writebacks);
+    for (const char* p : {"rocksdb.estimate-num-keys", "rocksdb.total-sst-files-size",
+                          "rocksdb.cur-size-all-mem-tables", "rocksdb.num-running-compactions"})
+      AddGauge(out, "tandem_ps_rocksdb", "RocksDB integer properties of the live DB",
+               static_cast<double>(shard->store()->RocksIntProperty(p)), {{"property", p}});
+  });
+}
+
+}  // namespace tandem::ps
