@@ -205,11 +205,327 @@ std::string ProgressLine(const ClusterView& v, int up, int expected) {
 
 bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == "failed"; }
 
-}  // namespace
+// One start of the whole job, supervised until it ends: the chief first, then every other
+// member; then the chief's view is shown, dead children are restarted (or the job is given up)
+// until every process has left, and the final block is printed.
+class JobAttempt {
+ public:
+  JobAttempt(const LocalArgs& args, const config::JobConfig& job, const JobId& job_id,
+             const sigset_t& stop_signals, const HostNetwork* net)
+      : args_(args),
+        job_(job),
+        job_id_(job_id),
+        job_hex_(job_id.ToHex()),
+        out_(job.output.dir),
+        stop_signals_(stop_signals),
+        net_(net) {}
 
-static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
-                   const JobId& job_id_value, const sigset_t& stop_signals, const HostNetwork* net,
-                   std::string* chief_port_io, bool* process_failed);
+  // `chief_port_io`: where the previous attempt's chief was bound ("0": anywhere), then where
+  // this one's is. `process_failed`: a child crashed or was declared lost and the job did not end
+  // well, without a stop asked from outside.
+  int Run(std::string* chief_port_io, bool* process_failed) {
+    AddChildren("chief", 1);
+    AddChildren("ps", args_.num_ps);
+    AddChildren("worker", args_.num_workers);
+    for (size_t k = 0; k < children_.size(); ++k) children_[k].host = static_cast<int>(k);
+    std::printf("tandem local: job %s: 1 chief, %d ps, %d workers, %ld steps; logs in %s/logs\n",
+                job_hex_.c_str(), args_.num_ps, args_.num_workers,
+                static_cast<long>(job_.train.steps), out_.c_str());
+    if (std::optional<int> failed = StartAll(chief_port_io)) return *failed;
+    ConnectToTheChief();
+    while (SuperviseOnce()) {
+    }
+    if (tty_) std::printf("\n");
+    return Report(process_failed);
+  }
+
+ private:
+  void AddChildren(const std::string& role, int n) {
+    for (int i = 0; i < n; ++i) {
+      Child c;
+      c.role = role;
+      c.index = i;
+      c.ready_file = out_ + "/run/" + role + "-" + std::to_string(i) + ".json";
+      c.log_file = out_ + "/logs/" + role + "-" + std::to_string(i) + ".log";
+      children_.push_back(std::move(c));
+    }
+  }
+
+  int FailStart(const Status& s, Child& c) {
+    std::fprintf(stderr, "tandem local: %s\n", s.message().c_str());
+    StopAll(children_, milliseconds(5000));
+    return c.process && c.process->exit_info() && c.process->exit_info()->exit_code == kExitInvalid
+               ? kExitInvalid
+               : kExitRuntimeFailure;
+  }
+
+  // The chief first: every other member is told its port. The exit status when a child cannot
+  // start, nullopt once every process is bound.
+  std::optional<int> StartAll(std::string* chief_port_io) {
+    const auto start_deadline = Clock::now() + std::chrono::seconds(args_.start_timeout_s);
+    Child& chief = children_[0];
+    chief.new_run = true;
+    chief.port = *chief_port_io;  // bind where the previous attempt's chief was, if any
+    if (Status s = StartChild(args_, job_hex_, *chief_port_io, net_, &chief); !s.ok())
+      return FailStart(s, chief);
+    if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return FailStart(s, chief);
+    chief_port_ = chief.port;
+    *chief_port_io = chief_port_;
+    for (size_t i = 1; i < children_.size(); ++i)
+      if (Status s = StartChild(args_, job_hex_, chief_port_, net_, &children_[i]); !s.ok())
+        return FailStart(s, children_[i]);
+    for (size_t i = 1; i < children_.size(); ++i)
+      if (Status s = AwaitReady(&children_[i], start_deadline); !s.ok())
+        return FailStart(s, children_[i]);
+    cluster_path_ = out_ + "/cluster.json";
+    WriteCluster(cluster_path_, job_hex_, job_.security.keys, net_, children_);
+    std::printf("tandem local: %d processes bound; chief at %s; cluster file %s\n",
+                static_cast<int>(children_.size()), chief.endpoint.c_str(), cluster_path_.c_str());
+    return std::nullopt;
+  }
+
+  // Only the chief's view reaches the terminal: one live line on a TTY, plain lines otherwise.
+  void ConnectToTheChief() {
+    ChiefClientOptions co;
+    co.chief_endpoint = children_[0].endpoint;
+    co.identity.job_id = job_id_;
+    co.identity.role = wire::Role::TOOL;
+    tool_ = std::make_unique<ChiefClient>(&context_, co);
+    tty_ = ::isatty(STDOUT_FILENO) == 1;
+    last_plain_ = Clock::now();
+  }
+
+  // One pass of the supervision: false once every process has left or the wait is over.
+  bool SuperviseOnce() {
+    if (!HandleStopSignal()) return false;
+    // Once the chief has left (the job ended) nobody answers: asking would wait out the whole
+    // timeout after every job (issue 21: end-of-job time).
+    const bool chief_running = std::any_of(children_.begin(), children_.end(), [](Child& c) {
+      return c.role == "chief" && !c.finished && c.process && c.process->running();
+    });
+    auto view = chief_running ? tool_->View(milliseconds(1000))
+                              : StatusOr<ClusterView>(Status::Unavailable("the chief has left"));
+    if (view.ok()) last_view_ = *view;
+    int up = 0;
+    bool changed = false;
+    for (auto& c : children_) SuperviseChild(c, view, &up, &changed);
+    if (changed) WriteCluster(cluster_path_, job_hex_, job_.security.keys, net_, children_);
+    StopIfEveryWorkerLeft();
+    if (view.ok()) ShowProgress(*view, up);
+    const bool all_exited =
+        std::all_of(children_.begin(), children_.end(), [](const Child& c) { return c.finished; });
+    if (all_exited) return false;
+    // Members leave on their own once the job has ended; do not wait for stragglers forever.
+    // A failed job's checkpoint is committed and its members may be blocked on the member that
+    // failed it: a short grace then, before they are stopped.
+    const bool failed = last_view_ && last_view_->job_state == "failed";
+    const auto grace = failed ? std::chrono::milliseconds(1000)
+                              : std::chrono::milliseconds(job_.collective.timeout_ms + 20000);
+    if ((ended_at_ && Clock::now() - *ended_at_ > grace) ||
+        (stop_asked_ && Clock::now() - *stop_asked_ > grace)) {
+      gave_up_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // Waits a moment for a stop signal: the first asks the chief to stop the job, a second stops
+  // every process now (false).
+  bool HandleStopSignal() {
+    int sig = 0;
+    if (WaitStopSignal(stop_signals_, milliseconds(250), &sig)) {
+      if (stop_asked_) {
+        std::printf("\ntandem local: second stop signal: stopping every process now\n");
+        return false;
+      }
+      stop_asked_ = Clock::now();
+      user_stop_ = true;
+      std::printf("\ntandem local: stopping the job (again to stop at once)\n");
+      auto r = tool_->StopJob("stop signal to tandem local");
+      stop_told_ = r.ok();
+      if (!r.ok())
+        std::printf("tandem local: the chief did not answer: %s\n", r.status().ToString().c_str());
+    } else if (stop_asked_ && !stop_told_) {
+      // The chief was away (killed and being restarted): ask its successor.
+      stop_told_ = tool_->StopJob("stop signal to tandem local").ok();
+    }
+    return true;
+  }
+
+  // A running child the chief declared lost is killed; an exited one is left, restarted, or
+  // given up on.
+  void SuperviseChild(Child& c, const StatusOr<ClusterView>& view, int* up, bool* changed) {
+    if (c.finished) return;
+    if (c.process->running()) {
+      ++*up;
+      // The chief's verdict: a member it declared lost is killed, then restarted below.
+      if (view.ok())
+        for (const auto& m : view->members)
+          if (m.role == c.role && static_cast<int>(m.index) == c.index && m.state == "lost" &&
+              m.pid == static_cast<uint32_t>(c.process->pid())) {
+            std::printf("\ntandem local: the chief declared %s lost (%s); killing pid %d\n",
+                        c.task().c_str(), m.lost_reason.c_str(), c.process->pid());
+            c.process->Signal(SIGKILL);
+            child_failed_ = true;
+          }
+      return;
+    }
+    const ExitInfo e = *c.process->exit_info();
+    c.last_exit = e;
+    if (e.exited() && (e.exit_code == kExitOk || Replaced(c, e, view))) {
+      c.finished = true;
+      return;
+    }
+    bool job_over = last_view_ && Ended(last_view_->job_state);
+    bool stopping = stop_asked_.has_value();
+    // A child that refuses its input (exit 3) would fail the same way after a rollback.
+    if (!user_stop_ && !(e.exited() && e.exit_code == kExitInvalid)) child_failed_ = true;
+    if (c.role == "chief") {
+      // The members still need a chief after the job ended or a stop was asked: to commit the
+      // final checkpoint and to tell them the job ended. It rejoins the run (PROTOCOLS §10).
+      const bool others_run = std::any_of(children_.begin(), children_.end(), [](const Child& o) {
+        return o.role != "chief" && !o.finished;
+      });
+      job_over = job_over && !others_run;
+      stopping = stopping && !others_run;
+    }
+    if (job_over || stopping || c.restarts >= args_.max_restarts) {
+      if (!job_over && !stopping) {
+        failure_ = c.task() + " ended (" + e.ToString() + ") " + std::to_string(c.restarts) +
+                   " times; giving up (its log: " + c.log_file + ")";
+        std::printf("\ntandem local: %s\n", failure_.c_str());
+        tool_->StopJob(failure_).status().IgnoreError();
+        stop_asked_ = Clock::now();
+      }
+      c.finished = true;
+      return;
+    }
+    c.restarts++;
+    std::printf("\ntandem local: %s ended (%s); restarting (%d of %d)\n", c.task().c_str(),
+                e.ToString().c_str(), c.restarts, args_.max_restarts);
+    if (StartChild(args_, job_hex_, chief_port_, net_, &c).ok() &&
+        AwaitReady(&c, Clock::now() + std::chrono::seconds(args_.start_timeout_s)).ok())
+      *changed = true;
+  }
+
+  // Fenced (75): another incarnation holds the rank, unless the chief declared this one lost
+  // and nobody replaced it yet (it saw the verdict before it was killed): restart it then.
+  static bool Replaced(const Child& c, const ExitInfo& e, const StatusOr<ClusterView>& view) {
+    return e.exited() && e.exit_code == kExitFenced &&
+           !(view.ok() &&
+             std::any_of(view->members.begin(), view->members.end(), [&](const auto& m) {
+               return m.role == c.role && static_cast<int>(m.index) == c.index &&
+                      (m.state == "lost" || m.pid == static_cast<uint32_t>(c.process->pid()));
+             }));
+  }
+
+  // Every worker exited 0 but the chief never heard the job end: a worker reports its result
+  // once, and a chief killed at that moment restarts without it. Ask the chief to stop the job
+  // then, or the shards would wait for its end forever.
+  void StopIfEveryWorkerLeft() {
+    const bool workers_gone = std::all_of(children_.begin(), children_.end(), [](Child& c) {
+      return c.role != "worker" || (c.finished && c.last_exit && c.last_exit->exit_code == 0);
+    });
+    if (workers_gone && !workers_gone_at_) workers_gone_at_ = Clock::now();
+    if (workers_gone_at_ && !stop_asked_ && !(last_view_ && Ended(last_view_->job_state)) &&
+        Clock::now() - *workers_gone_at_ > milliseconds(2 * job_.chief.heartbeat_timeout_ms)) {
+      std::printf(
+          "\ntandem local: every worker has exited but the job has not ended: stopping it\n");
+      stop_asked_ = Clock::now();
+      stop_told_ = tool_->StopJob("every worker exited before the chief heard the job end").ok();
+    }
+  }
+
+  void ShowProgress(const ClusterView& view, int up) {
+    const std::string line = ProgressLine(view, up, static_cast<int>(children_.size()));
+    if (tty_) {
+      std::printf("\r\033[K%s", line.c_str());
+      std::fflush(stdout);
+    } else if (Clock::now() - last_plain_ >= std::chrono::seconds(args_.plain_progress_every_s) ||
+               Ended(view.job_state)) {
+      if (!Ended(view.job_state) || !ended_at_) std::printf("%s\n", line.c_str());
+      last_plain_ = Clock::now();
+    }
+    if (Ended(view.job_state) && !ended_at_) ended_at_ = Clock::now();
+  }
+
+  // Stops what is left and prints the final block; the exit status.
+  int Report(bool* process_failed) {
+    // A failed job is rolled back or given up: its members need no clean exit (the checkpoint
+    // it goes back to is committed), and those blocked on the member that failed would only
+    // stall.
+    const bool job_failed = last_view_ && last_view_->job_state == "failed";
+    StopAll(children_, milliseconds(job_failed ? 2000 : 10000));
+    int bad_exits = 0;
+    for (auto& c : children_) {
+      if (!c.last_exit) continue;
+      if (!c.last_exit->exited() || (c.last_exit->exit_code != 0 && c.last_exit->exit_code != 75)) {
+        ++bad_exits;
+        std::printf("tandem local: %s ended with %s (log %s)\n", c.task().c_str(),
+                    c.last_exit->ToString().c_str(), c.log_file.c_str());
+      }
+    }
+    if (gave_up_)
+      std::printf("tandem local: some processes did not leave in time and were stopped\n");
+    if (!last_view_) {
+      std::printf("tandem local: the chief never answered (log %s)\n",
+                  children_[0].log_file.c_str());
+      return kExitRuntimeFailure;
+    }
+    const ClusterView& v = *last_view_;
+    PrintFinalBlock(v);
+    if (!failure_.empty() || v.job_state == "failed" || !Ended(v.job_state)) {
+      *process_failed = child_failed_ && !user_stop_;
+      return kExitRuntimeFailure;
+    }
+    return bad_exits == 0 ? kExitOk : kExitRuntimeFailure;
+  }
+
+  void PrintFinalBlock(const ClusterView& v) const {
+    std::printf("tandem local: job %s after step %ld of %ld, %s\n", v.job_state.c_str(),
+                static_cast<long>(v.step), static_cast<long>(v.total_steps),
+                Duration(static_cast<double>(v.elapsed_ms) / 1000.0).c_str());
+    if (v.job_state == "done") {
+      std::printf("  final auc      %s", Num(v.auc, "%.5f").c_str());
+      if (std::isfinite(v.teacher_auc))
+        std::printf("   (teacher auc %s: the best achievable)", Num(v.teacher_auc, "%.5f").c_str());
+      std::printf("\n  final logloss  %s\n", Num(v.logloss, "%.5f").c_str());
+      std::printf("  last loss      %s\n", Num(v.loss, "%.5f").c_str());
+      // Once done, each worker reports its mean rate over the run (eval excluded).
+      std::printf("  samples/s      %s (mean over the steps this run trained)\n",
+                  Num(v.samples_per_sec, "%.0f").c_str());
+      std::printf("  model_checksum %s\n", v.model_checksum.c_str());
+    } else if (!v.detail.empty()) {
+      std::printf("  %s\n", v.detail.c_str());
+    }
+    std::printf("  outputs: %s/metrics.jsonl, %s/tensorboard, logs in %s/logs\n", out_.c_str(),
+                out_.c_str(), out_.c_str());
+  }
+
+  const LocalArgs& args_;
+  const config::JobConfig& job_;
+  const JobId& job_id_;
+  const std::string job_hex_;
+  const std::string out_;
+  const sigset_t& stop_signals_;
+  const HostNetwork* net_;
+  std::vector<Child> children_;  // the chief first, then ps 0.., then workers 0..
+  std::string chief_port_;
+  std::string cluster_path_;
+  zmq::context_t context_{1};
+  std::unique_ptr<ChiefClient> tool_;
+  bool tty_ = false;
+  Clock::time_point last_plain_;
+  std::optional<ClusterView> last_view_;
+  std::optional<Clock::time_point> stop_asked_, ended_at_, workers_gone_at_;
+  bool stop_told_ = false;     // the chief answered the stop request (it may be restarting)
+  bool user_stop_ = false;     // a stop signal reached tandem local
+  bool child_failed_ = false;  // a child crashed or was declared lost
+  bool gave_up_ = false;
+  std::string failure_;
+};
+
+}  // namespace
 
 int RunLocal(const LocalArgs& args) {
   const sigset_t stop_signals = BlockStopSignals();
@@ -259,267 +575,14 @@ int RunLocal(const LocalArgs& args) {
   std::string chief_port = "0";  // a rollback restarts the chief on the same port
   for (int rollback = 0;; ++rollback) {
     bool process_failed = false;
-    const int status =
-        RunOnce(args, *job, *job_id, stop_signals, net.get(), &chief_port, &process_failed);
+    JobAttempt attempt(args, *job, *job_id, stop_signals, net.get());
+    const int status = attempt.Run(&chief_port, &process_failed);
     if (status == kExitOk || !process_failed || rollback >= args.max_rollbacks) return status;
     std::printf(
         "tandem local: the job failed after a process failed: rolling back, the whole job "
         "starts again from the last committed checkpoint (rollback %d of %d)\n",
         rollback + 1, args.max_rollbacks);
   }
-}
-
-// One start of the whole job, supervised until it ends. `process_failed`: a child crashed or was
-// declared lost and the job did not end well, without a stop asked from outside.
-static int RunOnce(const LocalArgs& args, const config::JobConfig& job_config,
-                   const JobId& job_id_value, const sigset_t& stop_signals, const HostNetwork* net,
-                   std::string* chief_port_io, bool* process_failed) {
-  const config::JobConfig* job = &job_config;
-  const JobId* job_id = &job_id_value;
-  const std::string job_hex = job_id->ToHex();
-  const std::string out = job->output.dir;
-  std::vector<Child> children;
-  auto add = [&](const std::string& role, int n) {
-    for (int i = 0; i < n; ++i) {
-      Child c;
-      c.role = role;
-      c.index = i;
-      c.ready_file = out + "/run/" + role + "-" + std::to_string(i) + ".json";
-      c.log_file = out + "/logs/" + role + "-" + std::to_string(i) + ".log";
-      children.push_back(std::move(c));
-    }
-  };
-  add("chief", 1);
-  add("ps", args.num_ps);
-  add("worker", args.num_workers);
-  for (size_t k = 0; k < children.size(); ++k) children[k].host = static_cast<int>(k);
-  const int expected = static_cast<int>(children.size());
-  std::printf("tandem local: job %s: 1 chief, %d ps, %d workers, %ld steps; logs in %s/logs\n",
-              job_hex.c_str(), args.num_ps, args.num_workers, static_cast<long>(job->train.steps),
-              out.c_str());
-
-  // The chief first: every other member is told its port.
-  const auto start_deadline = Clock::now() + std::chrono::seconds(args.start_timeout_s);
-  Child& chief = children[0];
-  chief.new_run = true;
-  auto fail_start = [&](const Status& s, Child& c) {
-    std::fprintf(stderr, "tandem local: %s\n", s.message().c_str());
-    StopAll(children, milliseconds(5000));
-    return c.process && c.process->exit_info() && c.process->exit_info()->exit_code == kExitInvalid
-               ? kExitInvalid
-               : kExitRuntimeFailure;
-  };
-  chief.port = *chief_port_io;  // bind where the previous attempt's chief was, if any
-  if (Status s = StartChild(args, job_hex, *chief_port_io, net, &chief); !s.ok())
-    return fail_start(s, chief);
-  if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return fail_start(s, chief);
-  const std::string chief_port = chief.port;
-  *chief_port_io = chief_port;
-  for (size_t i = 1; i < children.size(); ++i)
-    if (Status s = StartChild(args, job_hex, chief_port, net, &children[i]); !s.ok())
-      return fail_start(s, children[i]);
-  for (size_t i = 1; i < children.size(); ++i)
-    if (Status s = AwaitReady(&children[i], start_deadline); !s.ok())
-      return fail_start(s, children[i]);
-  const std::string cluster_path = out + "/cluster.json";
-  WriteCluster(cluster_path, job_hex, job->security.keys, net, children);
-  std::printf("tandem local: %d processes bound; chief at %s; cluster file %s\n", expected,
-              chief.endpoint.c_str(), cluster_path.c_str());
-
-  // Only the chief's view reaches the terminal: one live line on a TTY, plain lines otherwise.
-  ChiefClientOptions co;
-  co.chief_endpoint = chief.endpoint;
-  co.identity.job_id = *job_id;
-  co.identity.role = wire::Role::TOOL;
-  zmq::context_t context(1);
-  ChiefClient tool(&context, co);
-  const bool tty = ::isatty(STDOUT_FILENO) == 1;
-  auto last_plain = Clock::now();
-  std::optional<ClusterView> last_view;
-  std::optional<Clock::time_point> stop_asked, ended_at, workers_gone_at;
-  bool stop_told = false;     // the chief answered the stop request (it may be restarting)
-  bool user_stop = false;     // a stop signal reached tandem local
-  bool child_failed = false;  // a child crashed or was declared lost
-  bool gave_up = false;
-  std::string failure;
-  for (;;) {
-    int sig = 0;
-    if (WaitStopSignal(stop_signals, milliseconds(250), &sig)) {
-      if (stop_asked) {
-        std::printf("\ntandem local: second stop signal: stopping every process now\n");
-        break;
-      }
-      stop_asked = Clock::now();
-      user_stop = true;
-      std::printf("\ntandem local: stopping the job (again to stop at once)\n");
-      auto r = tool.StopJob("stop signal to tandem local");
-      stop_told = r.ok();
-      if (!r.ok())
-        std::printf("tandem local: the chief did not answer: %s\n", r.status().ToString().c_str());
-    } else if (stop_asked && !stop_told) {
-      // The chief was away (killed and being restarted): ask its successor.
-      stop_told = tool.StopJob("stop signal to tandem local").ok();
-    }
-    // Once the chief has left (the job ended) nobody answers: asking would wait out the whole
-    // timeout after every job (issue 21: end-of-job time).
-    const bool chief_running = std::any_of(children.begin(), children.end(), [](Child& c) {
-      return c.role == "chief" && !c.finished && c.process && c.process->running();
-    });
-    auto view = chief_running ? tool.View(milliseconds(1000))
-                              : StatusOr<ClusterView>(Status::Unavailable("the chief has left"));
-    if (view.ok()) last_view = *view;
-
-    int up = 0;
-    bool changed = false;
-    for (auto& c : children) {
-      if (c.finished) continue;
-      if (c.process->running()) {
-        ++up;
-        // The chief's verdict: a member it declared lost is killed, then restarted below.
-        if (view.ok())
-          for (const auto& m : view->members)
-            if (m.role == c.role && static_cast<int>(m.index) == c.index && m.state == "lost" &&
-                m.pid == static_cast<uint32_t>(c.process->pid())) {
-              std::printf("\ntandem local: the chief declared %s lost (%s); killing pid %d\n",
-                          c.task().c_str(), m.lost_reason.c_str(), c.process->pid());
-              c.process->Signal(SIGKILL);
-              child_failed = true;
-            }
-        continue;
-      }
-      const ExitInfo e = *c.process->exit_info();
-      c.last_exit = e;
-      // Fenced (75): another incarnation holds the rank, unless the chief declared this one
-      // lost and nobody replaced it yet (it saw the verdict before it was killed): restart it.
-      const bool replaced =
-          e.exited() && e.exit_code == kExitFenced &&
-          !(view.ok() &&
-            std::any_of(view->members.begin(), view->members.end(), [&](const auto& m) {
-              return m.role == c.role && static_cast<int>(m.index) == c.index &&
-                     (m.state == "lost" || m.pid == static_cast<uint32_t>(c.process->pid()));
-            }));
-      if (e.exited() && (e.exit_code == kExitOk || replaced)) {
-        c.finished = true;
-        continue;
-      }
-      bool job_over = last_view && Ended(last_view->job_state);
-      bool stopping = stop_asked.has_value();
-      // A child that refuses its input (exit 3) would fail the same way after a rollback.
-      if (!user_stop && !(e.exited() && e.exit_code == kExitInvalid)) child_failed = true;
-      if (c.role == "chief") {
-        // The members still need a chief after the job ended or a stop was asked: to commit the
-        // final checkpoint and to tell them the job ended. It rejoins the run (PROTOCOLS §10).
-        const bool others_run = std::any_of(children.begin(), children.end(), [](const Child& o) {
-          return o.role != "chief" && !o.finished;
-        });
-        job_over = job_over && !others_run;
-        stopping = stopping && !others_run;
-      }
-      if (job_over || stopping || c.restarts >= args.max_restarts) {
-        if (!job_over && !stopping) {
-          failure = c.task() + " ended (" + e.ToString() + ") " + std::to_string(c.restarts) +
-                    " times; giving up (its log: " + c.log_file + ")";
-          std::printf("\ntandem local: %s\n", failure.c_str());
-          tool.StopJob(failure).status().IgnoreError();
-          stop_asked = Clock::now();
-        }
-        c.finished = true;
-        continue;
-      }
-      c.restarts++;
-      std::printf("\ntandem local: %s ended (%s); restarting (%d of %d)\n", c.task().c_str(),
-                  e.ToString().c_str(), c.restarts, args.max_restarts);
-      if (StartChild(args, job_hex, chief_port, net, &c).ok() &&
-          AwaitReady(&c, Clock::now() + std::chrono::seconds(args.start_timeout_s)).ok())
-        changed = true;
-    }
-    if (changed) WriteCluster(cluster_path, job_hex, job->security.keys, net, children);
-    // Every worker exited 0 but the chief never heard the job end: a worker reports its result
-    // once, and a chief killed at that moment restarts without it. Ask the chief to stop the job
-    // then, or the shards would wait for its end forever.
-    const bool workers_gone = std::all_of(children.begin(), children.end(), [](Child& c) {
-      return c.role != "worker" || (c.finished && c.last_exit && c.last_exit->exit_code == 0);
-    });
-    if (workers_gone && !workers_gone_at) workers_gone_at = Clock::now();
-    if (workers_gone_at && !stop_asked && !(last_view && Ended(last_view->job_state)) &&
-        Clock::now() - *workers_gone_at > milliseconds(2 * job->chief.heartbeat_timeout_ms)) {
-      std::printf(
-          "\ntandem local: every worker has exited but the job has not ended: stopping it\n");
-      stop_asked = Clock::now();
-      stop_told = tool.StopJob("every worker exited before the chief heard the job end").ok();
-    }
-
-    if (view.ok()) {
-      const std::string line = ProgressLine(*view, up, expected);
-      if (tty) {
-        std::printf("\r\033[K%s", line.c_str());
-        std::fflush(stdout);
-      } else if (Clock::now() - last_plain >= std::chrono::seconds(args.plain_progress_every_s) ||
-                 Ended(view->job_state)) {
-        if (!Ended(view->job_state) || !ended_at) std::printf("%s\n", line.c_str());
-        last_plain = Clock::now();
-      }
-      if (Ended(view->job_state) && !ended_at) ended_at = Clock::now();
-    }
-    const bool all_exited =
-        std::all_of(children.begin(), children.end(), [](const Child& c) { return c.finished; });
-    if (all_exited) break;
-    // Members leave on their own once the job has ended; do not wait for stragglers forever.
-    // A failed job's checkpoint is committed and its members may be blocked on the member that
-    // failed it: a short grace then, before they are stopped.
-    const bool failed = last_view && last_view->job_state == "failed";
-    const auto grace = failed ? std::chrono::milliseconds(1000)
-                              : std::chrono::milliseconds(job->collective.timeout_ms + 20000);
-    if ((ended_at && Clock::now() - *ended_at > grace) ||
-        (stop_asked && Clock::now() - *stop_asked > grace)) {
-      gave_up = true;
-      break;
-    }
-  }
-  if (tty) std::printf("\n");
-  // A failed job is rolled back or given up: its members need no clean exit (the checkpoint it
-  // goes back to is committed), and those blocked on the member that failed would only stall.
-  const bool job_failed = last_view && last_view->job_state == "failed";
-  StopAll(children, milliseconds(job_failed ? 2000 : 10000));
-  int bad_exits = 0;
-  for (auto& c : children) {
-    if (!c.last_exit) continue;
-    if (!c.last_exit->exited() || (c.last_exit->exit_code != 0 && c.last_exit->exit_code != 75)) {
-      ++bad_exits;
-      std::printf("tandem local: %s ended with %s (log %s)\n", c.task().c_str(),
-                  c.last_exit->ToString().c_str(), c.log_file.c_str());
-    }
-  }
-  if (gave_up) std::printf("tandem local: some processes did not leave in time and were stopped\n");
-
-  if (!last_view) {
-    std::printf("tandem local: the chief never answered (log %s)\n", chief.log_file.c_str());
-    return kExitRuntimeFailure;
-  }
-  const ClusterView& v = *last_view;
-  std::printf("tandem local: job %s after step %ld of %ld, %s\n", v.job_state.c_str(),
-              static_cast<long>(v.step), static_cast<long>(v.total_steps),
-              Duration(static_cast<double>(v.elapsed_ms) / 1000.0).c_str());
-  if (v.job_state == "done") {
-    std::printf("  final auc      %s", Num(v.auc, "%.5f").c_str());
-    if (std::isfinite(v.teacher_auc))
-      std::printf("   (teacher auc %s: the best achievable)", Num(v.teacher_auc, "%.5f").c_str());
-    std::printf("\n  final logloss  %s\n", Num(v.logloss, "%.5f").c_str());
-    std::printf("  last loss      %s\n", Num(v.loss, "%.5f").c_str());
-    // Once done, each worker reports its mean rate over the run (eval excluded).
-    std::printf("  samples/s      %s (mean over the steps this run trained)\n",
-                Num(v.samples_per_sec, "%.0f").c_str());
-    std::printf("  model_checksum %s\n", v.model_checksum.c_str());
-  } else if (!v.detail.empty()) {
-    std::printf("  %s\n", v.detail.c_str());
-  }
-  std::printf("  outputs: %s/metrics.jsonl, %s/tensorboard, logs in %s/logs\n", out.c_str(),
-              out.c_str(), out.c_str());
-  if (!failure.empty() || v.job_state == "failed" || !Ended(v.job_state)) {
-    *process_failed = child_failed && !user_stop;
-    return kExitRuntimeFailure;
-  }
-  return bad_exits == 0 ? kExitOk : kExitRuntimeFailure;
 }
 
 }  // namespace tandem::cli

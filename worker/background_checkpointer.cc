@@ -10,6 +10,18 @@ namespace tandem::worker {
 
 using Clock = std::chrono::steady_clock;
 
+void UseClients(PsClient* ps, ChiefClient* chief, const std::string& determinism_class,
+                BackgroundCheckpointerOptions* options, std::chrono::milliseconds commit_budget) {
+  options->shard_parts = [ps](int64_t step, const std::vector<int64_t>& retained) {
+    return ps->CheckpointParts(step, retained);
+  };
+  options->commit = [chief, determinism_class, commit_budget](int64_t step,
+                                                              const std::vector<std::string>& parts,
+                                                              std::vector<int64_t>* retained) {
+    return chief->CommitCheckpoint(step, parts, determinism_class, commit_budget, retained);
+  };
+}
+
 BackgroundCheckpointer::BackgroundCheckpointer(BackgroundCheckpointerOptions options)
     : options_(std::move(options)) {
   thread_ = std::thread([this] { Run(); });
@@ -116,7 +128,7 @@ StatusOr<std::vector<std::string>> BackgroundCheckpointer::Write(int64_t step,
   worker::DenseFileInfo info;
   TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(job.checkpoint.dir + "/" + rel, state, &info));
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts,
-                          options_.ps->CheckpointParts(step, retained_));
+                          options_.shard_parts(step, retained_));
   char crc[16];
   std::snprintf(crc, sizeof crc, "%08x", info.crc32c);
   std::vector<std::string> parts;
@@ -144,8 +156,7 @@ StatusOr<std::vector<std::string>> BackgroundCheckpointer::Write(int64_t step,
 }
 
 bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {
-  auto committed = options_.chief->CommitCheckpoint(c.step, c.parts, options_.determinism_class,
-                                                    options_.commit_budget, &retained_);
+  auto committed = options_.commit(c.step, c.parts, &retained_);
   MutexLock lock(&mu_);
   if (committed.ok()) {
     last_committed_ = c.step;

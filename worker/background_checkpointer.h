@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -27,12 +28,25 @@ namespace tandem::worker {
 
 struct BackgroundCheckpointerOptions {
   const config::JobConfig* job = nullptr;
-  PsClient* ps = nullptr;  // used by the checkpointer's thread only
-  ChiefClient* chief = nullptr;
-  std::string determinism_class;
-  std::chrono::milliseconds retry_every{1000};     // commit retries while the chief is away
-  std::chrono::milliseconds commit_budget{10000};  // one commit attempt
+  // Every shard's part of checkpoint `step`, JSON each (PsClient::CheckpointParts); `retained`:
+  // the committed checkpoints the chief keeps. Called on the checkpointer's thread only.
+  std::function<StatusOr<std::vector<std::string>>(int64_t step,
+                                                   const std::vector<int64_t>& retained)>
+      shard_parts;
+  // Asks the chief to commit the manifest's parts (ChiefClient::CommitCheckpoint); `retained`
+  // gets the committed checkpoints it keeps. kUnavailable and the like: the chief is away (try
+  // again); kInvalidArgument or kDataLoss: refused for good.
+  std::function<StatusOr<int64_t>(int64_t step, const std::vector<std::string>& parts,
+                                  std::vector<int64_t>* retained)>
+      commit;
+  std::chrono::milliseconds retry_every{1000};  // commit retries while the chief is away
 };
+
+// The hooks over the clients of a worker: `ps` is used by the checkpointer's thread only; both
+// must outlive the checkpointer.
+void UseClients(PsClient* ps, ChiefClient* chief, const std::string& determinism_class,
+                BackgroundCheckpointerOptions* options,
+                std::chrono::milliseconds commit_budget = std::chrono::milliseconds(10000));
 
 class BackgroundCheckpointer {
  public:

@@ -82,6 +82,38 @@ void PsDaemon::Stopped(int status) {
             shard_->applied_step(), ss.pushes_logged, ss.duplicates, ss.rows_applied);
 }
 
+std::string PsDaemon::WrongState(const RoleContext& ctx, ChiefClient* chief,
+                                 const Registration& reg) const {
+  const Shard* shard = shard_.get();
+  // The daemon restored the shard to the checkpoint the chief named before it opened it; the
+  // registration must confirm it (a chief restarted in between may resume from another one), and
+  // the shard must run on the timeline the workers are handed, or every push is refused.
+  const bool restored_other_step =
+      restored_step_ >= 0 &&
+      (reg.resume_step != restored_step_ || shard->applied_step() != reg.resume_step);
+  if (restored_other_step || (restored_step_ >= 0 && shard->timeline() != reg.timeline)) {
+    return "ps:" + std::to_string(ctx.index) + " was restored to step " +
+           std::to_string(restored_step_) + " and is at step " +
+           std::to_string(shard->applied_step()) + " on timeline " +
+           std::to_string(shard->timeline()) + ", the job resumes from the checkpoint of step " +
+           std::to_string(reg.resume_step) + " on timeline " + std::to_string(reg.timeline);
+  }
+  // Rejoining a job in training: every push a worker has finished a step with was logged by this
+  // shard, so after its replay the shard is at least at the slowest worker's step. A shard far
+  // behind it lost its data (a lost machine, a deleted directory): no worker can resend what it
+  // lacks, and only a rollback to the last checkpoint can go on (PROTOCOLS §8).
+  if (auto view = chief->View(std::chrono::milliseconds(2000));
+      view.ok() && view->job_state == "training" && view->step >= 0) {
+    const int64_t margin = ctx.job->train.embedding_staleness + 2;
+    if (shard->applied_step() + margin < view->step) {
+      return "ps:" + std::to_string(ctx.index) + " lost its data: it is at step " +
+             std::to_string(shard->applied_step()) + ", the slowest worker at step " +
+             std::to_string(view->step) + "; the job must roll back to its last checkpoint";
+    }
+  }
+  return "";
+}
+
 int PsDaemon::Run(const RoleContext& ctx) {
   Shard* shard = shard_.get();
   const auto& job = *ctx.job;
@@ -90,41 +122,14 @@ int PsDaemon::Run(const RoleContext& ctx) {
   Registration reg;
   auto chief = daemon::JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
-  // The daemon restored the shard to the checkpoint the chief named before it opened it; the
-  // registration must confirm it (a chief restarted in between may resume from another one), and
-  // the shard must run on the timeline the workers are handed, or every push is refused.
-  const bool restored_other_step =
-      restored_step_ >= 0 &&
-      (reg.resume_step != restored_step_ || shard->applied_step() != reg.resume_step);
-  auto fail = [&](const std::string& detail) {
-    TLOG_ERROR("{}", detail);
+  if (std::string wrong = WrongState(ctx, chief.get(), reg); !wrong.empty()) {
+    TLOG_ERROR("{}", wrong);
     Progress failed;
     failed.state = "failed";
-    failed.detail = detail;
+    failed.detail = wrong;
     chief->SetProgress(failed);
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     return kExitRuntimeFailure;
-  };
-  if (restored_other_step || (restored_step_ >= 0 && shard->timeline() != reg.timeline)) {
-    return fail("ps:" + std::to_string(ctx.index) + " was restored to step " +
-                std::to_string(restored_step_) + " and is at step " +
-                std::to_string(shard->applied_step()) + " on timeline " +
-                std::to_string(shard->timeline()) +
-                ", the job resumes from the checkpoint of step " + std::to_string(reg.resume_step) +
-                " on timeline " + std::to_string(reg.timeline));
-  }
-  // Rejoining a job in training: every push a worker has finished a step with was logged by this
-  // shard, so after its replay the shard is at least at the slowest worker's step. A shard far
-  // behind it lost its data (a lost machine, a deleted directory): no worker can resend what it
-  // lacks, and only a rollback to the last checkpoint can go on (PROTOCOLS §8).
-  if (auto view = chief->View(std::chrono::milliseconds(2000));
-      view.ok() && view->job_state == "training" && view->step >= 0) {
-    const int64_t margin = job.train.embedding_staleness + 2;
-    if (shard->applied_step() + margin < view->step) {
-      return fail("ps:" + std::to_string(ctx.index) + " lost its data: it is at step " +
-                  std::to_string(shard->applied_step()) + ", the slowest worker at step " +
-                  std::to_string(view->step) + "; the job must roll back to its last checkpoint");
-    }
   }
   Progress progress;
   progress.state = "serving";

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "common/chief_client.h"
 #include "common/daemon/daemon.h"
 #include "server/ps/ps_service.h"
 #include "server/ps/shard.h"
@@ -23,6 +24,11 @@ class PsDaemon : public daemon::DaemonRole {
   void Stopped(int status) override;
 
  private:
+  // Why the opened shard cannot serve the job the chief registered it in (restored to another
+  // checkpoint or timeline, or far behind the workers: its data was lost), or "".
+  std::string WrongState(const daemon::RoleContext& ctx, ChiefClient* chief,
+                         const Registration& reg) const;
+
   // The checkpoint step the shard was restored to before serving (a job resuming), or -1 (a
   // fresh job, or a shard restarted while the job trains: it recovers from its own log).
   int64_t restored_step_ = -1;

@@ -1,0 +1,141 @@
+// Rank 0's checkpointer (background_checkpointer.h) against a scripted chief: every checkpoint
+// is offered to a present chief, only the newest waits for an absent one, a refusal is final.
+#include "worker/background_checkpointer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/checkpoint_layout.h"
+#include "common/sync.h"
+#include "common/testing/test_util.h"
+
+namespace tandem::worker {
+namespace {
+
+using std::chrono::milliseconds;
+
+// What the checkpointer's hooks saw and what the scripted chief answers.
+struct FakeCluster {
+  Mutex mu;
+  std::vector<int64_t> parts_asked GUARDED_BY(mu);
+  std::vector<int64_t> commits_tried GUARDED_BY(mu);
+  std::vector<int64_t> committed GUARDED_BY(mu);
+  std::atomic<bool> chief_away{false};
+  std::atomic<bool> refuse{false};
+  std::atomic<int> write_delay_ms{0};
+
+  void Install(BackgroundCheckpointerOptions* o) {
+    o->retry_every = milliseconds(20);
+    o->shard_parts = [this](int64_t step, const std::vector<int64_t>&) {
+      std::this_thread::sleep_for(milliseconds(write_delay_ms.load()));
+      MutexLock lock(&mu);
+      parts_asked.push_back(step);
+      return StatusOr<std::vector<std::string>>(
+          std::vector<std::string>{R"({"files":[{"path":"a.sst","size":1,"crc32c":"00000000"}]})"});
+    };
+    o->commit = [this](int64_t step, const std::vector<std::string>& parts,
+                       std::vector<int64_t>* retained) -> StatusOr<int64_t> {
+      MutexLock lock(&mu);
+      commits_tried.push_back(step);
+      EXPECT_EQ(parts.size(), 2u);  // the dense part and one shard's
+      if (refuse.load()) return Status::InvalidArgument("a later checkpoint is committed");
+      if (chief_away.load()) return Status::Unavailable("the chief is away");
+      committed.push_back(step);
+      *retained = committed;
+      return step;
+    };
+  }
+};
+
+DenseState State(int64_t step) {
+  DenseState s;
+  s.step = step;
+  s.optimizer = "sgd";
+  DenseTensor t;
+  t.name = "top_mlp.0.bias";
+  t.shape = {3};
+  t.values = {1.0f, 2.0f, static_cast<float>(step)};
+  s.tensors.push_back(t);
+  return s;
+}
+
+struct Fixture {
+  testing::TempDir dir;
+  config::JobConfig job;
+  FakeCluster cluster;
+  BackgroundCheckpointerOptions options;
+  Fixture() {
+    job.checkpoint.dir = dir.path() + "/ckpt";
+    options.job = &job;
+    cluster.Install(&options);
+  }
+};
+
+TEST(BackgroundCheckpointerTest, APresentChiefCommitsEveryCheckpointOfAQuickSeries) {
+  Fixture f;
+  f.cluster.write_delay_ms = 30;
+  BackgroundCheckpointer c(f.options);
+  for (int64_t step : {5, 10, 15}) c.Begin(step, State(step));
+  ASSERT_TRUE(c.Finish(milliseconds(10000)).ok());
+  EXPECT_EQ(c.last_committed(), 15);
+  MutexLock lock(&f.cluster.mu);
+  EXPECT_EQ(f.cluster.committed, (std::vector<int64_t>{5, 10, 15}));
+  for (int64_t step : {5, 10, 15})
+    EXPECT_TRUE(std::filesystem::exists(f.job.checkpoint.dir + "/" + CheckpointDirName(step) + "/" +
+                                        kDenseCheckpointFile))
+        << step;
+}
+
+TEST(BackgroundCheckpointerTest, OnlyTheNewestWaitsForAnAbsentChief) {
+  Fixture f;
+  f.cluster.chief_away = true;
+  BackgroundCheckpointer c(f.options);
+  c.Begin(5, State(5));
+  // 5 is written and offered once before 10 is written.
+  for (int i = 0; i < 500; ++i) {
+    {
+      MutexLock lock(&f.cluster.mu);
+      if (!f.cluster.commits_tried.empty()) break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  c.Begin(10, State(10));
+  EXPECT_TRUE(c.Finish(milliseconds(300)).IsDeadlineExceeded());
+  f.cluster.chief_away = false;  // the chief is back
+  ASSERT_TRUE(c.Finish(milliseconds(10000)).ok());
+  EXPECT_EQ(c.last_committed(), 10);
+  MutexLock lock(&f.cluster.mu);
+  EXPECT_EQ(f.cluster.committed, (std::vector<int64_t>{10}));
+  EXPECT_EQ(f.cluster.commits_tried.front(), 5);
+}
+
+TEST(BackgroundCheckpointerTest, ARefusalIsFinalAndFinishSaysWhy) {
+  Fixture f;
+  f.cluster.refuse = true;
+  BackgroundCheckpointer c(f.options);
+  c.Begin(7, State(7));
+  Status s = c.Finish(milliseconds(10000));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s;
+  EXPECT_NE(s.message().find("step 7"), std::string::npos) << s;
+  EXPECT_EQ(c.last_committed(), -1);
+}
+
+TEST(BackgroundCheckpointerTest, AShardThatCannotCutLosesTheCheckpointWithItsReason) {
+  Fixture f;
+  f.options.shard_parts = [](int64_t, const std::vector<int64_t>&) {
+    return StatusOr<std::vector<std::string>>(Status::Unavailable("shard 1 is down"));
+  };
+  BackgroundCheckpointer c(f.options);
+  c.Begin(3, State(3));
+  Status s = c.Finish(milliseconds(10000));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shard 1 is down"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace tandem::worker
