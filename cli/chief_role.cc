@@ -7,10 +7,6 @@
 
 namespace tandem::cli {
 
-namespace {
-bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == "failed"; }
-}  // namespace
-
 int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
   const auto& job = *ctx.job;
   if (Status s = service->Start(); !s.ok()) {
@@ -27,7 +23,7 @@ int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
       service->RequestStop(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " to the chief");
       break;
     }
-    if (Ended(service->job_state())) break;
+    if (IsTerminal(service->job_state())) break;
     if (Status s = service->fatal(); !s.ok()) {
       service->Stop();
       if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
@@ -35,12 +31,12 @@ int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
       return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
     }
   }
-  const std::string state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);
-  TLOG_INFO("job {}: the chief leaves", state);
+  const JobState state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);
+  TLOG_INFO("job {}: the chief leaves", Name(state));
   service->Stop();
   // Leaving on purpose closes the run; a chief killed before this line is rejoined by the next.
   if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
-  return state == "failed" ? kExitRuntimeFailure : kExitOk;
+  return state == JobState::kFailed ? kExitRuntimeFailure : kExitOk;
 }
 
 }  // namespace tandem::cli

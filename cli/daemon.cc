@@ -37,18 +37,6 @@
 namespace tandem::cli {
 namespace {
 
-wire::Role WireRole(config::Role r) {
-  switch (r) {
-    case config::Role::kChief:
-      return wire::Role::CHIEF;
-    case config::Role::kPs:
-      return wire::Role::PS;
-    case config::Role::kWorker:
-      return wire::Role::WORKER;
-  }
-  return wire::Role::UNKNOWN;
-}
-
 bool IsLoopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -114,7 +102,7 @@ StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& jo
                                      [&stop_signals] { return StopSignalSeen(stop_signals); }));
   // elapsed_ms > 0 while "starting": a restarted chief rejoining a run that trained; its shards
   // are past the checkpoint and must keep what they applied.
-  if (view.job_state != "starting" || view.elapsed_ms > 0) return -1;
+  if (view.job_state != JobState::kStarting || view.elapsed_ms > 0) return -1;
   if (view.resume_step < 0) {
     // Nothing to resume from: every shard starts empty, whatever an earlier attempt of this job
     // left behind (a rollback before the first checkpoint must not serve its rows).
@@ -220,7 +208,7 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   }
   wire::Identity self;
   self.job_id = *job_id;
-  self.role = WireRole(args.role);
+  self.role = wire::ToWire(args.role);
   self.index = static_cast<uint32_t>(resolved->task.index);
   self.incarnation = args.incarnation;
   // /metrics (metrics.port): declared first, so that it outlives everything it reads.

@@ -8,11 +8,6 @@
 #include "server/ps/shard.h"
 
 namespace tandem::cli {
-namespace {
-bool Ended(const std::string& job_state) {
-  return job_state == "done" || job_state == "stopped" || job_state == "failed";
-}
-}  // namespace
 
 // Without a chief address (port 0: a shard started on its own, as tests and benchmarks do) the
 // shard serves until SIGTERM with the incarnation it was given.
@@ -30,7 +25,7 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   if (job.cluster.chief.at(0).ends_with(":0")) return ServeStandalone(ctx);
   int exit_status = kExitOk;
   Registration reg;
-  auto chief = JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
+  auto chief = JoinJob(ctx, config::Role::kPs, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
   // The daemon restored the shard to the checkpoint the chief named before it opened it; the
   // registration must confirm it (a chief restarted in between may resume from another one), and
@@ -41,7 +36,7 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   auto fail = [&](const std::string& detail) {
     TLOG_ERROR("{}", detail);
     Progress failed;
-    failed.state = "failed";
+    failed.state = MemberState::kFailed;
     failed.detail = detail;
     chief->SetProgress(failed);
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
@@ -60,7 +55,7 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
   // behind it lost its data (a lost machine, a deleted directory): no worker can resend what it
   // lacks, and only a rollback to the last checkpoint can go on (PROTOCOLS §8).
   if (auto view = chief->View(std::chrono::milliseconds(2000));
-      view.ok() && view->job_state == "training" && view->step >= 0) {
+      view.ok() && view->job_state == JobState::kTraining && view->step >= 0) {
     const int64_t margin = job.train.embedding_staleness + 2;
     if (shard->applied_step() + margin < view->step) {
       return fail("ps:" + std::to_string(ctx.index) + " lost its data: it is at step " +
@@ -69,7 +64,7 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
     }
   }
   Progress progress;
-  progress.state = "serving";
+  progress.state = MemberState::kServing;
   std::optional<std::chrono::steady_clock::time_point> stop_deadline;
   for (;;) {
     progress.step = shard->applied_step();
@@ -86,10 +81,10 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
     }
     if (chief->fenced()) {
       chief->StopHeartbeats();
-      return ExitWhenFenced(chief.get(), "ps:" + std::to_string(ctx.index));
+      return ExitWhenFenced(chief.get(), config::Role::kPs, static_cast<uint32_t>(ctx.index));
     }
-    if (Ended(chief->job_state())) {
-      TLOG_INFO("the job has ended ({}): leaving", chief->job_state());
+    if (IsTerminal(chief->job_state())) {
+      TLOG_INFO("the job has ended ({}): leaving", Name(chief->job_state()));
       break;
     }
     if (stop_deadline && std::chrono::steady_clock::now() > *stop_deadline) {
@@ -97,9 +92,9 @@ int RunPsRole(const RoleContext& ctx, ps::Shard* shard) {
       break;
     }
   }
-  const bool job_failed = chief->job_state() == "failed";
+  const bool job_failed = chief->job_state() == JobState::kFailed;
   progress.step = shard->applied_step();
-  progress.state = "stopped";
+  progress.state = MemberState::kStopped;
   chief->SetProgress(progress);
   chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
   chief->StopHeartbeats();

@@ -66,7 +66,7 @@ int RunWorkerRole(const RoleContext& ctx) {
       DeterminismClass(static_cast<int>(job.train.threads), device::CpuBackend::BlasCoreName(),
                        GpuDeterminismClass(job));
   TLOG_INFO("openblas kernels: {}", device::BlasKernelsDescription());
-  auto chief = JoinJob(ctx, wire::Role::WORKER, determinism_class, &exit_status, &reg);
+  auto chief = JoinJob(ctx, config::Role::kWorker, determinism_class, &exit_status, &reg);
   if (!chief) return exit_status;
   const int64_t start_step = reg.resume_step + 1;
   const bool rejoin = reg.joins_running_job && world > 1;
@@ -106,11 +106,11 @@ int RunWorkerRole(const RoleContext& ctx) {
   } join_signals{&finished, &signals};
 
   Progress progress;
-  progress.state = "waiting";
+  progress.state = MemberState::kWaiting;
   chief->SetProgress(progress);
   auto report_failure = [&](const Status& s, int status) {
     TLOG_ERROR("{}", s.ToString());
-    progress.state = "failed";
+    progress.state = MemberState::kFailed;
     progress.detail = "worker:" + std::to_string(rank) + ": " + s.ToString();
     chief->SetProgress(progress);
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
@@ -126,7 +126,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   if (!view.ok()) return report_failure(view.status().WithContext("waiting for the cluster"), 1);
   const wire::Identity self = chief->identity();
   PsClientOptions po;
-  for (const MemberView* m : view->Of("ps")) po.shards.push_back(m->address);
+  for (const MemberView* m : view->Of(config::Role::kPs)) po.shards.push_back(m->address);
   po.dims.assign(static_cast<size_t>(job.data.num_categorical),
                  static_cast<uint32_t>(job.model.embedding_dim));
   po.timeout = std::chrono::milliseconds(std::max<int64_t>(120000, job.recovery.max_wait_s * 1000));
@@ -171,7 +171,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     tensorboard = std::move(tb).value();
   }
 
-  progress.state = "training";
+  progress.state = MemberState::kTraining;
   chief->SetProgress(progress);
   worker::TrainingLoopOptions o;
   o.job = &job;
@@ -187,7 +187,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   if (world > 1) {
     o.recover = [&] {
       if (ctx.worker_gauges != nullptr) ctx.worker_gauges->recoveries.fetch_add(1);
-      return group.Recover([&](const std::string& state) {
+      return group.Recover([&](MemberState state) {
         progress.state = state;
         chief->SetProgress(progress);
       });
@@ -241,7 +241,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     progress.step = p.step;
     // The chief sums its members' rates: report this worker's share of the global rate.
     progress.samples_per_sec = p.samples_per_sec / world;
-    progress.state = p.evaluating ? "evaluating" : "training";
+    progress.state = p.evaluating ? MemberState::kEvaluating : MemberState::kTraining;
     progress.loss = p.loss;
     progress.auc = p.auc;
     progress.logloss = p.logloss;
@@ -266,10 +266,10 @@ int RunWorkerRole(const RoleContext& ctx) {
     // reply does: ask the chief now, so that a zombie exits 75 (fenced), not 1 (restart me).
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
   }
-  if (chief->fenced()) return ExitWhenFenced(chief.get(), "worker:" + std::to_string(rank));
+  if (chief->fenced()) return ExitWhenFenced(chief.get(), config::Role::kWorker, rank);
   if (!result.ok() && result.status().IsCancelled() &&
       (stop_signal.load() || chief->stop_requested())) {
-    if (chief->job_state() == "failed") {
+    if (chief->job_state() == JobState::kFailed) {
       // Rolled back from its last checkpoint by restarting every process (the units restart
       // what exits non-zero): this worker must come back too.
       TLOG_WARN("the job failed while this worker waited to recover: exiting {} to be restarted",
@@ -279,7 +279,7 @@ int RunWorkerRole(const RoleContext& ctx) {
     }
     // A stop while the group waited to recover: the job is stopping, this worker did not fail.
     TLOG_INFO("{}", result.status().ToString());
-    progress.state = "stopped";
+    progress.state = MemberState::kStopped;
     chief->SetProgress(progress);
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     chief->StopHeartbeats();
@@ -293,7 +293,7 @@ int RunWorkerRole(const RoleContext& ctx) {
   progress.loss = result->last_loss;
   progress.samples_per_sec = result->samples_per_sec / world;
   progress.model_checksum = result->model_checksum;
-  progress.state = result->completed ? "done" : "stopped";
+  progress.state = result->completed ? MemberState::kDone : MemberState::kStopped;
   if (rank == 0 && metrics) progress.detail = "metrics in " + metrics->path();
   chief->SetProgress(progress);
   Status told = chief->HeartbeatNow(std::chrono::milliseconds(5000));
