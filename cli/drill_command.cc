@@ -131,9 +131,11 @@ class JobWatcher {
   std::unique_ptr<ChiefClient> client_;
 };
 
+// `role` as a fault names it: by its name, checked when the faults were parsed.
 const MemberView* FindMember(const ClusterView& v, const std::string& role, int index) {
+  const auto r = config::ParseRole(role);
   for (const auto& m : v.members)
-    if (m.role == role && static_cast<int>(m.index) == index) return &m;
+    if (m.role == r && static_cast<int>(m.index) == index) return &m;
   return nullptr;
 }
 
@@ -307,7 +309,7 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
         by = "restarted chief answers with term " + std::to_string(view->term);
     } else {
       const MemberView* m = view ? FindMember(*view, f.role, f.index) : nullptr;
-      if (m && m->state == "lost")
+      if (m && m->state == MemberState::kLost)
         by = "chief declared " + f.task() + " lost" +
              (m->lost_reason.empty() ? "" : " (" + m->lost_reason + ")");
       else if (m && m->incarnation != 0 && m->incarnation != r.before.incarnation)
@@ -332,16 +334,18 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
   // been seen (restart, new incarnation or term).
   // The job failed after the fault (it is rolled back): the steps its survivors went on with
   // are lost, and recovery counts from the rolled-back run's progress.
-  if (latest && view && view->job_state == "failed") {
+  if (latest && view && view->job_state == JobState::kFailed) {
     r.recovery_ms.reset();
     r.step_at_failure = std::max(r.step_at_failure, step);
     r.resumed_from.reset();
-  } else if (view && r.step_at_failure >= 0 && !r.resumed_from && view->job_state == "training") {
+  } else if (view && r.step_at_failure >= 0 && !r.resumed_from &&
+             view->job_state == JobState::kTraining) {
     r.resumed_from = view->resume_step;
   }
   // After a rollback the steps start again below the highest ever seen: progress is the rolled
   // back run's own.
-  if (r.step_at_failure >= 0) step = view && view->job_state == "training" ? view->step : -1;
+  if (r.step_at_failure >= 0)
+    step = view && view->job_state == JobState::kTraining ? view->step : -1;
   // A stop or a network fault may pass unnoticed (shorter than the timeouts): progress after
   // its end is the recovery.
   const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
@@ -528,12 +532,12 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
       if (f.after_rollbacks == 0) return step >= f.step;
       if (CountRollbacks(ctx.out_dir) < static_cast<size_t>(f.after_rollbacks)) return false;
       for (const MemberView& m : view->members)
-        if (m.role == "worker" && m.state != "training") return false;
+        if (m.role == config::Role::kWorker && m.state != MemberState::kTraining) return false;
       if (f.role.empty()) return true;
       const MemberView* m = FindMember(*view, f.role, f.index);
       return m != nullptr && m->pid != 0 && static_cast<int>(m->pid) == watcher.Pid(f.task());
     };
-    while (running && view && view->job_state == "training" && next < records.size() &&
+    while (running && view && view->job_state == JobState::kTraining && next < records.size() &&
            due(records[next].fault))
       Fire(ctx, watcher, view, step, records[next++]);
     if (!running) break;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <utility>
 
+#include "common/config/cluster_spec.h"
+
 namespace tandem::cli {
 namespace {
 
@@ -144,7 +146,7 @@ class FaultParser {
     const size_t colon = t.find(':');
     *role = t.substr(0, colon);
     int64_t index = 0;
-    if (*role != "ps" && *role != "worker" && *role != "chief")
+    if (!config::ParseRole(*role))
       return Error(where, "unknown role '" + *role + "' (expected ps, worker or chief)");
     if (colon == std::string::npos) {
       if (*role != "chief") return Error(where, "'" + t + "' needs an index, e.g. " + *role + ":0");

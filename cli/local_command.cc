@@ -35,9 +35,9 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 struct Child {
-  std::string role;
+  config::Role role = config::Role::kWorker;
   int index = 0;
-  std::string task() const { return role + ":" + std::to_string(index); }
+  std::string task() const { return config::TaskId{role, index}.ToString(); }
   std::string ready_file;
   std::string log_file;
   std::optional<Subprocess> process;
@@ -51,7 +51,7 @@ struct Child {
 };
 
 // The address list of `role` with this child's own slot at its known port, on its own host.
-std::string Addresses(int n, const Child& c, const std::string& role, const std::string& ip) {
+std::string Addresses(int n, const Child& c, config::Role role, const std::string& ip) {
   std::string s = "[";
   for (int i = 0; i < n; ++i) {
     if (i) s += ",";
@@ -84,16 +84,17 @@ Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::
   if (net != nullptr) o.argv = net->Exec(c->host);
   const std::string ip = net != nullptr ? net->Address(c->host) : "127.0.0.1";
   const std::string chief_ip = net != nullptr ? net->Address(0) : "127.0.0.1";
-  o.argv.insert(o.argv.end(),
-                {SelfExecutable(), c->role, "--config", args.config_path, "--task", c->task()});
+  o.argv.insert(o.argv.end(), {SelfExecutable(), std::string(config::RoleName(c->role)), "--config",
+                               args.config_path, "--task", c->task()});
   for (const auto& s : args.sets) o.argv.insert(o.argv.end(), {"--set", s});
   // The counts come from --ps/--workers; ports are 0 and read back from the ready file, except
   // the chief's (every member must find it) and a restarted child's own.
-  o.argv.insert(o.argv.end(),
-                {"--set", "cluster.chief=[" + chief_ip + ":" + chief_port + "]", "--set",
-                 "cluster.ps=" + Addresses(args.num_ps, *c, "ps", ip), "--set",
-                 "cluster.workers=" + Addresses(args.num_workers, *c, "worker", ip), "--job-id",
-                 job_hex, "--ready-file", c->ready_file, "--log-level", args.log_level});
+  o.argv.insert(
+      o.argv.end(),
+      {"--set", "cluster.chief=[" + chief_ip + ":" + chief_port + "]", "--set",
+       "cluster.ps=" + Addresses(args.num_ps, *c, config::Role::kPs, ip), "--set",
+       "cluster.workers=" + Addresses(args.num_workers, *c, config::Role::kWorker, ip), "--job-id",
+       job_hex, "--ready-file", c->ready_file, "--log-level", args.log_level});
   // On a host of its own the collective runs over the host's one interface.
   if (net != nullptr) o.argv.insert(o.argv.end(), {"--set", "collective.iface=eth0"});
   // `local` starts every process of a run itself: no member outlived an earlier chief. A chief
@@ -103,7 +104,7 @@ Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::
   o.unset_env = {"TF_CONFIG"};  // DESIGN §1: `local` ignores it and removes it from children
   // Worker i trains on GPU i (modulo the GPUs there are), seen in the worker as device 0.
   static const std::vector<std::string> gpus = WorkerGpus();
-  if (c->role == "worker" && !gpus.empty())
+  if (c->role == config::Role::kWorker && !gpus.empty())
     o.set_env = {"CUDA_VISIBLE_DEVICES=" + gpus[static_cast<size_t>(c->index) % gpus.size()]};
   o.output_path = c->log_file;
   auto p = Subprocess::Spawn(o);
@@ -199,11 +200,9 @@ std::string ProgressLine(const ClusterView& v, int up, int expected) {
   line += " | ETA " +
           Duration(step_rate > 0 ? static_cast<double>(v.total_steps - done) / step_rate : NAN);
   line += " | up " + std::to_string(up) + "/" + std::to_string(expected);
-  line += " | " + v.job_state;
+  line += " | " + std::string(Name(v.job_state));
   return line;
 }
-
-bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == "failed"; }
 
 // One start of the whole job, supervised until it ends: the chief first, then every other
 // member; then the chief's view is shown, dead children are restarted (or the job is given up)
@@ -224,9 +223,9 @@ class JobAttempt {
   // this one's is. `process_failed`: a child crashed or was declared lost and the job did not end
   // well, without a stop asked from outside.
   int Run(std::string* chief_port_io, bool* process_failed) {
-    AddChildren("chief", 1);
-    AddChildren("ps", args_.num_ps);
-    AddChildren("worker", args_.num_workers);
+    AddChildren(config::Role::kChief, 1);
+    AddChildren(config::Role::kPs, args_.num_ps);
+    AddChildren(config::Role::kWorker, args_.num_workers);
     for (size_t k = 0; k < children_.size(); ++k) children_[k].host = static_cast<int>(k);
     std::printf("tandem local: job %s: 1 chief, %d ps, %d workers, %ld steps; logs in %s/logs\n",
                 job_hex_.c_str(), args_.num_ps, args_.num_workers,
@@ -240,13 +239,14 @@ class JobAttempt {
   }
 
  private:
-  void AddChildren(const std::string& role, int n) {
+  void AddChildren(config::Role role, int n) {
+    const std::string name(config::RoleName(role));
     for (int i = 0; i < n; ++i) {
       Child c;
       c.role = role;
       c.index = i;
-      c.ready_file = out_ + "/run/" + role + "-" + std::to_string(i) + ".json";
-      c.log_file = out_ + "/logs/" + role + "-" + std::to_string(i) + ".log";
+      c.ready_file = out_ + "/run/" + name + "-" + std::to_string(i) + ".json";
+      c.log_file = out_ + "/logs/" + name + "-" + std::to_string(i) + ".log";
       children_.push_back(std::move(c));
     }
   }
@@ -301,7 +301,7 @@ class JobAttempt {
     // Once the chief has left (the job ended) nobody answers: asking would wait out the whole
     // timeout after every job (issue 21: end-of-job time).
     const bool chief_running = std::any_of(children_.begin(), children_.end(), [](Child& c) {
-      return c.role == "chief" && !c.finished && c.process && c.process->running();
+      return c.role == config::Role::kChief && !c.finished && c.process && c.process->running();
     });
     auto view = chief_running ? tool_->View(milliseconds(1000))
                               : StatusOr<ClusterView>(Status::Unavailable("the chief has left"));
@@ -318,7 +318,7 @@ class JobAttempt {
     // Members leave on their own once the job has ended; do not wait for stragglers forever.
     // A failed job's checkpoint is committed and its members may be blocked on the member that
     // failed it: a short grace then, before they are stopped.
-    const bool failed = last_view_ && last_view_->job_state == "failed";
+    const bool failed = last_view_ && last_view_->job_state == JobState::kFailed;
     const auto grace = failed ? std::chrono::milliseconds(1000)
                               : std::chrono::milliseconds(job_.collective.timeout_ms + 20000);
     if ((ended_at_ && Clock::now() - *ended_at_ > grace) ||
@@ -361,8 +361,8 @@ class JobAttempt {
       // The chief's verdict: a member it declared lost is killed, then restarted below.
       if (view.ok())
         for (const auto& m : view->members)
-          if (m.role == c.role && static_cast<int>(m.index) == c.index && m.state == "lost" &&
-              m.pid == static_cast<uint32_t>(c.process->pid())) {
+          if (m.role == c.role && static_cast<int>(m.index) == c.index &&
+              m.state == MemberState::kLost && m.pid == static_cast<uint32_t>(c.process->pid())) {
             std::printf("\ntandem local: the chief declared %s lost (%s); killing pid %d\n",
                         c.task().c_str(), m.lost_reason.c_str(), c.process->pid());
             c.process->Signal(SIGKILL);
@@ -376,15 +376,15 @@ class JobAttempt {
       c.finished = true;
       return;
     }
-    bool job_over = last_view_ && Ended(last_view_->job_state);
+    bool job_over = last_view_ && IsTerminal(last_view_->job_state);
     bool stopping = stop_asked_.has_value();
     // A child that refuses its input (exit 3) would fail the same way after a rollback.
     if (!user_stop_ && !(e.exited() && e.exit_code == kExitInvalid)) child_failed_ = true;
-    if (c.role == "chief") {
+    if (c.role == config::Role::kChief) {
       // The members still need a chief after the job ended or a stop was asked: to commit the
       // final checkpoint and to tell them the job ended. It rejoins the run (PROTOCOLS §10).
       const bool others_run = std::any_of(children_.begin(), children_.end(), [](const Child& o) {
-        return o.role != "chief" && !o.finished;
+        return o.role != config::Role::kChief && !o.finished;
       });
       job_over = job_over && !others_run;
       stopping = stopping && !others_run;
@@ -415,7 +415,8 @@ class JobAttempt {
            !(view.ok() &&
              std::any_of(view->members.begin(), view->members.end(), [&](const auto& m) {
                return m.role == c.role && static_cast<int>(m.index) == c.index &&
-                      (m.state == "lost" || m.pid == static_cast<uint32_t>(c.process->pid()));
+                      (m.state == MemberState::kLost ||
+                       m.pid == static_cast<uint32_t>(c.process->pid()));
              }));
   }
 
@@ -424,10 +425,11 @@ class JobAttempt {
   // then, or the shards would wait for its end forever.
   void StopIfEveryWorkerLeft() {
     const bool workers_gone = std::all_of(children_.begin(), children_.end(), [](Child& c) {
-      return c.role != "worker" || (c.finished && c.last_exit && c.last_exit->exit_code == 0);
+      return c.role != config::Role::kWorker ||
+             (c.finished && c.last_exit && c.last_exit->exit_code == 0);
     });
     if (workers_gone && !workers_gone_at_) workers_gone_at_ = Clock::now();
-    if (workers_gone_at_ && !stop_asked_ && !(last_view_ && Ended(last_view_->job_state)) &&
+    if (workers_gone_at_ && !stop_asked_ && !(last_view_ && IsTerminal(last_view_->job_state)) &&
         Clock::now() - *workers_gone_at_ > milliseconds(2 * job_.chief.heartbeat_timeout_ms)) {
       std::printf(
           "\ntandem local: every worker has exited but the job has not ended: stopping it\n");
@@ -442,11 +444,11 @@ class JobAttempt {
       std::printf("\r\033[K%s", line.c_str());
       std::fflush(stdout);
     } else if (Clock::now() - last_plain_ >= std::chrono::seconds(args_.plain_progress_every_s) ||
-               Ended(view.job_state)) {
-      if (!Ended(view.job_state) || !ended_at_) std::printf("%s\n", line.c_str());
+               IsTerminal(view.job_state)) {
+      if (!IsTerminal(view.job_state) || !ended_at_) std::printf("%s\n", line.c_str());
       last_plain_ = Clock::now();
     }
-    if (Ended(view.job_state) && !ended_at_) ended_at_ = Clock::now();
+    if (IsTerminal(view.job_state) && !ended_at_) ended_at_ = Clock::now();
   }
 
   // Stops what is left and prints the final block; the exit status.
@@ -454,7 +456,7 @@ class JobAttempt {
     // A failed job is rolled back or given up: its members need no clean exit (the checkpoint
     // it goes back to is committed), and those blocked on the member that failed would only
     // stall.
-    const bool job_failed = last_view_ && last_view_->job_state == "failed";
+    const bool job_failed = last_view_ && last_view_->job_state == JobState::kFailed;
     StopAll(children_, milliseconds(job_failed ? 2000 : 10000));
     int bad_exits = 0;
     for (auto& c : children_) {
@@ -474,7 +476,7 @@ class JobAttempt {
     }
     const ClusterView& v = *last_view_;
     PrintFinalBlock(v);
-    if (!failure_.empty() || v.job_state == "failed" || !Ended(v.job_state)) {
+    if (!failure_.empty() || v.job_state == JobState::kFailed || !IsTerminal(v.job_state)) {
       *process_failed = child_failed_ && !user_stop_;
       return kExitRuntimeFailure;
     }
@@ -482,10 +484,11 @@ class JobAttempt {
   }
 
   void PrintFinalBlock(const ClusterView& v) const {
-    std::printf("tandem local: job %s after step %ld of %ld, %s\n", v.job_state.c_str(),
-                static_cast<long>(v.step), static_cast<long>(v.total_steps),
+    std::printf("tandem local: job %s after step %ld of %ld, %s\n",
+                std::string(Name(v.job_state)).c_str(), static_cast<long>(v.step),
+                static_cast<long>(v.total_steps),
                 Duration(static_cast<double>(v.elapsed_ms) / 1000.0).c_str());
-    if (v.job_state == "done") {
+    if (v.job_state == JobState::kDone) {
       std::printf("  final auc      %s", Num(v.auc, "%.5f").c_str());
       if (std::isfinite(v.teacher_auc))
         std::printf("   (teacher auc %s: the best achievable)", Num(v.teacher_auc, "%.5f").c_str());

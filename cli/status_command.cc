@@ -60,8 +60,7 @@ StatusOr<Target> FromDir(const std::string& dir) {
 
 // A member that is running and in touch with the chief.
 bool IsUp(const MemberView& m) {
-  return m.state != "starting" && m.state != "lost" && m.state != "left" && m.state != "failed" &&
-         m.state != "stopped";
+  return IsPresent(m.state) && m.state != MemberState::kFailed && m.state != MemberState::kStopped;
 }
 
 nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
@@ -71,10 +70,11 @@ nlohmann::json ToJson(const std::string& job_id, const std::string& chief, const
   int up = 0;
   for (const auto& m : v.members) {
     up += IsUp(m);
-    members.push_back({{"role", m.role},
+    const std::string role(config::RoleName(m.role));
+    members.push_back({{"role", role},
                        {"index", m.index},
-                       {"task", m.role + ":" + std::to_string(m.index)},
-                       {"state", m.state},
+                       {"task", role + ":" + std::to_string(m.index)},
+                       {"state", Name(m.state)},
                        {"step", m.step},
                        {"generation", m.generation},
                        {"incarnation", m.incarnation},
@@ -88,7 +88,7 @@ nlohmann::json ToJson(const std::string& job_id, const std::string& chief, const
   }
   return {{"job_id", job_id},
           {"chief", chief},
-          {"job_state", v.job_state},
+          {"job_state", Name(v.job_state)},
           {"step", v.step},
           {"total_steps", v.total_steps},
           {"samples_per_sec", Number(v.samples_per_sec)},
@@ -120,9 +120,9 @@ void PrintText(const std::string& job_id, const ClusterView& v) {
   std::printf(
       "job %s: %s, step %lld/%lld, %s samples/s, loss %s, auc %s, generation %llu, "
       "term %llu, last checkpoint %s\n",
-      job_id.empty() ? "?" : job_id.c_str(), v.job_state.c_str(), static_cast<long long>(v.step),
-      static_cast<long long>(v.total_steps), Fixed(v.samples_per_sec, 0).c_str(),
-      Fixed(v.loss, 4).c_str(), Fixed(v.auc, 4).c_str(),
+      job_id.empty() ? "?" : job_id.c_str(), std::string(Name(v.job_state)).c_str(),
+      static_cast<long long>(v.step), static_cast<long long>(v.total_steps),
+      Fixed(v.samples_per_sec, 0).c_str(), Fixed(v.loss, 4).c_str(), Fixed(v.auc, 4).c_str(),
       static_cast<unsigned long long>(v.generation), static_cast<unsigned long long>(v.term),
       v.last_checkpoint_step < 0 ? "none" : std::to_string(v.last_checkpoint_step).c_str());
   if (!v.detail.empty()) std::printf("  %s\n", v.detail.c_str());
@@ -131,10 +131,11 @@ void PrintText(const std::string& job_id, const ClusterView& v) {
               "INC", "SAMPLES/S", "PID", "ADDRESS");
   for (const auto& m : v.members) {
     std::printf(
-        "%-7s %5u %-10s %8lld %4llu %6llu %10s %8s  %s\n", m.role.c_str(), m.index, m.state.c_str(),
+        "%-7s %5u %-10s %8lld %4llu %6llu %10s %8s  %s\n",
+        std::string(config::RoleName(m.role)).c_str(), m.index, std::string(Name(m.state)).c_str(),
         static_cast<long long>(m.step), static_cast<unsigned long long>(m.generation),
         static_cast<unsigned long long>(m.incarnation),
-        m.role == "worker" ? Fixed(m.samples_per_sec, 0).c_str() : "-",
+        m.role == config::Role::kWorker ? Fixed(m.samples_per_sec, 0).c_str() : "-",
         m.pid ? std::to_string(m.pid).c_str() : "-", m.address.empty() ? "-" : m.address.c_str());
     if (!m.lost_reason.empty()) std::printf("        lost: %s\n", m.lost_reason.c_str());
   }
@@ -190,7 +191,7 @@ int RunStatus(const StatusArgs& args) {
     PrintText(job_hex, *view);
   bool all_up = true;
   for (const auto& m : view->members) all_up = all_up && IsUp(m);
-  return all_up || view->job_state == "done" ? kExitOk : kExitRuntimeFailure;
+  return all_up || view->job_state == JobState::kDone ? kExitOk : kExitRuntimeFailure;
 }
 
 }  // namespace tandem::cli

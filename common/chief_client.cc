@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/wait_log.h"
+#include "common/wire/states.h"
 
 namespace tandem {
 
@@ -47,12 +48,16 @@ Status StoppedWaiting(const std::string& what) {
   return Status::Cancelled("a stop signal arrived while waiting for " + what);
 }
 
-MemberView ReadMember(wire::Member::Reader m) {
+StatusOr<MemberView> ReadMember(wire::Member::Reader m) {
   MemberView v;
-  v.role = m.getRole();
+  auto role = wire::FromWire(m.getRole());
+  if (!role)
+    return Status::InvalidArgument("a member of role " + std::string(wire::RoleName(m.getRole())) +
+                                   " (" + std::to_string(static_cast<uint16_t>(m.getRole())) + ")");
+  v.role = *role;
   v.index = m.getIndex();
   v.address = m.getAddress();
-  v.state = m.getState();
+  TANDEM_ASSIGN_OR_RETURN(v.state, wire::FromWire(m.getState()));
   v.incarnation = m.getIncarnation();
   v.step = m.getStep();
   v.generation = m.getGeneration();
@@ -65,12 +70,12 @@ MemberView ReadMember(wire::Member::Reader m) {
   return v;
 }
 
-ClusterView ReadView(wire::ClusterStatusReply::Reader r) {
+StatusOr<ClusterView> ReadView(wire::ClusterStatusReply::Reader r) {
   ClusterView v;
   v.term = r.getTerm();
   v.generation = r.getGeneration();
   v.timeline = r.getTimeline();
-  v.job_state = r.getJobState();
+  TANDEM_ASSIGN_OR_RETURN(v.job_state, wire::FromWire(r.getJobState()));
   v.step = r.getStep();
   v.total_steps = r.getTotalSteps();
   v.last_checkpoint_step = r.getLastCheckpointStep();
@@ -85,7 +90,11 @@ ClusterView ReadView(wire::ClusterStatusReply::Reader r) {
   v.elapsed_ms = r.getElapsedMs();
   v.config_hash = r.getConfigHash();
   v.resume_step = r.getResumeStep();
-  for (auto m : r.getMembers()) v.members.push_back(ReadMember(m));
+  for (auto m : r.getMembers()) {
+    auto member = ReadMember(m);
+    if (!member.ok()) return member.status().WithContext("cluster view");
+    v.members.push_back(std::move(member).value());
+  }
   return v;
 }
 
@@ -93,7 +102,7 @@ ClusterView ReadView(wire::ClusterStatusReply::Reader r) {
 
 // ---- ClusterView ----
 
-std::vector<const MemberView*> ClusterView::Of(std::string_view role) const {
+std::vector<const MemberView*> ClusterView::Of(config::Role role) const {
   std::vector<const MemberView*> out;
   for (const auto& m : members)
     if (m.role == role) out.push_back(&m);
@@ -105,8 +114,8 @@ std::vector<const MemberView*> ClusterView::Of(std::string_view role) const {
 bool ClusterView::Complete() const {
   if (generation_pending) return false;
   for (const auto& m : members) {
-    if (m.role != "ps" && m.role != "worker") continue;
-    if (m.state == "starting" || m.state == "lost" || m.state == "left") return false;
+    if (m.role == config::Role::kChief) continue;
+    if (!IsPresent(m.state)) return false;
   }
   return true;
 }
@@ -134,7 +143,7 @@ wire::Identity ChiefClient::identity() const {
   return identity_;
 }
 
-std::string ChiefClient::job_state() const {
+JobState ChiefClient::job_state() const {
   MutexLock lock(&state_mu_);
   return job_state_;
 }
@@ -296,6 +305,8 @@ Status ChiefClient::OnHeartbeatReply(const wire::InMessage& reply) {
   if (body.which() != Envelope::Body::HEARTBEAT_REPLY)
     return Status::InvalidArgument("heartbeat answered without a HeartbeatReply");
   auto r = body.getHeartbeatReply();
+  auto job_state = wire::FromWire(r.getJobState());
+  if (!job_state.ok()) return job_state.status().WithContext("heartbeat reply");
   {
     MutexLock lock(&state_mu_);
     // A view of an older term comes from a chief that has since been replaced: ignore it.
@@ -303,12 +314,12 @@ Status ChiefClient::OnHeartbeatReply(const wire::InMessage& reply) {
     identity_.term = r.getTerm();
     identity_.generation = r.getGeneration();
     identity_.timeline = r.getTimeline();
-    job_state_ = r.getJobState();
+    job_state_ = *job_state;
   }
   if (generation_.exchange(r.getGeneration()) != r.getGeneration())
     TLOG_INFO("the chief announces generation {}", r.getGeneration());
   if (r.getStop() && !stop_requested_.exchange(true))
-    TLOG_INFO("the chief asks the job to stop (job {})", std::string(r.getJobState()));
+    TLOG_INFO("the chief asks the job to stop (job {})", Name(*job_state));
   return Status::Ok();
 }
 
@@ -326,7 +337,7 @@ Status ChiefClient::SendHeartbeat(wire::RpcClient* client, int handle, milliseco
   auto hb = m.envelope().getBody().initHeartbeat();
   hb.setStep(p.step);
   hb.setSamplesPerSec(p.samples_per_sec);
-  hb.setState(Text(p.state));
+  hb.setState(wire::ToWire(p.state));
   hb.setLoss(p.loss);
   hb.setAuc(p.auc);
   hb.setLogloss(p.logloss);
@@ -463,16 +474,16 @@ StatusOr<ClusterView> ChiefClient::AwaitComplete(milliseconds timeout,
       if (view->Complete()) return view;
       int up = 0, all = 0;
       for (const auto& m : view->members) {
-        if (m.role == "chief") continue;
+        if (m.role == config::Role::kChief) continue;
         ++all;
-        up += m.state != "starting" && m.state != "lost" && m.state != "left";
+        up += IsPresent(m.state);
       }
       last = std::to_string(up) + " of " + std::to_string(all) + " members up";
       std::string missing;
       for (const auto& m : view->members)
-        if (m.role != "chief" && (m.state == "starting" || m.state == "lost" || m.state == "left"))
-          missing += (missing.empty() ? "" : ", ") + m.role + ":" + std::to_string(m.index) + " (" +
-                     m.state + ")";
+        if (m.role != config::Role::kChief && !IsPresent(m.state))
+          missing += (missing.empty() ? "" : ", ") + std::string(config::RoleName(m.role)) + ":" +
+                     std::to_string(m.index) + " (" + std::string(Name(m.state)) + ")";
       if (!missing.empty()) last += "; missing " + missing;
       if (view->generation_pending && missing.empty()) last += "; a new generation is pending";
     } else {
@@ -553,7 +564,7 @@ StatusOr<std::optional<std::string>> ChiefClient::KvGet(const std::string& key) 
       std::string(reinterpret_cast<const char*>(v.begin()), v.size()));
 }
 
-StatusOr<std::string> ChiefClient::StopJob(const std::string& reason) {
+StatusOr<JobState> ChiefClient::StopJob(const std::string& reason) {
   auto reply = ControlRetry(
       [&] {
         wire::OutMessage m;
@@ -565,7 +576,7 @@ StatusOr<std::string> ChiefClient::StopJob(const std::string& reason) {
   auto body = reply->envelope().getBody();
   if (body.which() != Envelope::Body::STOP_JOB_REPLY)
     return Status::InvalidArgument("stop answered without a StopJobReply");
-  return std::string(body.getStopJobReply().getJobState());
+  return wire::FromWire(body.getStopJobReply().getJobState());
 }
 
 StatusOr<ChiefClient::RegroupAnswer> ChiefClient::Regroup(uint64_t failed_generation,

@@ -16,6 +16,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/config/cluster_spec.h"
+#include "common/states.h"
 #include "common/status.h"
 #include "common/sync.h"
 #include "common/wire/identity.h"
@@ -24,10 +26,11 @@
 namespace tandem {
 
 struct MemberView {
-  std::string role;  // "chief" | "ps" | "worker"
+  config::Role role = config::Role::kWorker;
   uint32_t index = 0;
   std::string address;  // "tcp://host:port"; empty until registered
-  std::string state;    // "starting" | "up" | "lost" | "left", or the member's reported state
+  // kStarting (never registered), kUp, kLost, kLeft, or the member's reported state
+  MemberState state = MemberState::kStarting;
   uint64_t incarnation = 0;
   int64_t step = -1;
   uint64_t generation = 0;
@@ -41,8 +44,8 @@ struct MemberView {
 
 struct ClusterView {
   uint64_t term = 0, generation = 0, timeline = 0;
-  std::string job_state;  // starting | training | stopping | done | stopped | failed
-  int64_t step = -1;      // the lowest step among workers
+  JobState job_state = JobState::kStarting;
+  int64_t step = -1;  // the lowest step among workers
   int64_t total_steps = 0;
   int64_t last_checkpoint_step = -1;
   bool generation_pending =
@@ -59,7 +62,7 @@ struct ClusterView {
   std::vector<MemberView> members;  // chief first, then ps 0.., then workers 0..
 
   // Members of `role` ordered by index.
-  std::vector<const MemberView*> Of(std::string_view role) const;
+  std::vector<const MemberView*> Of(config::Role role) const;
   // Every ps and worker registered and not lost, and no generation pending.
   bool Complete() const;
 };
@@ -77,7 +80,7 @@ struct Registration {
 struct Progress {
   int64_t step = -1;
   double samples_per_sec = 0;
-  std::string state = "starting";
+  MemberState state = MemberState::kStarting;
   double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
   std::string model_checksum;
   std::string detail;
@@ -122,12 +125,13 @@ class ChiefClient {
 
   bool stop_requested() const { return stop_requested_.load(); }
   bool fenced() const { return fenced_.load(); }
-  std::string job_state() const;
+  JobState job_state() const;
   uint64_t generation() const { return generation_.load(); }
   // The issued incarnation, and the latest term, generation and timeline heard from the chief.
   wire::Identity identity() const;
 
-  // Retries while the chief is unreachable; logs and cancels as Register does.
+  // Retries while the chief is unreachable; logs and cancels as Register does. kInvalidArgument
+  // for a view with a role or state this build does not know.
   StatusOr<ClusterView> View(std::chrono::milliseconds budget,
                              const std::function<bool()>& cancelled = nullptr);
   // Polls the view until Complete() (or kDeadlineExceeded), logging who is missing every few
@@ -147,7 +151,7 @@ class ChiefClient {
                                      std::chrono::milliseconds budget,
                                      std::vector<int64_t>* retained = nullptr);
   // Asks the chief to stop the job (SIGTERM to a member, Ctrl-C of `tandem local`).
-  StatusOr<std::string> StopJob(const std::string& reason);
+  StatusOr<JobState> StopJob(const std::string& reason);
   // A worker whose all-reduce group of `failed_generation` broke while nobody was declared lost
   // asks for a new generation to regroup in (RegroupRequest, PROTOCOLS §11); the heartbeats
   // bring the new generation as usual. An incarnation that is not the live one is answered
@@ -189,7 +193,7 @@ class ChiefClient {
   mutable Mutex state_mu_;
   wire::Identity identity_ GUARDED_BY(state_mu_);
   Progress progress_ GUARDED_BY(state_mu_);
-  std::string job_state_ GUARDED_BY(state_mu_) = "starting";
+  JobState job_state_ GUARDED_BY(state_mu_) = JobState::kStarting;
   int64_t registered_step_ GUARDED_BY(state_mu_) = -1;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> fenced_{false};

@@ -6,6 +6,39 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("tandem::wire");
 
+using Role = import "role.capnp".Role;
+
+# The states are enums, not text, so that a misspelt one cannot compile; their names are
+# common/states.h's. A reader rejects `unknown` (a field a sender did not set) and any number it
+# does not know (a newer sender) instead of guessing.
+
+# What a member reports with its heartbeats, and what the chief shows of each member.
+enum MemberState {
+  unknown @0;
+  starting @1;     # shown by the chief: never registered; reported: not started yet
+  up @2;           # shown by the chief: registered, no state reported yet
+  waiting @3;
+  training @4;
+  evaluating @5;
+  recovering @6;   # a worker rebuilding its all-reduce group
+  serving @7;      # a PS
+  done @8;
+  stopped @9;
+  failed @10;
+  left @11;
+  lost @12;        # shown by the chief only
+}
+
+enum JobState {
+  unknown @0;
+  starting @1;
+  training @2;
+  stopping @3;
+  done @4;
+  stopped @5;
+  failed @6;
+}
+
 struct RegisterRequest {
   address @0 :Text;              # the member's bound ROUTER address ("tcp://host:port")
   configHash @1 :Text;
@@ -32,30 +65,32 @@ struct RegisterReply {
 struct Heartbeat {
   step @0 :Int64;
   samplesPerSec @1 :Float64;
-  state @2 :Text;                # starting | waiting | training | evaluating | done | stopped | failed
+  obsoleteState @2 :Text;        # replaced by `state`
   loss @3 :Float64 = nan;
   auc @4 :Float64 = nan;         # the last held-out eval
   logloss @5 :Float64 = nan;
   modelChecksum @6 :Text;        # rank 0, with state done
   detail @7 :Text;               # a failure's reason, or where outputs are
   teacherAuc @8 :Float64 = nan;  # synthetic data: the best achievable AUC
+  state @9 :MemberState;
 }
 
 struct HeartbeatReply {
   generation @0 :UInt64;
   timeline @1 :UInt64;
   stop @2 :Bool;                 # the job is asked to stop (SIGTERM, `tandem local` Ctrl-C)
-  jobState @3 :Text;             # see ClusterStatusReply.jobState
+  obsoleteJobState @3 :Text;     # replaced by `jobState`
   term @4 :UInt64;
+  jobState @5 :JobState;
 }
 
 struct ClusterStatusRequest {}
 
 struct Member {
-  role @0 :Text;
+  obsoleteRole @0 :Text;         # replaced by `role`
   index @1 :UInt32;
   address @2 :Text;
-  state @3 :Text;      # up | lost | starting (never registered) | left, or the heartbeat's state
+  obsoleteState @3 :Text;        # replaced by `state`
   incarnation @4 :UInt64;
   step @5 :Int64;
   generation @6 :UInt64;
@@ -65,6 +100,8 @@ struct Member {
   lostReason @10 :Text;
   msSinceHeartbeat @11 :Int64;
   determinismClass @12 :Text;
+  role @13 :Role;
+  state @14 :MemberState;        # up | lost | starting (never registered) | left, or the reported
 }
 
 struct ClusterStatusReply {
@@ -74,7 +111,7 @@ struct ClusterStatusReply {
   timeline @3 :UInt64;
   lastCheckpointStep @4 :Int64;
   samplesPerSec @5 :Float64;     # global: the sum over workers
-  jobState @6 :Text;             # starting | training | stopping | done | stopped | failed
+  obsoleteJobState @6 :Text;     # replaced by `jobState`
   step @7 :Int64;                # the lowest step among workers
   totalSteps @8 :Int64;
   loss @9 :Float64;              # rank 0's last global-batch loss
@@ -88,6 +125,7 @@ struct ClusterStatusReply {
   resumeStep @17 :Int64 = -1;    # the committed checkpoint the job resumes from; -1: from scratch
   generationPending @18 :Bool;   # a worker was lost: the generation rises again once every rank
                                  # is back and heard from (an all-reduce group waits for that)
+  jobState @19 :JobState;
 }
 
 # Named barrier: answered once `count` distinct (role, index) have entered `name`; parked until
@@ -121,7 +159,8 @@ struct StopJobRequest {
 }
 
 struct StopJobReply {
-  jobState @0 :Text;
+  obsoleteJobState @0 :Text;     # replaced by `jobState`
+  jobState @1 :JobState;
 }
 
 # Worker rank 0 hands the chief every part of checkpoint `step`; the chief writes the manifest

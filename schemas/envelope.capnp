@@ -9,14 +9,7 @@ $Cxx.namespace("tandem::wire");
 using Ps = import "ps.capnp";
 using Chief = import "chief.capnp";
 using Worker = import "worker.capnp";
-
-enum Role {
-  unknown @0;
-  chief @1;
-  ps @2;
-  worker @3;
-  tool @4;     # a CLI tool (`tandem status`) or a test client
-}
+using Role = import "role.capnp".Role;
 
 # The identities of PROTOCOLS §1, carried by every request and echoed on replies.
 struct Header {

@@ -77,7 +77,7 @@ class WorkerRun {
     }
     if (std::optional<int> refused = Join()) return *refused;
     StartSignalThread();
-    progress_.state = "waiting";
+    progress_.state = MemberState::kWaiting;
     chief_->SetProgress(progress_);
     auto view = chief_->AwaitComplete(std::chrono::seconds(job_.recovery.max_wait_s),
                                       [&] { return daemon::StopSignalSeen(ctx_.stop_signals); });
@@ -88,7 +88,7 @@ class WorkerRun {
     if (!view.ok()) return ReportFailure(view.status().WithContext("waiting for the cluster"), 1);
     if (std::optional<int> failed = Connect(*view)) return *failed;
     if (std::optional<int> failed = OpenMetrics()) return *failed;
-    progress_.state = "training";
+    progress_.state = MemberState::kTraining;
     chief_->SetProgress(progress_);
     TrainingLoopOptions o = LoopOptions();
     TLOG_INFO("training steps {}..{} of {} (k = {}, batch {} per worker, {} workers, {} shards)", 0,
@@ -105,7 +105,7 @@ class WorkerRun {
         DeterminismClass(static_cast<int>(job_.train.threads), device::CpuBackend::BlasCoreName(),
                          GpuDeterminismClass(job_));
     TLOG_INFO("openblas kernels: {}", device::BlasKernelsDescription());
-    chief_ = daemon::JoinJob(ctx_, wire::Role::WORKER, determinism_class_, &exit_status, &reg_);
+    chief_ = daemon::JoinJob(ctx_, config::Role::kWorker, determinism_class_, &exit_status, &reg_);
     if (!chief_) return exit_status;
     start_step_ = reg_.resume_step + 1;
     rejoin_ = reg_.joins_running_job && world_ > 1;
@@ -140,7 +140,7 @@ class WorkerRun {
 
   int ReportFailure(const Status& s, int status) {
     TLOG_ERROR("{}", s.ToString());
-    progress_.state = "failed";
+    progress_.state = MemberState::kFailed;
     progress_.detail = "worker:" + std::to_string(rank_) + ": " + s.ToString();
     chief_->SetProgress(progress_);
     chief_->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
@@ -150,7 +150,7 @@ class WorkerRun {
   // The shards' clients, the device and the all-reduce group of the view's generation.
   std::optional<int> Connect(const ClusterView& view) {
     self_ = chief_->identity();
-    for (const MemberView* m : view.Of("ps")) po_.shards.push_back(m->address);
+    for (const MemberView* m : view.Of(config::Role::kPs)) po_.shards.push_back(m->address);
     po_.dims.assign(static_cast<size_t>(job_.data.num_categorical),
                     static_cast<uint32_t>(job_.model.embedding_dim));
     po_.timeout =
@@ -213,7 +213,7 @@ class WorkerRun {
     if (world_ > 1) {
       o.recover = [this] {
         gauges_->recoveries.fetch_add(1);
-        return group_->Recover([this](const std::string& state) {
+        return group_->Recover([this](MemberState state) {
           progress_.state = state;
           chief_->SetProgress(progress_);
         });
@@ -273,7 +273,7 @@ class WorkerRun {
     progress_.step = p.step;
     // The chief sums its members' rates: report this worker's share of the global rate.
     progress_.samples_per_sec = p.samples_per_sec / world_;
-    progress_.state = p.evaluating ? "evaluating" : "training";
+    progress_.state = p.evaluating ? MemberState::kEvaluating : MemberState::kTraining;
     progress_.loss = p.loss;
     progress_.auc = p.auc;
     progress_.logloss = p.logloss;
@@ -294,8 +294,7 @@ class WorkerRun {
       // reply does: ask the chief now, so that a zombie exits 75 (fenced), not 1 (restart me).
       chief_->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     }
-    if (chief_->fenced())
-      return daemon::ExitWhenFenced(chief_.get(), "worker:" + std::to_string(rank_));
+    if (chief_->fenced()) return daemon::ExitWhenFenced(chief_.get(), config::Role::kWorker, rank_);
     if (!result.ok() && result.status().IsCancelled() &&
         (stop_signal_.load() || chief_->stop_requested()))
       return StoppedWhileRecovering(result.status());
@@ -304,7 +303,7 @@ class WorkerRun {
   }
 
   int StoppedWhileRecovering(const Status& why) {
-    if (chief_->job_state() == "failed") {
+    if (chief_->job_state() == JobState::kFailed) {
       // Rolled back from its last checkpoint by restarting every process (the units restart
       // what exits non-zero): this worker must come back too.
       TLOG_WARN("the job failed while this worker waited to recover: exiting {} to be restarted",
@@ -314,7 +313,7 @@ class WorkerRun {
     }
     // A stop while the group waited to recover: the job is stopping, this worker did not fail.
     TLOG_INFO("{}", why.ToString());
-    progress_.state = "stopped";
+    progress_.state = MemberState::kStopped;
     chief_->SetProgress(progress_);
     chief_->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     chief_->StopHeartbeats();
@@ -329,7 +328,7 @@ class WorkerRun {
     progress_.loss = result.last_loss;
     progress_.samples_per_sec = result.samples_per_sec / world_;
     progress_.model_checksum = result.model_checksum;
-    progress_.state = result.completed ? "done" : "stopped";
+    progress_.state = result.completed ? MemberState::kDone : MemberState::kStopped;
     if (rank_ == 0 && metrics_) progress_.detail = "metrics in " + metrics_->path();
     chief_->SetProgress(progress_);
     Status told = chief_->HeartbeatNow(std::chrono::milliseconds(5000));

@@ -13,17 +13,8 @@
 namespace tandem::config {
 namespace {
 
-constexpr Role kRoles[] = {Role::kChief, Role::kPs, Role::kWorker};
-
 // TF_CONFIG names the worker list "worker"; the job config says "workers".
 std::string_view TfName(Role role) { return role == Role::kWorker ? "worker" : RoleName(role); }
-
-std::optional<Role> RoleFromName(std::string_view name) {
-  for (Role role : kRoles) {
-    if (RoleName(role) == name) return role;
-  }
-  return std::nullopt;
-}
 
 Status NoSuchRole(std::string_view where, std::string_view type) {
   return Status::InvalidArgument(std::string(where) + " names task type \"" + std::string(type) +
@@ -46,10 +37,10 @@ std::vector<std::string>& ListFor(ClusterConfig& cluster, Role role) {
 StatusOr<ClusterConfig> ParseTfCluster(const nlohmann::json& json) {
   if (!json.is_object()) return Status::InvalidArgument("TF_CONFIG cluster must be an object");
   for (const auto& [type, addresses] : json.items()) {
-    if (!RoleFromName(type)) return NoSuchRole("TF_CONFIG cluster", type);
+    if (!ParseRole(type)) return NoSuchRole("TF_CONFIG cluster", type);
   }
   ClusterConfig cluster;
-  for (Role role : kRoles) {
+  for (Role role : {Role::kChief, Role::kPs, Role::kWorker}) {
     std::string where = "TF_CONFIG cluster." + std::string(TfName(role));
     auto it = json.find(std::string(TfName(role)));
     if (it == json.end()) return Status::InvalidArgument(where + " is missing");
@@ -78,7 +69,7 @@ StatusOr<TaskId> ParseTfTask(const nlohmann::json& json) {
         "TF_CONFIG task must be {\"type\": \"chief|ps|worker\", \"index\": N}, got " + json.dump());
   }
   std::string type = json["type"].get<std::string>();
-  std::optional<Role> role = RoleFromName(type);
+  std::optional<Role> role = ParseRole(type);
   if (!role) return NoSuchRole("TF_CONFIG task", type);
   int64_t index = json["index"].get<int64_t>();
   if (index < 0 || index > std::numeric_limits<int>::max()) {
@@ -130,18 +121,6 @@ StatusOr<TaskId> ChooseTask(const std::optional<TaskId>& flag, const std::option
 
 }  // namespace
 
-std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kChief:
-      return "chief";
-    case Role::kPs:
-      return "ps";
-    case Role::kWorker:
-      return "worker";
-  }
-  return "unknown";
-}
-
 std::string TaskId::ToString() const {
   return std::string(RoleName(role)) + ":" + std::to_string(index);
 }
@@ -152,7 +131,7 @@ StatusOr<TaskId> ParseTaskId(const std::string& text) {
     return Status::InvalidArgument("task \"" + text + "\": expected TYPE:INDEX, e.g. worker:0");
   }
   std::string type = text.substr(0, colon);
-  std::optional<Role> role = RoleFromName(type);
+  std::optional<Role> role = ParseRole(type);
   if (!role) return NoSuchRole("task \"" + text + "\"", type);
   std::string_view digits = std::string_view(text).substr(colon + 1);
   int index = -1;

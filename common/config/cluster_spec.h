@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/config/job_config.h"
@@ -13,7 +14,9 @@ namespace tandem::config {
 
 enum class Role { kChief, kPs, kWorker };
 
+// The one name of each role: in `--task`, TF_CONFIG, `tandem status` and the logs.
 std::string_view RoleName(Role role);  // "chief" | "ps" | "worker"
+std::optional<Role> ParseRole(std::string_view name);
 
 struct TaskId {
   Role role = Role::kWorker;

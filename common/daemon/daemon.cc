@@ -25,18 +25,6 @@
 namespace tandem::daemon {
 namespace {
 
-wire::Role WireRole(config::Role r) {
-  switch (r) {
-    case config::Role::kChief:
-      return wire::Role::CHIEF;
-    case config::Role::kPs:
-      return wire::Role::PS;
-    case config::Role::kWorker:
-      return wire::Role::WORKER;
-  }
-  return wire::Role::UNKNOWN;
-}
-
 bool IsLoopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -185,7 +173,7 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   const config::BindAddress bind = config::BindAddressFor(loaded.resolved.address);
   wire::Identity self;
   self.job_id = loaded.job_id;
-  self.role = WireRole(args.role);
+  self.role = wire::ToWire(args.role);
   self.index = static_cast<uint32_t>(loaded.resolved.task.index);
   self.incarnation = args.incarnation;
   // /metrics (metrics.port): declared first, so that it outlives everything it reads.

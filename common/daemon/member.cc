@@ -14,14 +14,14 @@
 
 namespace tandem::daemon {
 
-std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
+std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, config::Role role,
                                      const std::string& determinism_class, int* exit_status,
                                      Registration* registration) {
   const auto& job = *ctx.job;
   ChiefClientOptions o;
   o.chief_endpoint = "tcp://" + job.cluster.chief.at(0);
   o.identity = ctx.server->identity();
-  o.identity.role = role;
+  o.identity.role = wire::ToWire(role);
   o.address = ctx.server->endpoint();
   o.config_hash = job.ComputationHash();
   o.determinism_class = determinism_class;
@@ -54,24 +54,22 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
   if (registration != nullptr) *registration = *reg;
   client->StartHeartbeats();
   // systemd (Type=notify): registered, and the heartbeat thread now pings the watchdog.
-  SdNotify("READY=1\nSTATUS=" + std::string(wire::RoleName(role)) + ":" +
+  SdNotify("READY=1\nSTATUS=" + std::string(config::RoleName(role)) + ":" +
            std::to_string(ctx.index) + " registered as incarnation " +
            std::to_string(reg->incarnation));
   return client;
 }
 
-int ExitWhenFenced(ChiefClient* chief, const std::string& rank) {
+int ExitWhenFenced(ChiefClient* chief, config::Role role, uint32_t index) {
+  const std::string rank = std::string(config::RoleName(role)) + ":" + std::to_string(index);
   const uint64_t mine = chief->identity().incarnation;
   auto view = chief->View(std::chrono::milliseconds(3000));
   if (view.ok()) {
-    const auto colon = rank.find(':');
-    const std::string role = rank.substr(0, colon);
-    const uint32_t index = static_cast<uint32_t>(std::stoul(rank.substr(colon + 1)));
     for (const MemberView& m : view->members) {
       if (m.role != role || m.index != index) continue;
-      if (m.incarnation > mine && m.state != "lost") {
+      if (m.incarnation > mine && m.state != MemberState::kLost) {
         TLOG_ERROR("{} was replaced by incarnation {} ({} at {}): exiting {}", rank, m.incarnation,
-                   m.state, m.address, static_cast<int>(kExitFenced));
+                   Name(m.state), m.address, static_cast<int>(kExitFenced));
         return kExitFenced;
       }
     }

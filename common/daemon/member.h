@@ -14,7 +14,7 @@ namespace tandem::daemon {
 // server (replies carry it) and the log, and starts the heartbeat thread. On failure returns
 // null and sets *exit_status (75 when refused, 1 when the chief cannot be reached).
 // `registration` (may be null) gets what the chief issued.
-std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, wire::Role role,
+std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, config::Role role,
                                      const std::string& determinism_class, int* exit_status,
                                      Registration* registration = nullptr);
 
@@ -28,7 +28,7 @@ inline constexpr int kRoleRejoin = -75;
 
 // The status of a member the chief fenced: kExitFenced when a newer incarnation of its rank is
 // registered and not lost (it was replaced), kRoleRejoin otherwise.
-int ExitWhenFenced(ChiefClient* chief, const std::string& rank);
+int ExitWhenFenced(ChiefClient* chief, config::Role role, uint32_t index);
 
 // Executes this process's own command line again after kRoleRejoin (counted in TANDEM_REJOINS).
 // Returns only when that fails, with the exit status to use.

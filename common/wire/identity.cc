@@ -5,19 +5,35 @@
 namespace tandem::wire {
 
 std::string_view RoleName(Role role) {
+  if (auto r = FromWire(role)) return config::RoleName(*r);
+  return role == Role::TOOL ? "tool" : "unknown";
+}
+
+Role ToWire(config::Role role) {
   switch (role) {
-    case Role::UNKNOWN:
-      return "unknown";
-    case Role::CHIEF:
-      return "chief";
-    case Role::PS:
-      return "ps";
-    case Role::WORKER:
-      return "worker";
-    case Role::TOOL:
-      return "tool";
+    case config::Role::kChief:
+      return Role::CHIEF;
+    case config::Role::kPs:
+      return Role::PS;
+    case config::Role::kWorker:
+      return Role::WORKER;
   }
-  return "unknown";
+  return Role::UNKNOWN;
+}
+
+std::optional<config::Role> FromWire(Role role) {
+  switch (role) {
+    case Role::CHIEF:
+      return config::Role::kChief;
+    case Role::PS:
+      return config::Role::kPs;
+    case Role::WORKER:
+      return config::Role::kWorker;
+    case Role::UNKNOWN:
+    case Role::TOOL:
+      break;
+  }
+  return std::nullopt;
 }
 
 std::string Identity::Who() const {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "common/config/cluster_spec.h"
 #include "common/job_id.h"
 #include "schemas/envelope.capnp.h"
 
@@ -22,7 +24,11 @@ struct Identity {
   std::string Who() const;  // "ps:1#3" (role:index#incarnation)
 };
 
+// config::RoleName for the roles of a cluster; "tool" and "unknown" for the others.
 std::string_view RoleName(Role role);
+Role ToWire(config::Role role);
+// nullopt for TOOL, UNKNOWN and numbers this build does not know: not a cluster's role.
+std::optional<config::Role> FromWire(Role role);
 
 // Stamps `header` with `id`, the build id, `request_id` and the relative budget.
 void WriteHeader(Header::Builder header, const Identity& id, uint64_t request_id,

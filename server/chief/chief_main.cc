@@ -8,10 +8,6 @@
 
 namespace tandem::chief {
 
-namespace {
-bool Ended(const std::string& s) { return s == "done" || s == "stopped" || s == "failed"; }
-}  // namespace
-
 std::vector<wire::LaneOptions> ChiefDaemon::Lanes(const config::JobConfig&) const {
   return ChiefLanes();
 }
@@ -59,7 +55,7 @@ int ChiefDaemon::Run(const daemon::RoleContext& ctx) {
       service->RequestStop(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " to the chief");
       break;
     }
-    if (Ended(service->job_state())) break;
+    if (IsTerminal(service->job_state())) break;
     if (Status s = service->fatal(); !s.ok()) {
       service->Stop();
       if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
@@ -67,12 +63,12 @@ int ChiefDaemon::Run(const daemon::RoleContext& ctx) {
       return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
     }
   }
-  const std::string state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);
-  TLOG_INFO("job {}: the chief leaves", state);
+  const JobState state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);
+  TLOG_INFO("job {}: the chief leaves", Name(state));
   service->Stop();
   // Leaving on purpose closes the run; a chief killed before this line is rejoined by the next.
   if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
-  return state == "failed" ? kExitRuntimeFailure : kExitOk;
+  return state == JobState::kFailed ? kExitRuntimeFailure : kExitOk;
 }
 
 int RunChief(const daemon::DaemonArgs& args, const std::optional<std::string>& tf_config) {

@@ -23,13 +23,13 @@ void AddChiefMetrics(metrics::Registry* registry, const ChiefService* chief) {
              j.samples_per_sec);
     AddGauge(out, "tandem_last_checkpoint_step", "The newest committed checkpoint",
              static_cast<double>(j.last_checkpoint_step));
-    for (const char* state : {"up", "lost", "starting"}) {
+    // "up" counts every member present, whatever it reported.
+    for (MemberState state : {MemberState::kUp, MemberState::kLost, MemberState::kStarting}) {
       double n = 0;
       for (const auto& m : j.members)
-        n += (std::string(state) == "up")
-                 ? (m.state != "lost" && m.state != "starting" && m.state != "left")
-                 : m.state == state;
-      AddGauge(out, "tandem_members", "PS and workers by state", n, {{"state", state}});
+        n += state == MemberState::kUp ? IsPresent(m.state) : m.state == state;
+      AddGauge(out, "tandem_members", "PS and workers by state", n,
+               {{"state", std::string(Name(state))}});
     }
   });
 }

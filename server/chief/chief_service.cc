@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/wire/diagnostics.h"
+#include "common/wire/states.h"
 
 namespace tandem::chief {
 
@@ -35,9 +36,10 @@ std::string HostName() {
 
 capnp::Text::Reader Text(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
 
-std::optional<MemberRole> RoleOf(wire::Role role) {
-  if (role == wire::Role::PS) return MemberRole::kPs;
-  if (role == wire::Role::WORKER) return MemberRole::kWorker;
+// A member's role: ps or worker. The chief, tools and unknown numbers are none.
+std::optional<Role> MemberRoleOf(wire::Role role) {
+  auto r = wire::FromWire(role);
+  if (r == Role::kPs || r == Role::kWorker) return r;
   return std::nullopt;
 }
 
@@ -234,7 +236,7 @@ uint64_t ChiefService::term() const {
   return membership_.term();
 }
 
-std::string ChiefService::job_state() const {
+JobState ChiefService::job_state() const {
   MutexLock lock(&mu_);
   return membership_.job_state();
 }
@@ -280,7 +282,7 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
   TLOG_WARN(
       "{}:{} registers as a new process before any survivor of the open run: starting the "
       "job instead of rejoining the run",
-      MemberRoleName(in.role), in.index);
+      config::RoleName(in.role), in.index);
   auto opened = CheckpointCoordinator::Open(job_);
   if (!opened.ok()) {
     fatal_ = opened.status();
@@ -296,7 +298,7 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
   return fatal_;
 }
 
-std::string ChiefService::WaitFinished(std::chrono::steady_clock::time_point until) {
+JobState ChiefService::WaitFinished(std::chrono::steady_clock::time_point until) {
   const auto quiet = 3 * milliseconds(job_.chief.heartbeat_interval_ms);
   MutexLock lock(&mu_);
   for (;;) {
@@ -311,7 +313,7 @@ std::string ChiefService::WaitFinished(std::chrono::steady_clock::time_point unt
 
 void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
   auto h = m.header();
-  auto role = RoleOf(h.getSenderRole());
+  auto role = MemberRoleOf(h.getSenderRole());
   if (!role) {
     r.SendError(ReplyCode::INVALID, "a " + std::string(wire::RoleName(h.getSenderRole())) +
                                         " cannot register; only ps and worker are members");
@@ -377,7 +379,7 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
 
 void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
   auto h = m.header();
-  auto role = RoleOf(h.getSenderRole());
+  auto role = MemberRoleOf(h.getSenderRole());
   if (!role) {
     r.SendError(ReplyCode::INVALID, "heartbeat from a " +
                                         std::string(wire::RoleName(h.getSenderRole())) +
@@ -385,10 +387,15 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
     return;
   }
   auto hb = m.envelope().getBody().getHeartbeat();
+  auto state = wire::FromWire(hb.getState());
+  if (!state.ok()) {
+    r.SendError(ReplyCode::INVALID, "heartbeat: " + state.status().message());
+    return;
+  }
   MemberProgress p;
   p.step = hb.getStep();
   p.samples_per_sec = hb.getSamplesPerSec();
-  p.state = hb.getState();
+  p.state = *state;
   p.loss = hb.getLoss();
   p.auc = hb.getAuc();
   p.logloss = hb.getLogloss();
@@ -420,7 +427,7 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
   body.setGeneration(result->generation);
   body.setTimeline(result->timeline);
   body.setStop(result->stop);
-  body.setJobState(Text(result->job_state));
+  body.setJobState(wire::ToWire(result->job_state));
   body.setTerm(result->term);
   r.Send(std::move(reply));
 }
@@ -432,10 +439,10 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
   auto body = reply.envelope().getBody().initClusterStatusReply();
   auto members = body.initMembers(static_cast<unsigned>(j.members.size() + 1));
   auto chief = members[0];
-  chief.setRole("chief");
+  chief.setRole(wire::Role::CHIEF);
   chief.setIndex(0);
   chief.setAddress(Text(server_->endpoint()));
-  chief.setState(IsTerminalJobState(j.job_state) ? "done" : "up");
+  chief.setState(wire::ToWire(IsTerminal(j.job_state) ? MemberState::kDone : MemberState::kUp));
   chief.setIncarnation(self.incarnation);
   chief.setStep(j.step);
   chief.setGeneration(j.generation);
@@ -445,10 +452,10 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
   for (size_t i = 0; i < j.members.size(); ++i) {
     const MemberSnapshot& s = j.members[i];
     auto out = members[static_cast<unsigned>(i + 1)];
-    out.setRole(Text(s.role));
+    out.setRole(wire::ToWire(s.role));
     out.setIndex(s.index);
     out.setAddress(Text(s.address));
-    out.setState(Text(s.state));
+    out.setState(wire::ToWire(s.state));
     out.setIncarnation(s.incarnation);
     out.setStep(s.step);
     out.setGeneration(s.generation);
@@ -465,7 +472,7 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
   body.setLastCheckpointStep(j.last_checkpoint_step);
   body.setGenerationPending(j.generation_pending);
   body.setSamplesPerSec(j.samples_per_sec);
-  body.setJobState(Text(j.job_state));
+  body.setJobState(wire::ToWire(j.job_state));
   body.setStep(j.step);
   body.setTotalSteps(j.total_steps);
   body.setLoss(j.loss);
@@ -601,14 +608,14 @@ void ChiefService::HandleKvGet(wire::InMessage& m, wire::Responder r) {
 void ChiefService::HandleStopJob(wire::InMessage& m, wire::Responder r) {
   std::string reason = m.envelope().getBody().getStopJobRequest().getReason();
   if (reason.empty()) reason = "requested by " + wire::ReadIdentity(m.header()).Who();
-  std::string state;
+  JobState state;
   {
     MutexLock lock(&mu_);
     state = membership_.RequestStop(reason, Clock::now());
   }
   changed_.SignalAll();
   wire::OutMessage reply = r.NewReply();
-  reply.envelope().getBody().initStopJobReply().setJobState(Text(state));
+  reply.envelope().getBody().initStopJobReply().setJobState(wire::ToWire(state));
   r.Send(std::move(reply));
 }
 
@@ -730,7 +737,7 @@ bool ChiefService::ProbeAnswers(const Suspect& s, wire::RpcClient* client,
       it->second < 0 ? StatusOr<wire::PingResult>(Status::InvalidArgument("bad address"))
                      : wire::Ping(client, it->second, probe_budget_);
   const bool same = pong.ok() && pong->peer.incarnation == s.incarnation &&
-                    RoleOf(pong->peer.role) == s.role && pong->peer.index == s.index;
+                    wire::FromWire(pong->peer.role) == s.role && pong->peer.index == s.index;
   if (result) *result = std::move(pong);
   return same;
 }
@@ -745,7 +752,7 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
     suspects = membership_.Suspects(Clock::now());
   }
   for (const Suspect& s : suspects) {
-    const std::string who = std::string(MemberRoleName(s.role)) + ":" + std::to_string(s.index) +
+    const std::string who = std::string(config::RoleName(s.role)) + ":" + std::to_string(s.index) +
                             "#" + std::to_string(s.incarnation);
     StatusOr<wire::PingResult> pong = Status::Internal("unset");
     const bool same = ProbeAnswers(s, client, handles, &pong);

@@ -60,10 +60,10 @@ class ChiefService {
   // Blocks until the job state is terminal and every registered member has reported a terminal
   // state and been silent for three heartbeat intervals, or is lost or left; or until `until`.
   // Returns the job state then.
-  std::string WaitFinished(std::chrono::steady_clock::time_point until);
+  JobState WaitFinished(std::chrono::steady_clock::time_point until);
 
   uint64_t term() const;
-  std::string job_state() const;
+  JobState job_state() const;
   // Not OK when the chief cannot go on: a job start decided late (see ConfirmRejoin) was refused,
   // e.g. a finished job (kInvalidArgument). The caller exits.
   Status fatal() const;

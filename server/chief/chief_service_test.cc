@@ -134,7 +134,7 @@ class ChiefServiceTest : public ::testing::Test {
 
   static const MemberView* Find(const ClusterView& v, std::string_view role, uint32_t index) {
     for (const auto& m : v.members)
-      if (m.role == role && m.index == index) return &m;
+      if (config::RoleName(m.role) == role && m.index == index) return &m;
     return nullptr;
   }
 
@@ -159,18 +159,18 @@ TEST_F(ChiefServiceTest, RegistersMembersWithIncreasingIncarnationsAndServesTheV
   EXPECT_EQ(w1_->client->generation(), 1u);
   auto view = w0_->client->AwaitComplete(milliseconds(5000));
   ASSERT_TRUE(view.ok()) << view.status();
-  EXPECT_EQ(view->job_state, "training");
+  EXPECT_EQ(Name(view->job_state), "training");
   EXPECT_EQ(view->term, 1u);
   EXPECT_EQ(view->total_steps, 40);
   EXPECT_EQ(view->config_hash, job_.ComputationHash());
   ASSERT_EQ(view->members.size(), 4u);
-  EXPECT_EQ(view->members[0].role, "chief");
-  ASSERT_EQ(view->Of("worker").size(), 2u);
-  EXPECT_EQ(view->Of("worker")[1]->incarnation, w1_->client->identity().incarnation);
-  EXPECT_EQ(view->Of("ps")[0]->address, ps0_->server->endpoint());
-  EXPECT_EQ(view->Of("ps")[0]->state, "up");
-  EXPECT_EQ(view->Of("ps")[0]->determinism_class, "cpu-test");
-  EXPECT_GT(view->Of("ps")[0]->pid, 0u);
+  EXPECT_EQ(view->members[0].role, config::Role::kChief);
+  ASSERT_EQ(view->Of(config::Role::kWorker).size(), 2u);
+  EXPECT_EQ(view->Of(config::Role::kWorker)[1]->incarnation, w1_->client->identity().incarnation);
+  EXPECT_EQ(view->Of(config::Role::kPs)[0]->address, ps0_->server->endpoint());
+  EXPECT_EQ(Name(view->Of(config::Role::kPs)[0]->state), "up");
+  EXPECT_EQ(view->Of(config::Role::kPs)[0]->determinism_class, "cpu-test");
+  EXPECT_GT(view->Of(config::Role::kPs)[0]->pid, 0u);
 }
 
 TEST_F(ChiefServiceTest, DuplicateLiveRankIsRefused) {
@@ -241,18 +241,18 @@ TEST_F(ChiefServiceTest, SilentMemberThatIgnoresProbesIsLostInTime) {
   w1_->server->Stop();  // no answer to the probe either: as if the process hung or died
   const auto stopped = std::chrono::steady_clock::now();
   auto view = WaitView(
-      w0_->client.get(), [](const ClusterView& v) { return Find(v, "worker", 1)->state == "lost"; },
-      bound);
+      w0_->client.get(),
+      [](const ClusterView& v) { return Name(Find(v, "worker", 1)->state) == "lost"; }, bound);
   const auto took = std::chrono::steady_clock::now() - stopped;
   const MemberView* lost = Find(view, "worker", 1);
   ASSERT_NE(lost, nullptr);
-  ASSERT_EQ(lost->state, "lost") << "not declared lost within " << bound.count() << " ms";
+  ASSERT_EQ(Name(lost->state), "lost") << "not declared lost within " << bound.count() << " ms";
   EXPECT_LE(took, bound);
   EXPECT_NE(lost->lost_reason.find("no heartbeat for"), std::string::npos) << lost->lost_reason;
   EXPECT_NE(lost->lost_reason.find("no answer to a probe"), std::string::npos);
   EXPECT_EQ(view.generation, 2u) << "a lost worker raises the generation";
-  EXPECT_EQ(Find(view, "worker", 0)->state, "up");
-  EXPECT_EQ(Find(view, "ps", 0)->state, "up");
+  EXPECT_EQ(Name(Find(view, "worker", 0)->state), "up");
+  EXPECT_EQ(Name(Find(view, "ps", 0)->state), "up");
   EXPECT_FALSE(view.Complete());
 }
 
@@ -264,7 +264,7 @@ TEST_F(ChiefServiceTest, SilentMemberThatAnswersProbesIsKept) {
   auto view = w0_->client->View(milliseconds(2000));
   ASSERT_TRUE(view.ok()) << view.status();
   const MemberView* ps = Find(*view, "ps", 0);
-  EXPECT_EQ(ps->state, "up") << ps->lost_reason;
+  EXPECT_EQ(Name(ps->state), "up") << ps->lost_reason;
   EXPECT_GE(ps->ms_since_heartbeat, 2 * job_.chief.heartbeat_timeout_ms);
   EXPECT_EQ(view->generation, 1u);
 }
@@ -276,9 +276,10 @@ TEST_F(ChiefServiceTest, ReplacedIncarnationIsFenced) {
   old->client->StopHeartbeats();
   old->server->Stop();
   auto view = WaitView(
-      w0_->client.get(), [](const ClusterView& v) { return Find(v, "worker", 1)->state == "lost"; },
+      w0_->client.get(),
+      [](const ClusterView& v) { return Name(Find(v, "worker", 1)->state) == "lost"; },
       milliseconds(8000));
-  ASSERT_EQ(Find(view, "worker", 1)->state, "lost");
+  ASSERT_EQ(Name(Find(view, "worker", 1)->state), "lost");
   Member& fresh = Join(wire::Role::WORKER, 1);
   EXPECT_GT(fresh.client->identity().incarnation, old->client->identity().incarnation);
   EXPECT_FALSE(old->client->fenced());
@@ -306,7 +307,8 @@ TEST_F(ChiefServiceTest, RestartedChiefHasANewTermAndMembersRegisterAgainKeeping
   auto view = WaitView(
       ps0_->client.get(),
       [](const ClusterView& v) {
-        return Find(v, "worker", 0)->state != "starting" && Find(v, "ps", 0)->state != "starting";
+        return Name(Find(v, "worker", 0)->state) != "starting" &&
+               Name(Find(v, "ps", 0)->state) != "starting";
       },
       milliseconds(5000));
   EXPECT_EQ(view.term, 2u);
@@ -393,37 +395,37 @@ TEST_F(ChiefServiceTest, StopGoesThroughStoppingToStoppedAndTheChiefFinishes) {
   StartChief();
   JoinAll();
   Progress training;
-  training.state = "training";
+  training.state = MemberState::kTraining;
   for (Member* m : {ps0_, w0_, w1_}) m->client->SetProgress(training);
   auto state = w0_->client->StopJob("test stop");
   ASSERT_TRUE(state.ok()) << state.status();
-  EXPECT_EQ(*state, "stopping");
+  EXPECT_EQ(Name(*state), "stopping");
   for (Member* m : {ps0_, w0_, w1_}) {
     auto v = WaitView(
         m->client.get(), [&](const ClusterView&) { return m->client->stop_requested(); },
         milliseconds(3000));
     EXPECT_TRUE(m->client->stop_requested());
   }
-  EXPECT_EQ(w1_->client->job_state(), "stopping");
+  EXPECT_EQ(Name(w1_->client->job_state()), "stopping");
   Progress stopped;
-  stopped.state = "stopped";
+  stopped.state = MemberState::kStopped;
   w0_->client->SetProgress(stopped);
   w1_->client->SetProgress(stopped);
   auto view = WaitView(
-      ps0_->client.get(), [](const ClusterView& v) { return v.job_state == "stopped"; },
+      ps0_->client.get(), [](const ClusterView& v) { return Name(v.job_state) == "stopped"; },
       milliseconds(3000));
-  EXPECT_EQ(view.job_state, "stopped");
+  EXPECT_EQ(Name(view.job_state), "stopped");
   EXPECT_EQ(view.detail, "test stop");
   // The PS still runs: the chief does not finish until it has stopped too.
-  EXPECT_EQ(service_->WaitFinished(std::chrono::steady_clock::now() + milliseconds(300)),
+  EXPECT_EQ(Name(service_->WaitFinished(std::chrono::steady_clock::now() + milliseconds(300))),
             "stopped");
   ASSERT_FALSE(service_->Snapshot().members.empty());
-  EXPECT_EQ(service_->Snapshot().members[0].state, "training");  // ps 0
+  EXPECT_EQ(Name(service_->Snapshot().members[0].state), "training");  // ps 0
   ps0_->client->SetProgress(stopped);
   EXPECT_TRUE(ps0_->client->HeartbeatNow(milliseconds(2000)).ok());
   for (Member* m : {ps0_, w0_, w1_}) m->client->StopHeartbeats();
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(service_->WaitFinished(start + milliseconds(10000)), "stopped");
+  EXPECT_EQ(Name(service_->WaitFinished(start + milliseconds(10000))), "stopped");
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(9000));
 }
 
@@ -431,7 +433,7 @@ TEST_F(ChiefServiceTest, DoneByEveryWorkerEndsTheJobWithRankZerosResult) {
   StartChief();
   JoinAll(/*heartbeats=*/false);
   Progress done;
-  done.state = "done";
+  done.state = MemberState::kDone;
   done.step = 40;
   done.loss = 0.3;
   done.auc = 0.71;
@@ -448,10 +450,10 @@ TEST_F(ChiefServiceTest, DoneByEveryWorkerEndsTheJobWithRankZerosResult) {
   ASSERT_TRUE(w0_->client->HeartbeatNow(milliseconds(2000)).ok());
   EXPECT_FALSE(w0_->client->stop_requested());
   ASSERT_TRUE(w1_->client->HeartbeatNow(milliseconds(2000)).ok());
-  EXPECT_EQ(w1_->client->job_state(), "done");
+  EXPECT_EQ(Name(w1_->client->job_state()), "done");
   auto view = ps0_->client->View(milliseconds(2000));
   ASSERT_TRUE(view.ok()) << view.status();
-  EXPECT_EQ(view->job_state, "done");
+  EXPECT_EQ(Name(view->job_state), "done");
   EXPECT_DOUBLE_EQ(view->loss, 0.3);
   EXPECT_DOUBLE_EQ(view->auc, 0.71);
   EXPECT_DOUBLE_EQ(view->logloss, 0.45);
@@ -468,16 +470,16 @@ TEST_F(ChiefServiceTest, FailedWorkerFailsTheJob) {
   StartChief();
   JoinAll(/*heartbeats=*/false);
   Progress failed;
-  failed.state = "failed";
+  failed.state = MemberState::kFailed;
   failed.detail = "data: 3% bad records";
   w1_->client->SetProgress(failed);
   ASSERT_TRUE(w1_->client->HeartbeatNow(milliseconds(2000)).ok());
   ASSERT_TRUE(w0_->client->HeartbeatNow(milliseconds(2000)).ok());
   EXPECT_TRUE(w0_->client->stop_requested());
-  EXPECT_EQ(w0_->client->job_state(), "failed");
+  EXPECT_EQ(Name(w0_->client->job_state()), "failed");
   auto view = ps0_->client->View(milliseconds(2000));
   ASSERT_TRUE(view.ok());
-  EXPECT_EQ(view->job_state, "failed");
+  EXPECT_EQ(Name(view->job_state), "failed");
   EXPECT_NE(view->detail.find("data: 3% bad records"), std::string::npos) << view->detail;
   EXPECT_NE(view->detail.find("worker:1"), std::string::npos) << view->detail;
 }
@@ -511,6 +513,12 @@ TEST_F(ChiefServiceTest, MalformedRequestsAreInvalidAndTheChiefKeepsServing) {
   worker0.index = 0;
   EXPECT_EQ(call(worker0, [](auto b) { b.initRegisterRequest(); }), wire::ReplyCode::INVALID)
       << "no address";
+  // A member state this build does not know, or none at all, is refused, never taken for one.
+  EXPECT_EQ(call(worker0,
+                 [](auto b) { b.initHeartbeat().setState(static_cast<wire::MemberState>(999)); }),
+            wire::ReplyCode::INVALID);
+  EXPECT_EQ(call(worker0, [](auto b) { b.initHeartbeat().setStep(1); }), wire::ReplyCode::INVALID)
+      << "no state";
   EXPECT_EQ(call(tool, [](auto b) { b.initBarrierRequest().setCount(2); }),
             wire::ReplyCode::INVALID);
   EXPECT_EQ(call(tool, [](auto b) { b.initBarrierRequest().setName("x"); }),
@@ -578,24 +586,24 @@ TEST_F(ChiefServiceTest, ChiefRestartedAfterTheJobEndedTellsThePsItIsDone) {
   StartChief();
   JoinAll(/*heartbeats=*/false);
   Progress done;
-  done.state = "done";
+  done.state = MemberState::kDone;
   done.step = 39;
   done.model_checksum = "0123456789abcdef0123456789abcdef";
   w0_->client->SetProgress(done);
   w1_->client->SetProgress(done);
   ASSERT_TRUE(w0_->client->HeartbeatNow(milliseconds(2000)).ok());
   ASSERT_TRUE(w1_->client->HeartbeatNow(milliseconds(2000)).ok());
-  ASSERT_EQ(service_->job_state(), "done");
+  ASSERT_EQ(Name(service_->job_state()), "done");
   const std::string endpoint = endpoint_;
   StopChief();  // as kill -9: the run stays open
   StartChief(endpoint);
   EXPECT_EQ(service_->term(), 2u);
-  EXPECT_EQ(service_->job_state(), "done");
+  EXPECT_EQ(Name(service_->job_state()), "done");
   // The PS's heartbeat is answered RETRY; it registers again and hears the job is done.
   Status s = ps0_->client->HeartbeatNow(milliseconds(2000));
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_TRUE(ps0_->client->stop_requested());
-  EXPECT_EQ(ps0_->client->job_state(), "done");
+  EXPECT_EQ(Name(ps0_->client->job_state()), "done");
   auto view = ps0_->client->View(milliseconds(2000));
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->model_checksum, "0123456789abcdef0123456789abcdef");
@@ -611,9 +619,9 @@ TEST_F(ChiefServiceTest, RestartedChiefCommitsWithItsTermAndOnlyAJobStartRefuses
   StopChief();
   StartChief(endpoint);
   auto view = WaitView(
-      w0_->client.get(), [](const ClusterView& v) { return v.job_state == "training"; },
+      w0_->client.get(), [](const ClusterView& v) { return Name(v.job_state) == "training"; },
       milliseconds(5000));
-  ASSERT_EQ(view.job_state, "training") << "every member re-registered";
+  ASSERT_EQ(Name(view.job_state), "training") << "every member re-registered";
   const std::string part =
       R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "f421572c"}]})";
   auto committed = w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000));
@@ -694,7 +702,7 @@ TEST_F(ChiefServiceTest, FinalReportReachesAChiefThatIsRestarting) {
     StartChief(endpoint);
   });
   Progress done;
-  done.state = "done";
+  done.state = MemberState::kDone;
   done.step = 39;
   w0_->client->SetProgress(done);
   Status s = w0_->client->HeartbeatNow(milliseconds(5000));
@@ -702,7 +710,7 @@ TEST_F(ChiefServiceTest, FinalReportReachesAChiefThatIsRestarting) {
   ASSERT_TRUE(s.ok()) << s;
   auto view = w0_->client->View(milliseconds(2000));
   ASSERT_TRUE(view.ok()) << view.status();
-  EXPECT_EQ(Find(*view, "worker", 0)->state, "done");
+  EXPECT_EQ(Name(Find(*view, "worker", 0)->state), "done");
   EXPECT_EQ(view->term, 2u);
 }
 

@@ -22,7 +22,8 @@ std::string EncodeChiefState(const ChiefStateData& d) {
                       {"run_training_ms", d.run_training_ms},
                       {"run_ended_ms", d.run_ended_ms},
                       {"run_stop_reason", d.run_stop_reason},
-                      {"run_end_state", d.run_end_state},
+                      // By name, "" before the end: people read this file.
+                      {"run_end_state", d.run_end_state ? Name(*d.run_end_state) : ""},
                       {"run_result", d.run_result},
                       {"futile_runs", d.futile_runs}};
   return j.dump(2) + "\n";
@@ -30,6 +31,7 @@ std::string EncodeChiefState(const ChiefStateData& d) {
 
 StatusOr<ChiefStateData> DecodeChiefState(const std::string& text, const std::string& name) {
   ChiefStateData d;
+  std::string end_state;
   try {
     auto j = nlohmann::json::parse(text);
     if (!j.is_object()) return Status::DataLoss(name + ": not a JSON object");
@@ -61,11 +63,17 @@ StatusOr<ChiefStateData> DecodeChiefState(const std::string& text, const std::st
       *out = j[key].get<int64_t>();
     }
     for (auto [key, out] :
-         {std::pair{"run_stop_reason", &d.run_stop_reason},
-          std::pair{"run_end_state", &d.run_end_state}, std::pair{"run_result", &d.run_result}}) {
+         {std::pair{"run_stop_reason", &d.run_stop_reason}, std::pair{"run_end_state", &end_state},
+          std::pair{"run_result", &d.run_result}}) {
       if (!j.contains(key)) continue;
       if (!j[key].is_string()) return Status::DataLoss(name + ": '" + key + "' is not a string");
       *out = j[key].get<std::string>();
+    }
+    if (!end_state.empty()) {
+      d.run_end_state = ParseJobState(end_state);
+      if (!d.run_end_state)
+        return Status::DataLoss(name + ": 'run_end_state' \"" + end_state +
+                                "\" is not a job state");
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(name + ": corrupt chief state: " + e.what());

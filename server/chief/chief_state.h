@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "common/states.h"
 #include "common/status.h"
 
 namespace tandem::chief {
@@ -23,12 +25,12 @@ struct ChiefStateData {
   // it ran and rejoins it (PROTOCOLS §10) instead of starting the job: see ChiefService::Create.
   // Files written before these fields existed read as "no run open".
   bool run_open = false;
-  int64_t run_resume_step = -1;  // the checkpoint the run resumed from; -1: from scratch
-  int64_t run_training_ms = 0;   // Unix ms when the run became "training"; 0: not yet
-  int64_t run_ended_ms = 0;      // Unix ms when the job reached run_end_state
-  std::string run_stop_reason;   // a stop was requested (SIGTERM, StopJob)
-  std::string run_end_state;     // the terminal job state, once reached; "" before
-  std::string run_result;        // JSON: worker 0's final report once the job is done
+  int64_t run_resume_step = -1;           // the checkpoint the run resumed from; -1: from scratch
+  int64_t run_training_ms = 0;            // Unix ms when the run became "training"; 0: not yet
+  int64_t run_ended_ms = 0;               // Unix ms when the job reached run_end_state
+  std::string run_stop_reason;            // a stop was requested (SIGTERM, StopJob)
+  std::optional<JobState> run_end_state;  // the terminal job state, once reached
+  std::string run_result;                 // JSON: worker 0's final report once the job is done
   // Runs in a row that failed having resumed from the checkpoint of run_resume_step, i.e.
   // without committing a newer one: the restarts a supervisor's rollback (systemd, tandem
   // local) got nothing from. Bounded by recovery.max_rollbacks.

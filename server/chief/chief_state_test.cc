@@ -83,11 +83,22 @@ TEST(ChiefStateTest, EncodeDecodeRoundTrips) {
   d.run_training_ms = 1700000000123;
   d.run_ended_ms = 1700000009999;
   d.run_stop_reason = "SIGTERM to ps:1";
-  d.run_end_state = "stopped";
+  d.run_end_state = JobState::kStopped;
   d.run_result = R"({"model_checksum":"ab"})";
-  auto back = DecodeChiefState(EncodeChiefState(d), "s");
+  const std::string text = EncodeChiefState(d);
+  EXPECT_NE(text.find(R"("run_end_state": "stopped")"), std::string::npos) << text;
+  auto back = DecodeChiefState(text, "s");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, d);
+}
+
+TEST(ChiefStateTest, UnknownEndStateIsDataLoss) {
+  auto d = DecodeChiefState(R"({"term": 2, "highest_incarnation": 5, "generation": 1,
+                                "timeline": 0, "latest_step": 8, "run_end_state": "finished"})",
+                            "s");
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(d.status().IsDataLoss()) << d.status();
+  EXPECT_NE(d.status().message().find("finished"), std::string::npos) << d.status();
 }
 
 // A state file of a build before the run record: no run is open, so the chief starts the job.
@@ -98,7 +109,7 @@ TEST(ChiefStateTest, StateWithoutRunFieldsHasNoRunOpen) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_FALSE(d->run_open);
   EXPECT_EQ(d->run_resume_step, -1);
-  EXPECT_EQ(d->run_end_state, "");
+  EXPECT_EQ(d->run_end_state, std::nullopt);
   EXPECT_TRUE(DecodeChiefState(R"({"term": 2, "highest_incarnation": 5, "generation": 1,
                                    "timeline": 0, "latest_step": 8, "run_open": 1})",
                                "s")

@@ -15,10 +15,6 @@ int64_t MsBetween(Clock::time_point from, Clock::time_point to) {
   return duration_cast<milliseconds>(to - from).count();
 }
 
-bool IsTerminalMemberState(std::string_view s) {
-  return s == "done" || s == "stopped" || s == "failed";
-}
-
 // JSON cannot hold NaN (nlohmann writes null): null reads back as NaN.
 nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 double NumberOf(const nlohmann::json& j, const char* key) {
@@ -28,7 +24,7 @@ double NumberOf(const nlohmann::json& j, const char* key) {
 std::string EncodeResult(const MemberProgress& p) {
   return nlohmann::json({{"step", p.step},
                          {"samples_per_sec", p.samples_per_sec},
-                         {"state", p.state},
+                         {"state", tandem::Name(p.state)},
                          {"loss", Number(p.loss)},
                          {"auc", Number(p.auc)},
                          {"logloss", Number(p.logloss)},
@@ -46,7 +42,7 @@ MemberProgress DecodeResult(const std::string& text) {
   p.step = j.value("step", int64_t{-1});
   p.samples_per_sec = NumberOf(j, "samples_per_sec");
   if (!std::isfinite(p.samples_per_sec)) p.samples_per_sec = 0;
-  p.state = j.value("state", std::string());
+  p.state = ParseMemberState(j.value("state", std::string())).value_or(MemberState::kStarting);
   p.loss = NumberOf(j, "loss");
   p.auc = NumberOf(j, "auc");
   p.logloss = NumberOf(j, "logloss");
@@ -58,25 +54,17 @@ MemberProgress DecodeResult(const std::string& text) {
 
 }  // namespace
 
-std::string_view MemberRoleName(MemberRole role) {
-  return role == MemberRole::kPs ? "ps" : "worker";
-}
-
-bool IsTerminalJobState(std::string_view state) {
-  return state == kJobDone || state == kJobStopped || state == kJobFailed;
-}
-
 Membership::Membership(MembershipOptions options, ChiefState* state)
     : options_(std::move(options)),
       state_(state),
       ps_(options_.num_ps),
       workers_(options_.num_workers) {}
 
-std::string Membership::Name(MemberRole role, uint32_t index) const {
-  return std::string(MemberRoleName(role)) + ":" + std::to_string(index);
+std::string Membership::Name(Role role, uint32_t index) const {
+  return std::string(config::RoleName(role)) + ":" + std::to_string(index);
 }
 
-bool Membership::Terminal(const Member& m) const { return IsTerminalMemberState(m.progress.state); }
+bool Membership::Terminal(const Member& m) const { return IsTerminal(m.progress.state); }
 
 bool Membership::Alive(const Member& m, Clock::time_point now) const {
   return m.registered && !m.lost && !m.left && !Terminal(m) &&
@@ -110,7 +98,7 @@ Status Membership::OpenRun(int64_t resume_step, int64_t max_rollbacks) {
   ChiefStateData d = state_->data();
   // The previous run failed and committed nothing after the checkpoint this run resumes from:
   // restarting it again would most likely fail the same way, forever under systemd.
-  const bool futile = d.run_end_state == kJobFailed && d.run_resume_step == resume_step;
+  const bool futile = d.run_end_state == JobState::kFailed && d.run_resume_step == resume_step;
   d.futile_runs = futile ? d.futile_runs + 1 : 0;
   if (d.futile_runs > max_rollbacks)
     return Status::FailedPrecondition(
@@ -122,7 +110,8 @@ Status Membership::OpenRun(int64_t resume_step, int64_t max_rollbacks) {
   d.run_open = true;
   d.run_resume_step = resume_step;
   d.run_training_ms = d.run_ended_ms = 0;
-  d.run_stop_reason = d.run_end_state = d.run_result = "";
+  d.run_stop_reason = d.run_result = "";
+  d.run_end_state.reset();
   return Persist(d);
 }
 
@@ -143,19 +132,19 @@ void Membership::RejoinRun(Clock::time_point now) {
   if (d.run_training_ms > 0) training_since_ = ago(d.run_training_ms);
   stop_reason_ = d.run_stop_reason;
   rejoined_at_ = now;
-  if (!d.run_end_state.empty()) {
-    job_state_ = d.run_end_state;
+  if (d.run_end_state) {
+    job_state_ = *d.run_end_state;
     final_result_ = DecodeResult(d.run_result);
     ended_at_ = d.run_ended_ms > 0 ? ago(d.run_ended_ms) : now;
   } else if (!stop_reason_.empty()) {
-    job_state_ = std::string(kJobStopping);
+    job_state_ = JobState::kStopping;
   }
   TLOG_INFO("rejoining the run (resumed from step {}): job {}; members come back by registering",
-            d.run_resume_step, job_state_);
+            d.run_resume_step, tandem::Name(job_state_));
 }
 
 void Membership::StartOver() {
-  job_state_ = std::string(kJobStarting);
+  job_state_ = JobState::kStarting;
   stop_reason_.clear();
   training_since_ = ended_at_ = rejoined_at_ = Clock::time_point{};
   final_result_ = MemberProgress{};
@@ -165,13 +154,13 @@ bool Membership::NoteIsolation(Clock::time_point now) {
   // Once the job has ended its members leave, and falling silent together is what they do: a
   // member that left without a last word is then declared lost as usual, so that the chief does
   // not wait out its whole leave grace for it (seen once: a stop took 25 s, not 4).
-  if (IsTerminalJobState(job_state_)) {
+  if (IsTerminal(job_state_)) {
     isolated_since_ = Clock::time_point{};
     return false;
   }
   const auto recent = std::max(options_.heartbeat_timeout / 2, 2 * options_.heartbeat_interval);
   bool live = false, heard = false;
-  for (MemberRole r : {MemberRole::kPs, MemberRole::kWorker})
+  for (Role r : {Role::kPs, Role::kWorker})
     for (const Member& m : Of(r)) {
       if (!m.registered || m.lost || m.left || Terminal(m)) continue;
       live = true;
@@ -234,7 +223,7 @@ std::optional<std::string> Membership::Refusal(const RegisterInput& in, const Me
   if (in.config_hash != options_.config_hash)
     return who + ": config hash '" + in.config_hash + "' differs from the chief's '" +
            options_.config_hash + "'";
-  if (in.role == MemberRole::kWorker && options_.strict_determinism) {
+  if (in.role == Role::kWorker && options_.strict_determinism) {
     for (uint32_t j = 0; j < workers_.size(); ++j) {
       const Member& other = workers_[j];
       if (j == in.index || !other.registered || other.determinism_class == in.determinism_class)
@@ -263,6 +252,8 @@ std::optional<Suspect> Membership::LiveRival(const RegisterInput& in, Clock::tim
 }
 
 StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point now) {
+  if (in.role == Role::kChief)
+    return Status::InvalidArgument("the chief cannot register with itself");
   auto& members = Of(in.role);
   if (in.index >= members.size())
     return Status::InvalidArgument(Name(in.role, in.index) + " is outside the cluster of " +
@@ -298,7 +289,7 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
     TANDEM_RETURN_IF_ERROR(Persist(next));
     incarnation = next.highest_incarnation;
   }
-  if (in.role == MemberRole::kWorker && !options_.strict_determinism) {
+  if (in.role == Role::kWorker && !options_.strict_determinism) {
     for (uint32_t j = 0; j < workers_.size(); ++j)
       if (j != in.index && workers_[j].registered &&
           workers_[j].determinism_class != in.determinism_class)
@@ -309,9 +300,9 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   // same process registering again (its first reply was lost: the chief probed a dead rival for
   // longer than the attempt's budget) is told again what it was told then.
   const bool joins_running_job = (same_process && m.joins_running_job) ||
-                                 (in.role == MemberRole::kWorker && !same_process && !adopt &&
+                                 (in.role == Role::kWorker && !same_process && !adopt &&
                                   training_since_ != Clock::time_point{} &&
-                                  !IsTerminalJobState(job_state_) && job_state_ != kJobStopping);
+                                  !IsTerminal(job_state_) && job_state_ != JobState::kStopping);
   EndIsolation(who, now);
   m = Member{};
   m.registered = true;
@@ -334,7 +325,7 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
       last_worker_loss_ = now;
     }
   }
-  if (in.role == MemberRole::kWorker) TryCompleteGeneration();
+  if (in.role == Role::kWorker) TryCompleteGeneration();
   m.generation_seen = state_->data().generation;
   UpdateJobState(now);
   const ChiefStateData& now_d = state_->data();
@@ -342,10 +333,10 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
                 now_d.term,  options_.total_steps, joins_running_job};
 }
 
-StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
-                                                uint64_t incarnation,
+StatusOr<HeartbeatResult> Membership::Heartbeat(Role role, uint32_t index, uint64_t incarnation,
                                                 const MemberProgress& progress,
                                                 Clock::time_point now) {
+  if (role == Role::kChief) return Status::InvalidArgument("the chief does not heartbeat itself");
   auto& members = Of(role);
   if (index >= members.size())
     return Status::InvalidArgument(Name(role, index) + " is outside the cluster of " +
@@ -370,16 +361,16 @@ StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
     EndIsolation(who, now);
     m.last_heartbeat = m.last_alive = now;
     m.heartbeated = true;
-    if (progress.state == "left") {
+    if (progress.state == MemberState::kLeft) {
       m.left = true;
       TLOG_INFO("{} left the job", who);
     }
-    if (progress.state == "failed" && m.progress.state != "failed")
+    if (progress.state == MemberState::kFailed && m.progress.state != MemberState::kFailed)
       TLOG_ERROR("{} failed: {}", who, progress.detail);
     // A heartbeat the member's thread built before its last word can arrive after it: a terminal
     // state, once reported, is this incarnation's last (else the chief waited for it to leave).
-    if (!Terminal(m) || IsTerminalMemberState(progress.state)) m.progress = progress;
-    if (role == MemberRole::kWorker) TryCompleteGeneration();
+    if (!Terminal(m) || IsTerminal(progress.state)) m.progress = progress;
+    if (role == Role::kWorker) TryCompleteGeneration();
     m.generation_seen = generation();
     UpdateJobState(now);
   }
@@ -387,17 +378,17 @@ StatusOr<HeartbeatResult> Membership::Heartbeat(MemberRole role, uint32_t index,
   r.timeline = timeline();
   r.term = term();
   r.job_state = job_state_;
-  r.stop = job_state_ != kJobStarting && job_state_ != kJobTraining;
+  r.stop = job_state_ != JobState::kStarting && job_state_ != JobState::kTraining;
   return r;
 }
 
 void Membership::UpdateJobState(Clock::time_point now) {
-  if (IsTerminalJobState(job_state_)) return;
-  auto end = [&](std::string_view state, std::string detail) {
-    job_state_ = std::string(state);
+  if (IsTerminal(job_state_)) return;
+  auto end = [&](JobState state, std::string detail) {
+    job_state_ = state;
     final_result_.detail = std::move(detail);
     ended_at_ = now;
-    TLOG_INFO("job {}{}{}", job_state_, final_result_.detail.empty() ? "" : ": ",
+    TLOG_INFO("job {}{}{}", tandem::Name(job_state_), final_result_.detail.empty() ? "" : ": ",
               final_result_.detail);
     // A chief restarted now must still tell the members that stayed (the PS) the job ended:
     // the workers that reported it may be gone.
@@ -409,8 +400,8 @@ void Membership::UpdateJobState(Clock::time_point now) {
   };
   for (uint32_t i = 0; i < workers_.size(); ++i) {
     const Member& w = workers_[i];
-    if (w.registered && !w.lost && w.progress.state == "failed") {
-      end(kJobFailed, "worker:" + std::to_string(i) + " failed: " + w.progress.detail);
+    if (w.registered && !w.lost && w.progress.state == MemberState::kFailed) {
+      end(JobState::kFailed, "worker:" + std::to_string(i) + " failed: " + w.progress.detail);
       return;
     }
   }
@@ -418,17 +409,17 @@ void Membership::UpdateJobState(Clock::time_point now) {
   // it at once: the workers would otherwise wait on it until their requests time out.
   for (uint32_t i = 0; i < ps_.size(); ++i) {
     const Member& p = ps_[i];
-    if (p.registered && !p.lost && p.progress.state == "failed") {
-      end(kJobFailed, "ps:" + std::to_string(i) + " failed: " + p.progress.detail);
+    if (p.registered && !p.lost && p.progress.state == MemberState::kFailed) {
+      end(JobState::kFailed, "ps:" + std::to_string(i) + " failed: " + p.progress.detail);
       return;
     }
   }
   auto all = [](const std::vector<Member>& v, auto pred) {
     return std::all_of(v.begin(), v.end(), pred);
   };
-  if (job_state_ == kJobStarting && all(ps_, [](const Member& m) { return m.registered; }) &&
+  if (job_state_ == JobState::kStarting && all(ps_, [](const Member& m) { return m.registered; }) &&
       all(workers_, [](const Member& m) { return m.registered; })) {
-    job_state_ = std::string(kJobTraining);
+    job_state_ = JobState::kTraining;
     if (training_since_ == Clock::time_point{}) {
       training_since_ = now;
       SaveRun([&](ChiefStateData* d) { d->run_training_ms = WallMs(); });
@@ -438,30 +429,30 @@ void Membership::UpdateJobState(Clock::time_point now) {
     }
   }
   if (all(workers_, [](const Member& m) {
-        return m.registered && !m.lost && !m.left && m.progress.state == "done";
+        return m.registered && !m.lost && !m.left && m.progress.state == MemberState::kDone;
       })) {
     const MemberProgress& r0 = workers_[0].progress;
     std::string detail = r0.detail;
     final_result_ = r0;
-    end(kJobDone, std::move(detail));
+    end(JobState::kDone, std::move(detail));
     return;
   }
-  if (job_state_ == kJobStopping && all(workers_, [](const Member& m) {
-        return !m.registered || m.lost || m.left || IsTerminalMemberState(m.progress.state);
+  if (job_state_ == JobState::kStopping && all(workers_, [](const Member& m) {
+        return !m.registered || m.lost || m.left || IsTerminal(m.progress.state);
       }))
-    end(kJobStopped, stop_reason_);
+    end(JobState::kStopped, stop_reason_);
   // Every worker stopped after a stop this chief never heard of (a restarted chief whose
   // predecessor died between the stop and its persisting): the job stopped all the same.
   else if (all(workers_, [](const Member& m) {
-             return m.registered && !m.lost && !m.left && IsTerminalMemberState(m.progress.state);
+             return m.registered && !m.lost && !m.left && IsTerminal(m.progress.state);
            }))
-    end(kJobStopped, stop_reason_.empty() ? "every worker stopped" : stop_reason_);
+    end(JobState::kStopped, stop_reason_.empty() ? "every worker stopped" : stop_reason_);
 }
 
-std::string Membership::RequestStop(const std::string& reason, Clock::time_point now) {
-  if (IsTerminalJobState(job_state_) || job_state_ == kJobStopping) return job_state_;
+JobState Membership::RequestStop(const std::string& reason, Clock::time_point now) {
+  if (IsTerminal(job_state_) || job_state_ == JobState::kStopping) return job_state_;
   stop_reason_ = reason;
-  job_state_ = std::string(kJobStopping);
+  job_state_ = JobState::kStopping;
   SaveRun([&](ChiefStateData* d) { d->run_stop_reason = reason; });
   TLOG_INFO("job stopping: {}", reason);
   UpdateJobState(now);
@@ -470,7 +461,7 @@ std::string Membership::RequestStop(const std::string& reason, Clock::time_point
 
 std::vector<Suspect> Membership::Suspects(Clock::time_point now) const {
   std::vector<Suspect> out;
-  for (MemberRole role : {MemberRole::kPs, MemberRole::kWorker}) {
+  for (Role role : {Role::kPs, Role::kWorker}) {
     const auto& members = Of(role);
     for (uint32_t i = 0; i < members.size(); ++i) {
       const Member& m = members[i];
@@ -494,11 +485,11 @@ StatusOr<bool> Membership::DeclareLost(const Suspect& s, const std::string& reas
       (!replaced && now - m.last_alive <= SilenceLimit(s.role)))
     return false;  // it heartbeated, ended or was replaced while it was probed
   const std::string who = Name(s.role, s.index) + "#" + std::to_string(s.incarnation);
-  if (s.role == MemberRole::kWorker) TANDEM_RETURN_IF_ERROR(BumpGeneration(who + " was lost"));
+  if (s.role == Role::kWorker) TANDEM_RETURN_IF_ERROR(BumpGeneration(who + " was lost"));
   m.lost = true;
   m.lost_reason = reason;
   TLOG_WARN("{} at {} declared lost: {}", who, m.address, reason);
-  if (s.role == MemberRole::kWorker) {
+  if (s.role == Role::kWorker) {
     awaiting_workers_ = true;
     last_worker_loss_ = now;
   }
@@ -510,17 +501,17 @@ StatusOr<RegroupResult> Membership::Regroup(uint32_t index, uint64_t incarnation
                                             uint64_t failed_generation, const std::string& reason,
                                             Clock::time_point now) {
   if (index >= workers_.size())
-    return Status::InvalidArgument(Name(MemberRole::kWorker, index) +
-                                   " is outside the cluster of " + std::to_string(workers_.size()));
+    return Status::InvalidArgument(Name(Role::kWorker, index) + " is outside the cluster of " +
+                                   std::to_string(workers_.size()));
   const Member& asker = workers_[index];
-  const std::string who = Name(MemberRole::kWorker, index) + "#" + std::to_string(incarnation);
+  const std::string who = Name(Role::kWorker, index) + "#" + std::to_string(incarnation);
   if (!asker.registered || asker.incarnation != incarnation || asker.lost || asker.left)
     return Status::FailedPrecondition(who + " is not the rank's live incarnation");
   RegroupResult r;
   r.generation = generation();
   if (failed_generation != generation()) return r;  // moved on: the request is answered
-  if (job_state_ != kJobTraining) {
-    r.why_not = "the job is " + job_state_;
+  if (job_state_ != JobState::kTraining) {
+    r.why_not = "the job is " + std::string(tandem::Name(job_state_));
     return r;
   }
   if (awaiting_workers_) {
@@ -529,7 +520,7 @@ StatusOr<RegroupResult> Membership::Regroup(uint32_t index, uint64_t incarnation
   }
   for (uint32_t i = 0; i < workers_.size(); ++i)
     if (!Alive(workers_[i], now)) {
-      r.why_not = Name(MemberRole::kWorker, i) + " is not heard from";
+      r.why_not = Name(Role::kWorker, i) + " is not heard from";
       return r;
     }
   TANDEM_RETURN_IF_ERROR(
@@ -541,7 +532,7 @@ StatusOr<RegroupResult> Membership::Regroup(uint32_t index, uint64_t incarnation
 }
 
 bool Membership::Finished(Clock::time_point now, std::chrono::milliseconds quiet) const {
-  if (!IsTerminalJobState(job_state_)) return false;
+  if (!IsTerminal(job_state_)) return false;
   const bool may_come_back =
       rejoined_at_ != Clock::time_point{} && now - rejoined_at_ < options_.heartbeat_timeout;
   auto quiet_now = [&](const Member& m) {
@@ -563,15 +554,15 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
   j.job_state = job_state_;
   j.total_steps = options_.total_steps;
   j.config_hash = options_.config_hash;
-  for (MemberRole role : {MemberRole::kPs, MemberRole::kWorker}) {
+  for (Role role : {Role::kPs, Role::kWorker}) {
     const auto& members = Of(role);
     for (uint32_t i = 0; i < members.size(); ++i) {
       const Member& m = members[i];
       MemberSnapshot s;
-      s.role = std::string(MemberRoleName(role));
+      s.role = role;
       s.index = i;
       if (!m.registered) {
-        s.state = "starting";
+        s.state = MemberState::kStarting;
         j.members.push_back(std::move(s));
         continue;
       }
@@ -586,16 +577,17 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
       s.determinism_class = m.determinism_class;
       const bool up = !m.lost && !m.left && !Terminal(m);
       // A worker that finished reports its mean rate over the run: the job's figure then.
-      s.samples_per_sec = up || m.progress.state == "done" ? m.progress.samples_per_sec : 0;
+      s.samples_per_sec =
+          up || m.progress.state == MemberState::kDone ? m.progress.samples_per_sec : 0;
       if (m.lost)
-        s.state = "lost";
+        s.state = MemberState::kLost;
       else if (m.left)
-        s.state = "left";
-      else if (m.progress.state.empty() || m.progress.state == "starting")
-        s.state = "up";
+        s.state = MemberState::kLeft;
+      else if (m.progress.state == MemberState::kStarting)
+        s.state = MemberState::kUp;
       else
         s.state = m.progress.state;
-      if (role == MemberRole::kWorker) {
+      if (role == Role::kWorker) {
         j.step = j.step < 0 ? s.step : std::min(j.step, s.step);
         j.samples_per_sec += s.samples_per_sec;
       }
@@ -603,7 +595,7 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
     }
   }
   const MemberProgress* result = nullptr;
-  if (job_state_ == kJobDone)
+  if (job_state_ == JobState::kDone)
     result = &final_result_;
   else if (!workers_.empty() && workers_[0].registered)
     result = &workers_[0].progress;
@@ -614,14 +606,14 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
     j.teacher_auc = result->teacher_auc;
     j.model_checksum = result->model_checksum;
   }
-  if (job_state_ == kJobDone && j.step < 0) {
+  if (job_state_ == JobState::kDone && j.step < 0) {
     // A chief restarted after the end: the workers are gone, their last report is the result.
     j.step = final_result_.step;
     j.samples_per_sec = final_result_.samples_per_sec * static_cast<double>(workers_.size());
   }
-  j.detail = IsTerminalJobState(job_state_) ? final_result_.detail : stop_reason_;
+  j.detail = IsTerminal(job_state_) ? final_result_.detail : stop_reason_;
   if (training_since_ != Clock::time_point{})
-    j.elapsed_ms = MsBetween(training_since_, IsTerminalJobState(job_state_) ? ended_at_ : now);
+    j.elapsed_ms = MsBetween(training_since_, IsTerminal(job_state_) ? ended_at_ : now);
   return j;
 }
 

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/config/cluster_spec.h"
+#include "common/states.h"
 #include "common/status.h"
 #include "server/chief/chief_state.h"
 
@@ -21,17 +23,7 @@ namespace tandem::chief {
 
 using Clock = std::chrono::steady_clock;
 
-enum class MemberRole { kPs, kWorker };
-std::string_view MemberRoleName(MemberRole role);
-
-// Job states (ClusterStatusReply.jobState).
-inline constexpr std::string_view kJobStarting = "starting";
-inline constexpr std::string_view kJobTraining = "training";
-inline constexpr std::string_view kJobStopping = "stopping";
-inline constexpr std::string_view kJobDone = "done";
-inline constexpr std::string_view kJobStopped = "stopped";
-inline constexpr std::string_view kJobFailed = "failed";
-bool IsTerminalJobState(std::string_view state);
+using config::Role;  // members are kPs and kWorker; the chief is none
 
 struct MembershipOptions {
   uint32_t num_ps = 1;
@@ -53,7 +45,7 @@ struct MembershipOptions {
 };
 
 struct RegisterInput {
-  MemberRole role = MemberRole::kWorker;
+  Role role = Role::kWorker;
   uint32_t index = 0;
   std::string build_id;
   std::string config_hash;
@@ -78,7 +70,7 @@ struct Issued {
 struct MemberProgress {
   int64_t step = -1;
   double samples_per_sec = 0;
-  std::string state;  // starting | waiting | training | evaluating | done | stopped | failed | left
+  MemberState state = MemberState::kStarting;
   double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
   std::string model_checksum;
   std::string detail;
@@ -95,7 +87,7 @@ struct HeartbeatResult {
   std::string message;  // why, for RETRY and STALE
   uint64_t generation = 0, timeline = 0, term = 0;
   bool stop = false;
-  std::string job_state;
+  JobState job_state = JobState::kStarting;
 };
 
 struct RegroupResult {
@@ -106,7 +98,7 @@ struct RegroupResult {
 
 // A member whose heartbeats stopped: the service probes it before declaring it lost.
 struct Suspect {
-  MemberRole role;
+  Role role;
   uint32_t index;
   uint64_t incarnation;
   std::string address;
@@ -114,10 +106,11 @@ struct Suspect {
 };
 
 struct MemberSnapshot {
-  std::string role;
+  Role role = Role::kWorker;
   uint32_t index = 0;
   std::string address;
-  std::string state;  // starting (never registered) | up | lost | left | the reported state
+  // kStarting (never registered), kUp (nothing reported yet), kLost, kLeft or the reported state
+  MemberState state = MemberState::kStarting;
   uint64_t incarnation = 0;
   int64_t step = -1;
   uint64_t generation = 0;  // the generation the member last heard
@@ -133,7 +126,7 @@ struct JobSnapshot {
   uint64_t term = 0, generation = 0, timeline = 0;
   int64_t last_checkpoint_step = -1;
   bool generation_pending = false;  // a worker was lost and the generation has not risen again
-  std::string job_state;
+  JobState job_state = JobState::kStarting;
   int64_t step = -1;  // the lowest step among registered workers
   int64_t total_steps = 0;
   double samples_per_sec = 0;  // summed over workers that are up
@@ -161,8 +154,8 @@ class Membership {
   //   kUnavailable       the chief state could not be persisted (nothing was issued).
   StatusOr<Issued> Register(const RegisterInput& in, Clock::time_point now);
 
-  // Records a heartbeat. kInvalidArgument for an index out of range.
-  StatusOr<HeartbeatResult> Heartbeat(MemberRole role, uint32_t index, uint64_t incarnation,
+  // Records a heartbeat. kInvalidArgument for an index out of range or the chief's role.
+  StatusOr<HeartbeatResult> Heartbeat(Role role, uint32_t index, uint64_t incarnation,
                                       const MemberProgress& progress, Clock::time_point now);
 
   // Members whose last sign of life (a heartbeat, or an answered probe) is older than the
@@ -202,7 +195,7 @@ class Membership {
   std::optional<Suspect> LiveRival(const RegisterInput& in, Clock::time_point now) const;
 
   // SIGTERM or StopJob: "stopping" unless the job already ended. Returns the job state.
-  std::string RequestStop(const std::string& reason, Clock::time_point now);
+  JobState RequestStop(const std::string& reason, Clock::time_point now);
   // Records the committed LATEST checkpoint in the persisted state (and the cluster view).
   Status SetLatestCheckpoint(int64_t step);
 
@@ -225,11 +218,11 @@ class Membership {
   // silence over that time proves nothing, so every live member counts as heard from now.
   void ExcuseSilence(Clock::time_point now);
 
-  std::string job_state() const { return job_state_; }
+  JobState job_state() const { return job_state_; }
   uint64_t generation() const { return state_->data().generation; }
   // How long a member of `role` may be silent before it is suspected.
-  std::chrono::milliseconds SilenceLimit(MemberRole role) const {
-    return role == MemberRole::kPs ? options_.ps_watchdog : options_.heartbeat_timeout;
+  std::chrono::milliseconds SilenceLimit(Role role) const {
+    return role == Role::kPs ? options_.ps_watchdog : options_.heartbeat_timeout;
   }
   uint64_t timeline() const { return state_->data().timeline; }
   uint64_t term() const { return state_->data().term; }
@@ -253,10 +246,8 @@ class Membership {
     uint64_t generation_seen = 0;
   };
 
-  std::vector<Member>& Of(MemberRole role) { return role == MemberRole::kPs ? ps_ : workers_; }
-  const std::vector<Member>& Of(MemberRole role) const {
-    return role == MemberRole::kPs ? ps_ : workers_;
-  }
+  std::vector<Member>& Of(Role role) { return role == Role::kPs ? ps_ : workers_; }
+  const std::vector<Member>& Of(Role role) const { return role == Role::kPs ? ps_ : workers_; }
   bool Alive(const Member& m, Clock::time_point now) const;
   // The chief hears a member again after NoteIsolation: silence over that time proves nothing.
   void EndIsolation(const std::string& who, Clock::time_point now);
@@ -271,12 +262,12 @@ class Membership {
   // after a restart of the chief, and the next change writes them all again.
   void SaveRun(const std::function<void(ChiefStateData*)>& change);
   int64_t WallMs() const;
-  std::string Name(MemberRole role, uint32_t index) const;
+  std::string Name(Role role, uint32_t index) const;
 
   const MembershipOptions options_;
   ChiefState* const state_;
   std::vector<Member> ps_, workers_;
-  std::string job_state_{kJobStarting};
+  JobState job_state_ = JobState::kStarting;
   std::string stop_reason_;
   Clock::time_point training_since_{};
   Clock::time_point ended_at_{};

@@ -45,7 +45,7 @@ class MembershipTest : public ::testing::Test {
     members_ = std::make_unique<Membership>(o, state_.get());
   }
 
-  RegisterInput Input(MemberRole role, uint32_t index, uint64_t last = 0) {
+  RegisterInput Input(Role role, uint32_t index, uint64_t last = 0) {
     RegisterInput in;
     in.role = role;
     in.index = index;
@@ -59,16 +59,16 @@ class MembershipTest : public ::testing::Test {
     return in;
   }
 
-  uint64_t Reg(MemberRole role, uint32_t index, uint64_t last = 0) {
+  uint64_t Reg(Role role, uint32_t index, uint64_t last = 0) {
     auto issued = members_->Register(Input(role, index, last), now_);
     EXPECT_TRUE(issued.ok()) << issued.status();
     return issued.ok() ? issued->incarnation : 0;
   }
 
-  HeartbeatResult Beat(MemberRole role, uint32_t index, uint64_t inc,
-                       std::string state = "training", double loss = 0.5) {
+  HeartbeatResult Beat(Role role, uint32_t index, uint64_t inc,
+                       MemberState state = MemberState::kTraining, double loss = 0.5) {
     MemberProgress p;
-    p.state = std::move(state);
+    p.state = state;
     p.loss = loss;
     p.step = 3;
     auto r = members_->Heartbeat(role, index, inc, p, now_);
@@ -89,9 +89,9 @@ class MembershipTest : public ::testing::Test {
   }
 
   void RegisterAll() {
-    ps0_ = Reg(MemberRole::kPs, 0);
-    w0_ = Reg(MemberRole::kWorker, 0);
-    w1_ = Reg(MemberRole::kWorker, 1);
+    ps0_ = Reg(Role::kPs, 0);
+    w0_ = Reg(Role::kWorker, 0);
+    w1_ = Reg(Role::kWorker, 1);
   }
 
   TempDir dir_;
@@ -112,48 +112,48 @@ TEST_F(MembershipTest, IncarnationsComeFromOneIncreasingCounterPersistedBeforeUs
   ASSERT_TRUE(disk.ok());
   EXPECT_EQ(disk->highest_incarnation, 3u);
   EXPECT_EQ(SilenceAndDeclare(kTimeout + milliseconds(1)), 3);
-  EXPECT_EQ(Reg(MemberRole::kWorker, 1), 4u);
-  EXPECT_EQ(Reg(MemberRole::kPs, 0), 5u);
+  EXPECT_EQ(Reg(Role::kWorker, 1), 4u);
+  EXPECT_EQ(Reg(Role::kPs, 0), 5u);
   // A new chief continues the counter: higher is always newer.
   Restart();
-  EXPECT_EQ(Reg(MemberRole::kWorker, 0), 6u);
+  EXPECT_EQ(Reg(Role::kWorker, 0), 6u);
 }
 
 TEST_F(MembershipTest, DuplicateLiveRankIsRefused) {
   RegisterAll();
   now_ += milliseconds(500);
-  auto again = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  auto again = members_->Register(Input(Role::kWorker, 1), now_);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(again.status().message().find("worker:1"), std::string::npos) << again.status();
   EXPECT_NE(again.status().message().find("alive"), std::string::npos) << again.status();
   // A stale claim of an older incarnation is refused too.
-  auto old = members_->Register(Input(MemberRole::kWorker, 1, w1_ - 1), now_);
+  auto old = members_->Register(Input(Role::kWorker, 1, w1_ - 1), now_);
   EXPECT_FALSE(old.ok());
 }
 
 TEST_F(MembershipTest, LiveRivalNamesTheIncarnationInTheWayOnly) {
   RegisterAll();
-  RegisterInput newcomer = Input(MemberRole::kWorker, 1);
+  RegisterInput newcomer = Input(Role::kWorker, 1);
   auto rival = members_->LiveRival(newcomer, now_);
   ASSERT_TRUE(rival.has_value());
   EXPECT_EQ(rival->incarnation, w1_);
   RegisterInput other_config = newcomer;
   other_config.config_hash = "x";
   EXPECT_FALSE(members_->LiveRival(other_config, now_).has_value()) << "refused anyway";
-  EXPECT_FALSE(members_->LiveRival(Input(MemberRole::kWorker, 1, w1_), now_).has_value());
+  EXPECT_FALSE(members_->LiveRival(Input(Role::kWorker, 1, w1_), now_).has_value());
   // Not answering the probe: the newcomer replaces it before any heartbeat timeout.
   ASSERT_TRUE(*members_->DeclareLost(*rival, "replaced", now_, /*replaced=*/true));
   auto issued = members_->Register(newcomer, now_);
   ASSERT_TRUE(issued.ok()) << issued.status();
   EXPECT_GT(issued->incarnation, w1_);
-  EXPECT_FALSE(members_->LiveRival(Input(MemberRole::kWorker, 0, w0_), now_).has_value());
+  EXPECT_FALSE(members_->LiveRival(Input(Role::kWorker, 0, w0_), now_).has_value());
 }
 
 TEST_F(MembershipTest, SameIncarnationRegisteringAgainKeepsIt) {
   RegisterAll();
   now_ += milliseconds(500);
-  auto again = members_->Register(Input(MemberRole::kWorker, 1, w1_), now_);
+  auto again = members_->Register(Input(Role::kWorker, 1, w1_), now_);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->incarnation, w1_);
   EXPECT_EQ(state_->data().highest_incarnation, 3u);
@@ -161,7 +161,7 @@ TEST_F(MembershipTest, SameIncarnationRegisteringAgainKeepsIt) {
 
 TEST_F(MembershipTest, RegistrationRetriedByTheSameProcessKeepsItsIncarnation) {
   // The first reply was lost: the process retries without an incarnation.
-  RegisterInput in = Input(MemberRole::kWorker, 0);
+  RegisterInput in = Input(Role::kWorker, 0);
   auto first = members_->Register(in, now_);
   ASSERT_TRUE(first.ok());
   auto retry = members_->Register(in, now_ + milliseconds(10));
@@ -170,7 +170,7 @@ TEST_F(MembershipTest, RegistrationRetriedByTheSameProcessKeepsItsIncarnation) {
 }
 
 TEST_F(MembershipTest, BuildIdMismatchIsRefusedNamingBoth) {
-  RegisterInput in = Input(MemberRole::kPs, 0);
+  RegisterInput in = Input(Role::kPs, 0);
   in.build_id = "0.1.0+gdef";
   auto r = members_->Register(in, now_);
   ASSERT_FALSE(r.ok());
@@ -180,7 +180,7 @@ TEST_F(MembershipTest, BuildIdMismatchIsRefusedNamingBoth) {
 }
 
 TEST_F(MembershipTest, ConfigHashMismatchIsRefusedNamingBoth) {
-  RegisterInput in = Input(MemberRole::kWorker, 1);
+  RegisterInput in = Input(Role::kWorker, 1);
   in.config_hash = "1234123412341234";
   auto r = members_->Register(in, now_);
   ASSERT_FALSE(r.ok());
@@ -191,8 +191,8 @@ TEST_F(MembershipTest, ConfigHashMismatchIsRefusedNamingBoth) {
 }
 
 TEST_F(MembershipTest, StrictDeterminismRefusesAnotherClassNamingBoth) {
-  Reg(MemberRole::kWorker, 0);
-  RegisterInput in = Input(MemberRole::kWorker, 1);
+  Reg(Role::kWorker, 0);
+  RegisterInput in = Input(Role::kWorker, 1);
   in.determinism_class = "cuda-sm90";
   auto r = members_->Register(in, now_);
   ASSERT_FALSE(r.ok());
@@ -200,15 +200,15 @@ TEST_F(MembershipTest, StrictDeterminismRefusesAnotherClassNamingBoth) {
   EXPECT_NE(r.status().message().find("cuda-sm90"), std::string::npos) << r.status();
   EXPECT_NE(r.status().message().find("cpu-avx2"), std::string::npos) << r.status();
   // PS classes do not matter for bit-identity of the dense model.
-  RegisterInput ps = Input(MemberRole::kPs, 0);
+  RegisterInput ps = Input(Role::kPs, 0);
   ps.determinism_class = "whatever";
   EXPECT_TRUE(members_->Register(ps, now_).ok());
 }
 
 TEST_F(MembershipTest, RelaxedDeterminismAcceptsAnotherClass) {
   Restart(/*strict=*/false);
-  Reg(MemberRole::kWorker, 0);
-  RegisterInput in = Input(MemberRole::kWorker, 1);
+  Reg(Role::kWorker, 0);
+  RegisterInput in = Input(Role::kWorker, 1);
   in.determinism_class = "cuda-sm90";
   auto r = members_->Register(in, now_);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -219,30 +219,30 @@ TEST_F(MembershipTest, RelaxedDeterminismAcceptsAnotherClass) {
 TEST_F(MembershipTest, HeartbeatOfLostOrReplacedIncarnationIsStale) {
   RegisterAll();
   now_ += milliseconds(100);
-  Beat(MemberRole::kPs, 0, ps0_);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kPs, 0, ps0_);
+  Beat(Role::kWorker, 0, w0_);
   EXPECT_EQ(SilenceAndDeclare(kTimeout - milliseconds(150)), 0);
-  Beat(MemberRole::kPs, 0, ps0_);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kPs, 0, ps0_);
+  Beat(Role::kWorker, 0, w0_);
   EXPECT_EQ(SilenceAndDeclare(milliseconds(100)), 1);  // worker 1 never heartbeated
-  auto lost = members_->Heartbeat(MemberRole::kWorker, 1, w1_, {}, now_);
+  auto lost = members_->Heartbeat(Role::kWorker, 1, w1_, {}, now_);
   ASSERT_TRUE(lost.ok());
   EXPECT_EQ(lost->verdict, HeartbeatVerdict::kStale);
   EXPECT_NE(lost->message.find("lost"), std::string::npos) << lost->message;
-  const uint64_t replacement = Reg(MemberRole::kWorker, 1);
+  const uint64_t replacement = Reg(Role::kWorker, 1);
   EXPECT_GT(replacement, w1_);
-  auto zombie = members_->Heartbeat(MemberRole::kWorker, 1, w1_, {}, now_);
+  auto zombie = members_->Heartbeat(Role::kWorker, 1, w1_, {}, now_);
   ASSERT_TRUE(zombie.ok());
   EXPECT_EQ(zombie->verdict, HeartbeatVerdict::kStale);
-  EXPECT_EQ(Beat(MemberRole::kWorker, 1, replacement).verdict, HeartbeatVerdict::kOk);
+  EXPECT_EQ(Beat(Role::kWorker, 1, replacement).verdict, HeartbeatVerdict::kOk);
 }
 
 TEST_F(MembershipTest, HeartbeatOfUnknownMemberAsksForRegistration) {
-  auto r = members_->Heartbeat(MemberRole::kWorker, 0, 7, {}, now_);
+  auto r = members_->Heartbeat(Role::kWorker, 0, 7, {}, now_);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->verdict, HeartbeatVerdict::kRetry);
   RegisterAll();
-  auto newer = members_->Heartbeat(MemberRole::kWorker, 0, w1_ + 10, {}, now_);
+  auto newer = members_->Heartbeat(Role::kWorker, 0, w1_ + 10, {}, now_);
   ASSERT_TRUE(newer.ok());
   EXPECT_EQ(newer->verdict, HeartbeatVerdict::kRetry);
 }
@@ -251,10 +251,10 @@ TEST_F(MembershipTest, MemberKeepsItsIncarnationAcrossAChiefRestart) {
   RegisterAll();
   Restart();
   EXPECT_EQ(members_->term(), 2u);
-  auto hb = members_->Heartbeat(MemberRole::kWorker, 0, w0_, {}, now_);
+  auto hb = members_->Heartbeat(Role::kWorker, 0, w0_, {}, now_);
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->verdict, HeartbeatVerdict::kRetry);
-  auto again = members_->Register(Input(MemberRole::kWorker, 0, w0_), now_);
+  auto again = members_->Register(Input(Role::kWorker, 0, w0_), now_);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->incarnation, w0_);
   EXPECT_EQ(again->term, 2u);
@@ -263,14 +263,14 @@ TEST_F(MembershipTest, MemberKeepsItsIncarnationAcrossAChiefRestart) {
 TEST_F(MembershipTest, AfterAChiefRestartTheNewerIncarnationWinsTheRank) {
   RegisterAll();
   EXPECT_EQ(SilenceAndDeclare(kTimeout + milliseconds(1)), 3);
-  const uint64_t newer = Reg(MemberRole::kWorker, 0);
+  const uint64_t newer = Reg(Role::kWorker, 0);
   Restart();
   // The zombie of the replaced incarnation registers first; the newer one still wins.
-  ASSERT_TRUE(members_->Register(Input(MemberRole::kWorker, 0, w0_), now_).ok());
-  auto winner = members_->Register(Input(MemberRole::kWorker, 0, newer), now_);
+  ASSERT_TRUE(members_->Register(Input(Role::kWorker, 0, w0_), now_).ok());
+  auto winner = members_->Register(Input(Role::kWorker, 0, newer), now_);
   ASSERT_TRUE(winner.ok()) << winner.status();
   EXPECT_EQ(winner->incarnation, newer);
-  auto zombie = members_->Heartbeat(MemberRole::kWorker, 0, w0_, {}, now_);
+  auto zombie = members_->Heartbeat(Role::kWorker, 0, w0_, {}, now_);
   ASSERT_TRUE(zombie.ok());
   EXPECT_EQ(zombie->verdict, HeartbeatVerdict::kStale);
 }
@@ -287,14 +287,14 @@ TEST_F(MembershipTest, APsIsSuspectedAfterItsWatchdogAWorkerAfterTheHeartbeatTim
   now_ += 2 * kTimeout;
   auto suspects = members_->Suspects(now_);
   ASSERT_EQ(suspects.size(), 2u);
-  for (const auto& s : suspects) EXPECT_EQ(s.role, MemberRole::kWorker);
-  const Suspect ps{MemberRole::kPs, 0, ps0_, "", 0};
+  for (const auto& s : suspects) EXPECT_EQ(s.role, Role::kWorker);
+  const Suspect ps{Role::kPs, 0, ps0_, "", 0};
   EXPECT_FALSE(*members_->DeclareLost(ps, "silent", now_)) << "before ps.watchdog_ms";
   now_ += kTimeout + milliseconds(1);
   suspects = members_->Suspects(now_);
   EXPECT_EQ(suspects.size(), 3u);
   EXPECT_TRUE(std::any_of(suspects.begin(), suspects.end(),
-                          [](const Suspect& s) { return s.role == MemberRole::kPs; }));
+                          [](const Suspect& s) { return s.role == Role::kPs; }));
 }
 
 TEST_F(MembershipTest, SilentMemberIsSuspectedAndAnAnsweredProbeKeepsIt) {
@@ -312,43 +312,43 @@ TEST_F(MembershipTest, SilentMemberIsSuspectedAndAnAnsweredProbeKeepsIt) {
   ASSERT_EQ(members_->Suspects(now_).size(), 3u);
   // A heartbeat arriving while the probe is out saves the member.
   suspects = members_->Suspects(now_);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kWorker, 0, w0_);
   int lost = 0;
   for (const auto& s : suspects) lost += *members_->DeclareLost(s, "no heartbeat", now_);
   EXPECT_EQ(lost, 2);
   auto snap = members_->Snapshot(now_);
-  EXPECT_EQ(snap.members[0].state, "lost");
+  EXPECT_EQ(Name(snap.members[0].state), "lost");
   EXPECT_EQ(snap.members[0].lost_reason, "no heartbeat");
-  EXPECT_EQ(snap.members[1].state, "training");
-  EXPECT_EQ(snap.members[2].state, "lost");
+  EXPECT_EQ(Name(snap.members[1].state), "training");
+  EXPECT_EQ(Name(snap.members[2].state), "lost");
 }
 
 TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack) {
   RegisterAll();
   {
-    auto again = members_->Register(Input(MemberRole::kWorker, 0, w0_), now_);
+    auto again = members_->Register(Input(Role::kWorker, 0, w0_), now_);
     ASSERT_TRUE(again.ok());
     EXPECT_FALSE(again->joins_running_job) << "the same process registering again";
   }
   EXPECT_EQ(members_->generation(), 1u);
   now_ += kTimeout + milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
-  Beat(MemberRole::kWorker, 1, w1_);
+  Beat(Role::kWorker, 0, w0_);
+  Beat(Role::kWorker, 1, w1_);
   ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);  // only the PS
   EXPECT_EQ(members_->generation(), 1u) << "a lost PS does not change the generation";
   now_ += milliseconds(500);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kWorker, 0, w0_);
   ASSERT_EQ(SilenceAndDeclare(milliseconds(600)), 1);  // worker 1
   EXPECT_EQ(members_->generation(), 2u);
-  Reg(MemberRole::kPs, 0);
+  Reg(Role::kPs, 0);
   EXPECT_EQ(members_->generation(), 2u);
-  auto back = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  auto back = members_->Register(Input(Role::kWorker, 1), now_);
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(back->joins_running_job) << "a replacement rolls forward from the survivors";
   // Worker 0 has not been heard since the loss (it may have died with worker 1): not yet.
   EXPECT_EQ(back->generation, 2u);
   now_ += milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kWorker, 0, w0_);
   EXPECT_EQ(members_->generation(), 3u);
   auto disk = DecodeChiefState(ReadFile(state_->path()), "state");
   ASSERT_TRUE(disk.ok());
@@ -360,36 +360,36 @@ TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack)
 TEST_F(MembershipTest, AReplacementARestartedChiefNeverSawLostGetsANewGeneration) {
   ASSERT_TRUE(members_->OpenRun(-1).ok());
   RegisterAll();
-  ASSERT_EQ(members_->job_state(), "training");
+  ASSERT_EQ(Name(members_->job_state()), "training");
   now_ += milliseconds(1000);
   wall_ms_ += 1000;
   Restart();  // the chief was killed; worker 1 dies while it is away
   members_->RejoinRun(now_);
   const uint64_t before = members_->generation();
-  EXPECT_EQ(Reg(MemberRole::kPs, 0, ps0_), ps0_);
-  EXPECT_EQ(Reg(MemberRole::kWorker, 0, w0_), w0_);
+  EXPECT_EQ(Reg(Role::kPs, 0, ps0_), ps0_);
+  EXPECT_EQ(Reg(Role::kWorker, 0, w0_), w0_);
   EXPECT_EQ(members_->generation(), before) << "members that stayed keep the generation";
   now_ += milliseconds(10);
-  auto replacement = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  auto replacement = members_->Register(Input(Role::kWorker, 1), now_);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   EXPECT_TRUE(replacement->joins_running_job);
   EXPECT_EQ(replacement->generation, before + 1);
   EXPECT_TRUE(members_->Snapshot(now_).generation_pending);
   now_ += milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kWorker, 0, w0_);
   EXPECT_EQ(members_->generation(), before + 2);
   EXPECT_FALSE(members_->Snapshot(now_).generation_pending);
 }
 
 TEST_F(MembershipTest, JobTrainsOnceEveryoneRegisteredAndIsDoneWithRankZerosResult) {
-  const uint64_t w0 = Reg(MemberRole::kWorker, 0);
-  const uint64_t w1 = Reg(MemberRole::kWorker, 1);
-  EXPECT_EQ(members_->job_state(), "starting");
+  const uint64_t w0 = Reg(Role::kWorker, 0);
+  const uint64_t w1 = Reg(Role::kWorker, 1);
+  EXPECT_EQ(Name(members_->job_state()), "starting");
   now_ += milliseconds(20);
-  Reg(MemberRole::kPs, 0);
-  EXPECT_EQ(members_->job_state(), "training");
+  Reg(Role::kPs, 0);
+  EXPECT_EQ(Name(members_->job_state()), "training");
   MemberProgress r0;
-  r0.state = "done";
+  r0.state = MemberState::kDone;
   r0.step = 50;
   r0.loss = 0.25;
   r0.auc = 0.75;
@@ -398,18 +398,18 @@ TEST_F(MembershipTest, JobTrainsOnceEveryoneRegisteredAndIsDoneWithRankZerosResu
   r0.model_checksum = "abcd";
   r0.detail = "outputs in /out";
   now_ += milliseconds(30);
-  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 0, w0, r0, now_).ok());
-  EXPECT_EQ(members_->job_state(), "training");
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 0, w0, r0, now_).ok());
+  EXPECT_EQ(Name(members_->job_state()), "training");
   MemberProgress r1 = r0;
   r1.loss = 9;
   r1.auc = 0.1;
   r1.model_checksum = "ffff";
-  auto last = members_->Heartbeat(MemberRole::kWorker, 1, w1, r1, now_);
+  auto last = members_->Heartbeat(Role::kWorker, 1, w1, r1, now_);
   ASSERT_TRUE(last.ok());
-  EXPECT_EQ(last->job_state, "done");
+  EXPECT_EQ(Name(last->job_state), "done");
   EXPECT_TRUE(last->stop);
   auto snap = members_->Snapshot(now_ + milliseconds(1000));
-  EXPECT_EQ(snap.job_state, "done");
+  EXPECT_EQ(Name(snap.job_state), "done");
   EXPECT_DOUBLE_EQ(snap.loss, 0.25);
   EXPECT_DOUBLE_EQ(snap.auc, 0.75);
   EXPECT_DOUBLE_EQ(snap.logloss, 0.4);
@@ -422,52 +422,52 @@ TEST_F(MembershipTest, JobTrainsOnceEveryoneRegisteredAndIsDoneWithRankZerosResu
 
 TEST_F(MembershipTest, StopGoesThroughStoppingToStopped) {
   RegisterAll();
-  EXPECT_EQ(members_->RequestStop("SIGTERM to the chief", now_), "stopping");
-  auto hb = Beat(MemberRole::kWorker, 0, w0_, "stopped");
+  EXPECT_EQ(Name(members_->RequestStop("SIGTERM to the chief", now_)), "stopping");
+  auto hb = Beat(Role::kWorker, 0, w0_, MemberState::kStopped);
   EXPECT_TRUE(hb.stop);
-  EXPECT_EQ(hb.job_state, "stopping");
-  EXPECT_TRUE(Beat(MemberRole::kPs, 0, ps0_).stop);
-  EXPECT_EQ(Beat(MemberRole::kWorker, 1, w1_, "stopped").job_state, "stopped");
+  EXPECT_EQ(Name(hb.job_state), "stopping");
+  EXPECT_TRUE(Beat(Role::kPs, 0, ps0_).stop);
+  EXPECT_EQ(Name(Beat(Role::kWorker, 1, w1_, MemberState::kStopped).job_state), "stopped");
   EXPECT_EQ(members_->Snapshot(now_).detail, "SIGTERM to the chief");
   // Once ended the state no longer changes.
-  EXPECT_EQ(members_->RequestStop("again", now_), "stopped");
+  EXPECT_EQ(Name(members_->RequestStop("again", now_)), "stopped");
 }
 
 TEST_F(MembershipTest, StoppingCountsLostWorkersAsStopped) {
   RegisterAll();
   members_->RequestStop("test", now_);
   now_ += milliseconds(900);
-  Beat(MemberRole::kWorker, 0, w0_, "stopped");
-  Beat(MemberRole::kPs, 0, ps0_);
-  EXPECT_EQ(members_->job_state(), "stopping");
+  Beat(Role::kWorker, 0, w0_, MemberState::kStopped);
+  Beat(Role::kPs, 0, ps0_);
+  EXPECT_EQ(Name(members_->job_state()), "stopping");
   EXPECT_EQ(SilenceAndDeclare(milliseconds(200)), 1);
-  EXPECT_EQ(members_->job_state(), "stopped");
+  EXPECT_EQ(Name(members_->job_state()), "stopped");
 }
 
 TEST_F(MembershipTest, FailedWorkerFailsTheJobAndStopsEveryone) {
   RegisterAll();
-  auto hb = Beat(MemberRole::kWorker, 1, w1_, "failed");
-  EXPECT_EQ(hb.job_state, "failed");
+  auto hb = Beat(Role::kWorker, 1, w1_, MemberState::kFailed);
+  EXPECT_EQ(Name(hb.job_state), "failed");
   EXPECT_TRUE(hb.stop);
   MemberProgress p;
-  p.state = "failed";
+  p.state = MemberState::kFailed;
   p.detail = "NaN loss at step 12";
-  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 1, w1_, p, now_).ok());
-  EXPECT_TRUE(Beat(MemberRole::kPs, 0, ps0_).stop);
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 1, w1_, p, now_).ok());
+  EXPECT_TRUE(Beat(Role::kPs, 0, ps0_).stop);
   auto snap = members_->Snapshot(now_);
-  EXPECT_EQ(snap.job_state, "failed");
+  EXPECT_EQ(Name(snap.job_state), "failed");
   EXPECT_NE(snap.detail.find("worker:1"), std::string::npos) << snap.detail;
 }
 
 TEST_F(MembershipTest, FailedPsFailsTheJobNamingIt) {
   RegisterAll();
   MemberProgress p;
-  p.state = "failed";
+  p.state = MemberState::kFailed;
   p.detail = "ps:0 lost its data: it is at step -1, the slowest worker at step 40";
-  auto hb = members_->Heartbeat(MemberRole::kPs, 0, ps0_, p, now_);
+  auto hb = members_->Heartbeat(Role::kPs, 0, ps0_, p, now_);
   ASSERT_TRUE(hb.ok()) << hb.status();
-  EXPECT_EQ(hb->job_state, "failed");
-  EXPECT_TRUE(Beat(MemberRole::kWorker, 0, w0_).stop);
+  EXPECT_EQ(Name(hb->job_state), "failed");
+  EXPECT_TRUE(Beat(Role::kWorker, 0, w0_).stop);
   const std::string detail = members_->Snapshot(now_).detail;
   EXPECT_NE(detail.find("ps:0 failed"), std::string::npos) << detail;
   EXPECT_NE(detail.find("lost its data"), std::string::npos) << detail;
@@ -476,18 +476,18 @@ TEST_F(MembershipTest, FailedPsFailsTheJobNamingIt) {
 TEST_F(MembershipTest, FailedDetailIsTheWorkersReason) {
   RegisterAll();
   MemberProgress p;
-  p.state = "failed";
+  p.state = MemberState::kFailed;
   p.detail = "NaN loss at step 12";
-  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 1, w1_, p, now_).ok());
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 1, w1_, p, now_).ok());
   EXPECT_NE(members_->Snapshot(now_).detail.find("NaN loss at step 12"), std::string::npos);
 }
 
 TEST_F(MembershipTest, TerminalMembersAreNotMonitoredAndFinishAfterFallingQuiet) {
   RegisterAll();
-  Beat(MemberRole::kWorker, 0, w0_, "done");
-  Beat(MemberRole::kWorker, 1, w1_, "done");
-  EXPECT_EQ(members_->job_state(), "done");
-  Beat(MemberRole::kPs, 0, ps0_, "stopped");
+  Beat(Role::kWorker, 0, w0_, MemberState::kDone);
+  Beat(Role::kWorker, 1, w1_, MemberState::kDone);
+  EXPECT_EQ(Name(members_->job_state()), "done");
+  Beat(Role::kPs, 0, ps0_, MemberState::kStopped);
   EXPECT_FALSE(members_->Finished(now_, milliseconds(300)));
   now_ += milliseconds(300);
   EXPECT_TRUE(members_->Suspects(now_ + kTimeout * 10).empty());
@@ -497,11 +497,11 @@ TEST_F(MembershipTest, TerminalMembersAreNotMonitoredAndFinishAfterFallingQuiet)
 TEST_F(MembershipTest, RunningMemberHoldsBackFinished) {
   RegisterAll();
   members_->RequestStop("test", now_);
-  Beat(MemberRole::kWorker, 0, w0_, "stopped");
-  Beat(MemberRole::kWorker, 1, w1_, "stopped");
-  EXPECT_EQ(members_->job_state(), "stopped");
+  Beat(Role::kWorker, 0, w0_, MemberState::kStopped);
+  Beat(Role::kWorker, 1, w1_, MemberState::kStopped);
+  EXPECT_EQ(Name(members_->job_state()), "stopped");
   now_ += milliseconds(500);
-  Beat(MemberRole::kPs, 0, ps0_, "training");
+  Beat(Role::kPs, 0, ps0_, MemberState::kTraining);
   EXPECT_FALSE(members_->Finished(now_ + milliseconds(400), milliseconds(300)));
   // A PS that simply exits is declared lost, and then the chief may leave.
   EXPECT_EQ(SilenceAndDeclare(kTimeout + milliseconds(1)), 1);
@@ -509,22 +509,21 @@ TEST_F(MembershipTest, RunningMemberHoldsBackFinished) {
 }
 
 TEST_F(MembershipTest, MalformedRegistrationsAreInvalid) {
-  auto out_of_range = members_->Register(Input(MemberRole::kWorker, 2), now_);
+  auto out_of_range = members_->Register(Input(Role::kWorker, 2), now_);
   EXPECT_TRUE(out_of_range.status().IsInvalidArgument()) << out_of_range.status();
-  RegisterInput no_address = Input(MemberRole::kPs, 0);
+  RegisterInput no_address = Input(Role::kPs, 0);
   no_address.address.clear();
   EXPECT_TRUE(members_->Register(no_address, now_).status().IsInvalidArgument());
-  auto hb = members_->Heartbeat(MemberRole::kPs, 1, 1, {}, now_);
+  auto hb = members_->Heartbeat(Role::kPs, 1, 1, {}, now_);
   EXPECT_TRUE(hb.status().IsInvalidArgument());
 }
 
 TEST_F(MembershipTest, MemberThatLeavesIsNotMonitored) {
   RegisterAll();
-  Beat(MemberRole::kPs, 0, ps0_, "left");
+  Beat(Role::kPs, 0, ps0_, MemberState::kLeft);
   auto snap = members_->Snapshot(now_);
-  EXPECT_EQ(snap.members[0].state, "left");
-  for (const auto& s : members_->Suspects(now_ + kTimeout * 2))
-    EXPECT_FALSE(s.role == MemberRole::kPs);
+  EXPECT_EQ(Name(snap.members[0].state), "left");
+  for (const auto& s : members_->Suspects(now_ + kTimeout * 2)) EXPECT_FALSE(s.role == Role::kPs);
 }
 
 // --- a chief restarted into a running job (PROTOCOLS §10) ----------------------------------
@@ -532,19 +531,19 @@ TEST_F(MembershipTest, MemberThatLeavesIsNotMonitored) {
 TEST_F(MembershipTest, RejoinedRunTrainsAgainOnceAllReRegisterAndKeepsItsElapsedTime) {
   ASSERT_TRUE(members_->OpenRun(-1).ok());
   RegisterAll();
-  ASSERT_EQ(members_->job_state(), "training");
+  ASSERT_EQ(Name(members_->job_state()), "training");
   now_ += milliseconds(5000);
   wall_ms_ += 5000;
   Restart();  // the chief was killed: nothing closed the run
   ASSERT_TRUE(state_->data().run_open);
   members_->RejoinRun(now_);
-  EXPECT_EQ(members_->job_state(), "starting");
+  EXPECT_EQ(Name(members_->job_state()), "starting");
   EXPECT_TRUE(members_->Suspects(now_ + kTimeout * 3).empty()) << "nobody re-registered yet";
-  EXPECT_EQ(Reg(MemberRole::kPs, 0, ps0_), ps0_);
-  EXPECT_EQ(Reg(MemberRole::kWorker, 0, w0_), w0_);
-  EXPECT_EQ(members_->job_state(), "starting");
-  EXPECT_EQ(Reg(MemberRole::kWorker, 1, w1_), w1_);
-  EXPECT_EQ(members_->job_state(), "training");
+  EXPECT_EQ(Reg(Role::kPs, 0, ps0_), ps0_);
+  EXPECT_EQ(Reg(Role::kWorker, 0, w0_), w0_);
+  EXPECT_EQ(Name(members_->job_state()), "starting");
+  EXPECT_EQ(Reg(Role::kWorker, 1, w1_), w1_);
+  EXPECT_EQ(Name(members_->job_state()), "training");
   now_ += milliseconds(1000);
   wall_ms_ += 1000;
   EXPECT_EQ(members_->Snapshot(now_).elapsed_ms, 6000) << "since the run began training";
@@ -554,31 +553,31 @@ TEST_F(MembershipTest, RejoinedRunThatHadEndedIsStillDoneWithWorkerZerosResult) 
   ASSERT_TRUE(members_->OpenRun(-1).ok());
   RegisterAll();
   MemberProgress done;
-  done.state = "done";
+  done.state = MemberState::kDone;
   done.step = 49;
   done.auc = 0.75;
   done.model_checksum = "00112233";
-  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 0, w0_, done, now_).ok());
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 0, w0_, done, now_).ok());
   done.model_checksum = "ffff";
-  ASSERT_TRUE(members_->Heartbeat(MemberRole::kWorker, 1, w1_, done, now_).ok());
-  ASSERT_EQ(members_->job_state(), "done");
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 1, w1_, done, now_).ok());
+  ASSERT_EQ(Name(members_->job_state()), "done");
   now_ += milliseconds(100);
   wall_ms_ += 100;
   Restart();  // killed before the PS heard the job ended; the workers are gone
   members_->RejoinRun(now_);
-  EXPECT_EQ(members_->job_state(), "done");
+  EXPECT_EQ(Name(members_->job_state()), "done");
   JobSnapshot snap = members_->Snapshot(now_);
   EXPECT_EQ(snap.model_checksum, "00112233");
   EXPECT_EQ(snap.step, 49) << "worker 0's last step, though no worker is registered";
   EXPECT_DOUBLE_EQ(snap.auc, 0.75);
   // The PS may still come back to hear it: the chief waits a heartbeat timeout for it.
   EXPECT_FALSE(members_->Finished(now_ + milliseconds(10), milliseconds(300)));
-  EXPECT_EQ(Reg(MemberRole::kPs, 0, ps0_), ps0_);
-  HeartbeatResult r = Beat(MemberRole::kPs, 0, ps0_, "serving");
+  EXPECT_EQ(Reg(Role::kPs, 0, ps0_), ps0_);
+  HeartbeatResult r = Beat(Role::kPs, 0, ps0_, MemberState::kServing);
   EXPECT_TRUE(r.stop);
-  EXPECT_EQ(r.job_state, "done");
+  EXPECT_EQ(Name(r.job_state), "done");
   now_ += milliseconds(50);
-  Beat(MemberRole::kPs, 0, ps0_, "stopped");
+  Beat(Role::kPs, 0, ps0_, MemberState::kStopped);
   EXPECT_TRUE(members_->Finished(now_ + kTimeout, milliseconds(300)));
 }
 
@@ -588,9 +587,9 @@ TEST_F(MembershipTest, RejoinedRunKeepsARequestedStop) {
   members_->RequestStop("SIGTERM to ps:0", now_);
   Restart();
   members_->RejoinRun(now_);
-  EXPECT_EQ(members_->job_state(), "stopping");
-  EXPECT_EQ(Reg(MemberRole::kWorker, 0, w0_), w0_);
-  EXPECT_TRUE(Beat(MemberRole::kWorker, 0, w0_).stop);
+  EXPECT_EQ(Name(members_->job_state()), "stopping");
+  EXPECT_EQ(Reg(Role::kWorker, 0, w0_), w0_);
+  EXPECT_TRUE(Beat(Role::kWorker, 0, w0_).stop);
 }
 
 TEST_F(MembershipTest, ClosedRunIsNotRejoinedAndOpenRunStartsClean) {
@@ -612,8 +611,8 @@ TEST_F(MembershipTest, AJobFailingAgainFromTheSameCheckpointIsRefusedPastMaxRoll
   for (int run = 0; run < 3; ++run) {  // the first run and two restarts, max_rollbacks = 2
     ASSERT_TRUE(members_->OpenRun(7, 2).ok()) << "run " << run;
     RegisterAll();
-    Beat(MemberRole::kWorker, 0, w0_, "failed");
-    ASSERT_EQ(members_->job_state(), "failed");
+    Beat(Role::kWorker, 0, w0_, MemberState::kFailed);
+    ASSERT_EQ(Name(members_->job_state()), "failed");
     ASSERT_TRUE(members_->CloseRun().ok());
     Restart();
   }
@@ -634,10 +633,10 @@ TEST_F(MembershipTest, AJobFailingAgainFromTheSameCheckpointIsRefusedPastMaxRoll
 // or the PS would wait for its end forever.
 TEST_F(MembershipTest, EveryWorkerStoppedEndsTheJobWithoutAStopRequest) {
   RegisterAll();
-  Beat(MemberRole::kWorker, 0, w0_, "stopped");
-  EXPECT_EQ(members_->job_state(), "training");
-  Beat(MemberRole::kWorker, 1, w1_, "stopped");
-  EXPECT_EQ(members_->job_state(), "stopped");
+  Beat(Role::kWorker, 0, w0_, MemberState::kStopped);
+  EXPECT_EQ(Name(members_->job_state()), "training");
+  Beat(Role::kWorker, 1, w1_, MemberState::kStopped);
+  EXPECT_EQ(Name(members_->job_state()), "stopped");
 }
 
 // SIGSTOP of the chief: nobody's heartbeats were heard, through no fault of theirs.
@@ -662,13 +661,13 @@ TEST_F(MembershipTest, AChiefThatHearsNobodyDeclaresNobodyAndExcusesEveryoneWhen
   EXPECT_TRUE(members_->NoteIsolation(now_));
   EXPECT_TRUE(members_->isolated());
   EXPECT_EQ(members_->Suspects(now_).size(), 3u) << "silent all the same: the monitor holds back";
-  Beat(MemberRole::kWorker, 1, w1_);
+  Beat(Role::kWorker, 1, w1_);
   EXPECT_FALSE(members_->isolated());
   EXPECT_FALSE(members_->NoteIsolation(now_));
   EXPECT_TRUE(members_->Suspects(now_).empty()) << "every member's silence is excused";
   // One member silent while another is heard: that member's own fault, suspected as always.
   now_ += kTimeout + milliseconds(1);
-  Beat(MemberRole::kWorker, 1, w1_);
+  Beat(Role::kWorker, 1, w1_);
   EXPECT_FALSE(members_->NoteIsolation(now_));
   auto suspects = members_->Suspects(now_);
   ASSERT_EQ(suspects.size(), 2u);
@@ -676,7 +675,7 @@ TEST_F(MembershipTest, AChiefThatHearsNobodyDeclaresNobodyAndExcusesEveryoneWhen
   // A registration also ends an isolation.
   now_ += kTimeout * 3;
   EXPECT_TRUE(members_->NoteIsolation(now_));
-  Reg(MemberRole::kPs, 0);
+  Reg(Role::kPs, 0);
   EXPECT_FALSE(members_->isolated());
 }
 
@@ -685,10 +684,10 @@ TEST_F(MembershipTest, AChiefThatHearsNobodyDeclaresNobodyAndExcusesEveryoneWhen
 TEST_F(MembershipTest, ALateHeartbeatDoesNotUndoAMembersLastWord) {
   RegisterAll();
   members_->RequestStop("test", now_);
-  Beat(MemberRole::kWorker, 0, w0_, "stopped");
-  Beat(MemberRole::kWorker, 1, w1_, "stopped");
-  Beat(MemberRole::kPs, 0, ps0_, "stopped");
-  Beat(MemberRole::kPs, 0, ps0_, "serving");  // the late one
+  Beat(Role::kWorker, 0, w0_, MemberState::kStopped);
+  Beat(Role::kWorker, 1, w1_, MemberState::kStopped);
+  Beat(Role::kPs, 0, ps0_, MemberState::kStopped);
+  Beat(Role::kPs, 0, ps0_, MemberState::kServing);  // the late one
   now_ += milliseconds(300);
   EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
   EXPECT_TRUE(members_->Suspects(now_ + kTimeout * 10).empty()) << "terminal: not monitored";
@@ -700,10 +699,10 @@ TEST_F(MembershipTest, ALateHeartbeatDoesNotUndoAMembersLastWord) {
 TEST_F(MembershipTest, AfterTheJobEndedSilentMembersAreLeavingNotAPartition) {
   RegisterAll();
   members_->RequestStop("test", now_);
-  Beat(MemberRole::kWorker, 0, w0_, "stopped");
-  Beat(MemberRole::kWorker, 1, w1_, "stopped");
-  ASSERT_EQ(members_->job_state(), "stopped");
-  Beat(MemberRole::kPs, 0, ps0_, "training");  // its last word said nothing of the end
+  Beat(Role::kWorker, 0, w0_, MemberState::kStopped);
+  Beat(Role::kWorker, 1, w1_, MemberState::kStopped);
+  ASSERT_EQ(Name(members_->job_state()), "stopped");
+  Beat(Role::kPs, 0, ps0_, MemberState::kTraining);  // its last word said nothing of the end
   now_ += kTimeout * 3;
   EXPECT_FALSE(members_->NoteIsolation(now_));
   EXPECT_FALSE(members_->isolated());
@@ -718,16 +717,16 @@ TEST_F(MembershipTest, AfterTheJobEndedSilentMembersAreLeavingNotAPartition) {
 TEST_F(MembershipTest, ALostWorkerComingBackBeforeAnySuccessorBecomesItsSuccessor) {
   RegisterAll();
   now_ += kTimeout + milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
-  Beat(MemberRole::kPs, 0, ps0_);
+  Beat(Role::kWorker, 0, w0_);
+  Beat(Role::kPs, 0, ps0_);
   ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);
-  EXPECT_EQ(Beat(MemberRole::kWorker, 1, w1_).verdict, HeartbeatVerdict::kStale);
-  auto again = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  EXPECT_EQ(Beat(Role::kWorker, 1, w1_).verdict, HeartbeatVerdict::kStale);
+  auto again = members_->Register(Input(Role::kWorker, 1), now_);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_GT(again->incarnation, w1_);
   EXPECT_TRUE(again->joins_running_job);
-  EXPECT_EQ(Beat(MemberRole::kWorker, 1, w1_).verdict, HeartbeatVerdict::kStale);
-  auto rival = members_->Register(Input(MemberRole::kWorker, 1), now_);
+  EXPECT_EQ(Beat(Role::kWorker, 1, w1_).verdict, HeartbeatVerdict::kStale);
+  auto rival = members_->Register(Input(Role::kWorker, 1), now_);
   EXPECT_EQ(rival.status().code(), StatusCode::kPermissionDenied) << rival.status();
 }
 
@@ -737,10 +736,10 @@ TEST_F(MembershipTest, ALostWorkerComingBackBeforeAnySuccessorBecomesItsSuccesso
 TEST_F(MembershipTest, ARegistrationRetriedAfterALostReplyStillJoinsTheRunningJob) {
   RegisterAll();
   now_ += kTimeout + milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
-  Beat(MemberRole::kPs, 0, ps0_);
+  Beat(Role::kWorker, 0, w0_);
+  Beat(Role::kPs, 0, ps0_);
   ASSERT_EQ(SilenceAndDeclare(milliseconds(0)), 1);
-  const RegisterInput in = Input(MemberRole::kWorker, 1);
+  const RegisterInput in = Input(Role::kWorker, 1);
   auto first = members_->Register(in, now_);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(first->joins_running_job);
@@ -749,7 +748,7 @@ TEST_F(MembershipTest, ARegistrationRetriedAfterALostReplyStillJoinsTheRunningJo
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->incarnation, first->incarnation) << "the same process";
   EXPECT_TRUE(again->joins_running_job);
-  auto fresh = members_->Register(Input(MemberRole::kWorker, 0, w0_), now_);
+  auto fresh = members_->Register(Input(Role::kWorker, 0, w0_), now_);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_FALSE(fresh->joins_running_job) << "worker 0 was never replaced";
 }
@@ -758,11 +757,11 @@ TEST_F(MembershipTest, ARegistrationRetriedAfterALostReplyStillJoinsTheRunningJo
 // regroup after their group of generation g broke; the chief opens g + 1 once, persisted.
 TEST_F(MembershipTest, ARegroupOpensOneGenerationForAllTheWorkersOfTheBrokenGroup) {
   RegisterAll();
-  ASSERT_EQ(members_->job_state(), "training");
+  ASSERT_EQ(Name(members_->job_state()), "training");
   const uint64_t g = members_->generation();
   now_ += milliseconds(300);
-  Beat(MemberRole::kWorker, 0, w0_);
-  Beat(MemberRole::kWorker, 1, w1_);
+  Beat(Role::kWorker, 0, w0_);
+  Beat(Role::kWorker, 1, w1_);
   auto first = members_->Regroup(0, w0_, g, "allreduce timed out", now_);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(first->raised);
@@ -778,8 +777,8 @@ TEST_F(MembershipTest, ARegroupOpensOneGenerationForAllTheWorkersOfTheBrokenGrou
   EXPECT_EQ(disk->generation, g + 1);
   // The group of g + 1 cannot form either (the cut lasts): the next request opens g + 2.
   now_ += milliseconds(300);
-  Beat(MemberRole::kWorker, 0, w0_);
-  Beat(MemberRole::kWorker, 1, w1_);
+  Beat(Role::kWorker, 0, w0_);
+  Beat(Role::kWorker, 1, w1_);
   auto third = members_->Regroup(1, w1_, g + 1, "rebuild timed out", now_);
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_TRUE(third->raised);
@@ -792,8 +791,8 @@ TEST_F(MembershipTest, NoRegroupWhileAWorkerIsSilentOrBeingReplacedOrTheJobStops
   RegisterAll();
   const uint64_t g = members_->generation();
   now_ += kTimeout + milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
-  Beat(MemberRole::kPs, 0, ps0_);
+  Beat(Role::kWorker, 0, w0_);
+  Beat(Role::kPs, 0, ps0_);
   auto silent = members_->Regroup(0, w0_, g, "allreduce failed", now_);
   ASSERT_TRUE(silent.ok()) << silent.status();
   EXPECT_FALSE(silent->raised);
@@ -810,12 +809,12 @@ TEST_F(MembershipTest, NoRegroupWhileAWorkerIsSilentOrBeingReplacedOrTheJobStops
   EXPECT_EQ(zombie.status().code(), StatusCode::kFailedPrecondition) << zombie.status();
   auto outside = members_->Regroup(7, w0_, lost, "allreduce failed", now_);
   EXPECT_EQ(outside.status().code(), StatusCode::kInvalidArgument) << outside.status();
-  const uint64_t w1 = Reg(MemberRole::kWorker, 1);
+  const uint64_t w1 = Reg(Role::kWorker, 1);
   now_ += milliseconds(1);
-  Beat(MemberRole::kWorker, 0, w0_);
+  Beat(Role::kWorker, 0, w0_);
   ASSERT_EQ(members_->generation(), g + 2) << "every worker is present again";
   members_->RequestStop("test", now_);
-  Beat(MemberRole::kWorker, 1, w1);
+  Beat(Role::kWorker, 1, w1);
   auto stopping = members_->Regroup(0, w0_, g + 2, "allreduce failed", now_);
   ASSERT_TRUE(stopping.ok()) << stopping.status();
   EXPECT_FALSE(stopping->raised);

@@ -13,12 +13,6 @@ namespace tandem::ps {
 
 using daemon::RoleContext;
 
-namespace {
-bool Ended(const std::string& job_state) {
-  return job_state == "done" || job_state == "stopped" || job_state == "failed";
-}
-}  // namespace
-
 // Without a chief address (port 0: a shard started on its own, as tests and benchmarks do) the
 // shard serves until SIGTERM with the incarnation it was given.
 static int ServeStandalone(const RoleContext& ctx) {
@@ -103,7 +97,7 @@ std::string PsDaemon::WrongState(const RoleContext& ctx, ChiefClient* chief,
   // behind it lost its data (a lost machine, a deleted directory): no worker can resend what it
   // lacks, and only a rollback to the last checkpoint can go on (PROTOCOLS §8).
   if (auto view = chief->View(std::chrono::milliseconds(2000));
-      view.ok() && view->job_state == "training" && view->step >= 0) {
+      view.ok() && view->job_state == JobState::kTraining && view->step >= 0) {
     const int64_t margin = ctx.job->train.embedding_staleness + 2;
     if (shard->applied_step() + margin < view->step) {
       return "ps:" + std::to_string(ctx.index) + " lost its data: it is at step " +
@@ -120,19 +114,19 @@ int PsDaemon::Run(const RoleContext& ctx) {
   if (job.cluster.chief.at(0).ends_with(":0")) return ServeStandalone(ctx);
   int exit_status = kExitOk;
   Registration reg;
-  auto chief = daemon::JoinJob(ctx, wire::Role::PS, DeterminismClass(1, ""), &exit_status, &reg);
+  auto chief = daemon::JoinJob(ctx, config::Role::kPs, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
   if (std::string wrong = WrongState(ctx, chief.get(), reg); !wrong.empty()) {
     TLOG_ERROR("{}", wrong);
     Progress failed;
-    failed.state = "failed";
+    failed.state = MemberState::kFailed;
     failed.detail = wrong;
     chief->SetProgress(failed);
     chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     return kExitRuntimeFailure;
   }
   Progress progress;
-  progress.state = "serving";
+  progress.state = MemberState::kServing;
   std::optional<std::chrono::steady_clock::time_point> stop_deadline;
   for (;;) {
     progress.step = shard->applied_step();
@@ -149,10 +143,11 @@ int PsDaemon::Run(const RoleContext& ctx) {
     }
     if (chief->fenced()) {
       chief->StopHeartbeats();
-      return daemon::ExitWhenFenced(chief.get(), "ps:" + std::to_string(ctx.index));
+      return daemon::ExitWhenFenced(chief.get(), config::Role::kPs,
+                                    static_cast<uint32_t>(ctx.index));
     }
-    if (Ended(chief->job_state())) {
-      TLOG_INFO("the job has ended ({}): leaving", chief->job_state());
+    if (IsTerminal(chief->job_state())) {
+      TLOG_INFO("the job has ended ({}): leaving", Name(chief->job_state()));
       break;
     }
     if (stop_deadline && std::chrono::steady_clock::now() > *stop_deadline) {
@@ -160,9 +155,9 @@ int PsDaemon::Run(const RoleContext& ctx) {
       break;
     }
   }
-  const bool job_failed = chief->job_state() == "failed";
+  const bool job_failed = chief->job_state() == JobState::kFailed;
   progress.step = shard->applied_step();
-  progress.state = "stopped";
+  progress.state = MemberState::kStopped;
   chief->SetProgress(progress);
   chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
   chief->StopHeartbeats();

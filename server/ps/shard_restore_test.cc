@@ -324,7 +324,7 @@ void CommitManifest(const RestoreSource& source) {
   std::ofstream(dir + "/MANIFEST") << chief::EncodeManifest(m);
 }
 
-ClusterView View(const std::string& state, int64_t resume_step, int64_t elapsed_ms = 0) {
+ClusterView View(JobState state, int64_t resume_step, int64_t elapsed_ms = 0) {
   ClusterView v;
   v.job_state = state;
   v.resume_step = resume_step;
@@ -340,7 +340,7 @@ TEST(ShardResumeTest, StartingJobRestoresTheNamedCheckpointOnEveryShard) {
   std::vector<std::unique_ptr<Shard>> shards;
   for (uint32_t i = 0; i < 2; ++i) {
     auto step = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), i, 2),
-                                     View("starting", kStep));
+                                     View(JobState::kStarting, kStep));
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(*step, kStep);
     auto opened = Shard::Open(JobShard(dir.path(), i, 2));
@@ -356,10 +356,11 @@ TEST(ShardResumeTest, TrainingJobOrRejoiningChiefKeepsWhatTheShardApplied) {
   std::string expected;
   const RestoreSource source = RunOldJob(dir.path(), 1, &expected);
   CommitManifest(source);
-  for (const ClusterView& view : {View("training", kStep), View("starting", kStep, 1500)}) {
+  for (const ClusterView& view :
+       {View(JobState::kTraining, kStep), View(JobState::kStarting, kStep, 1500)}) {
     auto step = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1), view);
     ASSERT_TRUE(step.ok()) << step.status();
-    EXPECT_EQ(*step, -1) << view.job_state;
+    EXPECT_EQ(*step, -1) << Name(view.job_state);
   }
   // It recovers from its own log: the steps after the checkpoint are still there.
   auto opened = Shard::Open(JobShard(dir.path(), 0, 1));
@@ -371,8 +372,8 @@ TEST(ShardResumeTest, NothingToResumeFromStartsEmpty) {
   ::tandem::testing::TempDir dir;
   std::string expected;
   RunOldJob(dir.path(), 1, &expected);
-  auto step =
-      PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1), View("starting", -1));
+  auto step = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1),
+                                   View(JobState::kStarting, -1));
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, -1);
   auto opened = Shard::Open(JobShard(dir.path(), 0, 1));
@@ -385,14 +386,14 @@ TEST(ShardResumeTest, MissingOrDamagedManifestIsDataLossNamingIt) {
   std::string expected;
   const RestoreSource source = RunOldJob(dir.path(), 1, &expected);
   auto missing = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1),
-                                      View("starting", kStep));
+                                      View(JobState::kStarting, kStep));
   ASSERT_TRUE(missing.status().IsDataLoss()) << missing.status();
   EXPECT_NE(missing.status().message().find("MANIFEST"), std::string::npos);
   CommitManifest(source);
   const std::string manifest = dir.path() + "/ckpt/" + CheckpointDirName(kStep) + "/MANIFEST";
   FlipByte(manifest, 40);
   auto damaged = PrepareShardFromView(dir.path() + "/ckpt", JobShard(dir.path(), 0, 1),
-                                      View("starting", kStep));
+                                      View(JobState::kStarting, kStep));
   ASSERT_TRUE(damaged.status().IsDataLoss()) << damaged.status();
   EXPECT_NE(damaged.status().message().find("MANIFEST"), std::string::npos) << damaged.status();
 }

@@ -53,7 +53,7 @@ StatusOr<int64_t> PrepareShardFromView(const std::string& checkpoint_dir,
                                        const ShardOptions& options, const ClusterView& view) {
   // elapsed_ms > 0 while "starting": a restarted chief rejoining a run that trained; its shards
   // are past the checkpoint and must keep what they applied.
-  if (view.job_state != "starting" || view.elapsed_ms > 0) return -1;
+  if (view.job_state != JobState::kStarting || view.elapsed_ms > 0) return -1;
   if (view.resume_step < 0) {
     // Nothing to resume from: every shard starts empty, whatever an earlier attempt of this job
     // left behind (a rollback before the first checkpoint must not serve its rows).

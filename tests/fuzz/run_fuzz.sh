@@ -25,6 +25,7 @@ SOURCES=(
   "$SRC/tests/fuzz/message_fuzz.cc"
   "$SRC/common/wire/message.cc"
   "$SRC/common/wire/identity.cc"
+  "$SRC/common/config/role.cc"
   "$SRC/common/build_info.cc"
   "$SRC/common/job_id.cc"
   "$SRC/common/status.cc"

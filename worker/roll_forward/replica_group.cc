@@ -86,24 +86,23 @@ void ReplicaGroup::Watch() {
 
 bool ReplicaGroup::EveryWorkerHeardSince(const ClusterView& v, Clock::time_point since,
                                          Clock::time_point asked) {
-  const auto workers = v.Of("worker");
+  const auto workers = v.Of(config::Role::kWorker);
   if (workers.empty()) return false;
   const int64_t window =
       std::chrono::duration_cast<milliseconds>(asked - since).count();  // heard within it
   for (const MemberView* m : workers)
-    if (m->state == "lost" || m->state == "starting" || m->state == "left" ||
-        m->ms_since_heartbeat < 0 || m->ms_since_heartbeat >= window)
+    if (!IsPresent(m->state) || m->ms_since_heartbeat < 0 || m->ms_since_heartbeat >= window)
       return false;
   return true;
 }
 
-Status ReplicaGroup::Recover(const std::function<void(const std::string&)>& on_state) {
+Status ReplicaGroup::Recover(const std::function<void(MemberState)>& on_state) {
   // A zombie (stopped, replaced, continued) must not rejoin the group in its successor's place:
   // it asks the chief first and is told it was replaced.
   chief_->HeartbeatNow(milliseconds(2000)).IgnoreError();
   if (chief_->fenced())
     return Status::Aborted("this incarnation was replaced: it takes no part in the recovery");
-  on_state("recovering");
+  on_state(MemberState::kRecovering);
   // The group broke at `broken_since`. A worker that died then stops heartbeating and is
   // declared lost within the heartbeat timeout and a probe; max_wait_s counts from then. When
   // every worker heartbeats after it instead, nobody is dead: the workers lost each other, not
@@ -166,14 +165,14 @@ Status ReplicaGroup::Recover(const std::function<void(const std::string&)>& on_s
           MutexLock lock(&mu_);
           aborted_for_stop_ = false;
         }
-        on_state("training");
+        on_state(MemberState::kTraining);
         return Status::Ok();
       }
       missing.clear();
-      for (const MemberView* m : v->Of("worker"))
-        if (m->state == "lost" || m->state == "starting")
+      for (const MemberView* m : v->Of(config::Role::kWorker))
+        if (m->state == MemberState::kLost || m->state == MemberState::kStarting)
           missing += (missing.empty() ? "" : ", ") + std::string("worker:") +
-                     std::to_string(m->index) + " (" + m->state + ")";
+                     std::to_string(m->index) + " (" + std::string(Name(m->state)) + ")";
       if (missing.empty()) missing = "not every worker heard from yet";
       // Nobody lost, nobody pending, every worker heard from since the group broke: ask for
       // the regroup (once per failed generation; the other workers' requests find it open).

@@ -70,8 +70,8 @@ class ReplicaGroup {
   // generation (within recovery.max_wait_s, or kDeadlineExceeded naming the ranks still
   // missing) and rebuilds the group under it, asking again while it cannot form. kAborted when
   // this incarnation was replaced (a zombie: it must exit 75); kCancelled on a stop. `on_state`
-  // gets "recovering" and, once rebuilt, "training".
-  Status Recover(const std::function<void(const std::string&)>& on_state);
+  // gets kRecovering and, once rebuilt, kTraining.
+  Status Recover(const std::function<void(MemberState)>& on_state);
 
  private:
   // Whether every worker in `v` is up and heartbeated after `since` (the view was asked for at
