@@ -94,7 +94,9 @@ struct TrainingResult {
   int recoveries = 0;               // roll-forward recoveries this process took part in
 };
 
-// Runs until train.steps or an agreed stop. Errors name the step.
+// Runs until train.steps or an agreed stop. Errors name the step. Every callback in `options`
+// runs on the calling thread (the loop's own threads, the data readers and the k >= 1
+// prefetcher, call none); the TrainingLoop in training_loop.cc holds the state of one run.
 StatusOr<TrainingResult> RunTrainingLoop(const TrainingLoopOptions& options);
 
 }  // namespace tandem::worker
