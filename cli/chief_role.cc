@@ -31,8 +31,8 @@ int RunChiefRole(const RoleContext& ctx, chief::ChiefService* service) {
     if (Status s = service->fatal(); !s.ok()) {
       service->Stop();
       if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
-      if (s.IsFailedPrecondition()) return kExitFenced;  // recovery.max_rollbacks: do not restart
-      return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+      // kFailedPrecondition (recovery.max_rollbacks) is 75: do not restart.
+      return ExitCodeFor(s);
     }
   }
   const std::string state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);

@@ -173,6 +173,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   if (!resolved.ok()) {
     std::fprintf(stderr, "tandem %s: %s\n", std::string(config::RoleName(args.role)).c_str(),
                  resolved.status().message().c_str());
+    // Not ExitCodeFor: kFailedPrecondition here says no task was given (no --task, TF_CONFIG or
+    // Slurm variables), a bad command line (2), not a refusal (75); any other error is the
+    // config's or the environment's (3).
     return resolved.status().IsFailedPrecondition() ? kExitUsage : kExitInvalid;
   }
   if (resolved->task.role != args.role) {
@@ -236,12 +239,9 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
       auto created = chief::ChiefService::Create(*job, &server, args.new_run);
       if (!created.ok()) {
         TLOG_ERROR("cannot start the chief: {}", created.status().ToString());
-        // Refusing to restart a job that keeps failing (recovery.max_rollbacks): 75, which the
-        // units do not restart.
-        if (created.status().IsFailedPrecondition()) return kExitFenced;
-        return created.status().IsDataLoss() || created.status().IsInvalidArgument()
-                   ? kExitInvalid
-                   : kExitRuntimeFailure;
+        // Refusing to restart a job that keeps failing (recovery.max_rollbacks) is
+        // kFailedPrecondition: 75, which the units do not restart.
+        return ExitCodeFor(created.status());
       }
       chief_service = std::move(created).value();
       chief_service->Register();
@@ -263,16 +263,16 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
         if (!restored.ok()) {
           TLOG_ERROR("cannot restore the shard from the checkpoint: {}",
                      restored.status().ToString());
-          // Refused by the chief (another job's, scenario 16): do not restart (PROTOCOLS §12).
-          if (restored.status().code() == StatusCode::kPermissionDenied) return kExitFenced;
-          return restored.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+          // Refused by the chief (another job's, scenario 16) is kPermissionDenied: 75, do not
+          // restart (PROTOCOLS §12).
+          return ExitCodeFor(restored.status());
         }
         restored_step = *restored;
       }
       auto opened = ps::Shard::Open(shard_options);
       if (!opened.ok()) {
         TLOG_ERROR("cannot open the shard: {}", opened.status().ToString());
-        return opened.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+        return ExitCodeFor(opened.status());
       }
       shard = std::move(opened).value();
       ps_service = std::make_unique<ps::PsService>(shard.get(), &server);

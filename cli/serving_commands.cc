@@ -33,9 +33,10 @@ namespace fs = std::filesystem;
 // 3; a refused output directory 2; anything else (I/O) 1.
 int Fail(const char* command, const Status& s) {
   std::fprintf(stderr, "tandem %s: %s\n", command, s.ToString().c_str());
+  // Not ExitCodeFor's 1: an output that exists is one the user named, and it is never
+  // overwritten; naming another is a usage matter (2, export_predict_test).
   if (s.code() == StatusCode::kAlreadyExists) return kExitUsage;
-  return s.IsDataLoss() || s.IsInvalidArgument() || s.IsNotFound() ? kExitInvalid
-                                                                   : kExitRuntimeFailure;
+  return ExitCodeFor(s);
 }
 
 // NaN (no positives or no negatives, no samples) as JSON null.
