@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/errno_status.h"
 #include "worker/trainer.h"
 
 namespace tandem::worker {
@@ -111,23 +112,6 @@ class Reader {
   std::string_view in_;
 };
 
-Status ErrnoStatus(int err, const std::string& what) {
-  const std::string m = what + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-      return Status::NotFound(m);
-    case ENOSPC:
-    case EDQUOT:
-      return Status::ResourceExhausted(m);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return Status::PermissionDenied(m);
-    default:
-      return Status::Unavailable(m);
-  }
-}
-
 // Closes on every path out of WriteAtomically.
 struct Fd {
   int fd = -1;
@@ -138,8 +122,8 @@ struct Fd {
 
 Status FsyncPath(const std::string& path, int flags) {
   Fd f{::open(path.c_str(), flags | O_CLOEXEC)};
-  if (f.fd < 0) return ErrnoStatus(errno, "open " + path);
-  if (::fsync(f.fd) != 0) return ErrnoStatus(errno, "fsync " + path);
+  if (f.fd < 0) return ErrnoToStatus(errno, "open " + path);
+  if (::fsync(f.fd) != 0) return ErrnoToStatus(errno, "fsync " + path);
   return Status::Ok();
 }
 
@@ -151,14 +135,14 @@ Status WriteAtomically(const std::string& path, std::string_view bytes) {
   if (parent.empty()) parent = ".";
   std::error_code ec;
   const bool created = fs::create_directories(parent, ec);
-  if (ec) return ErrnoStatus(ec.value(), "create directory " + parent.string());
+  if (ec) return ErrnoToStatus(ec.value(), "create directory " + parent.string());
   // A new directory's own entry must reach the disk too (one level is what our callers create).
   if (created && parent.has_parent_path())
     TANDEM_RETURN_IF_ERROR(FsyncPath(parent.parent_path().string(), O_RDONLY | O_DIRECTORY));
   const std::string tmp = path + ".tmp";
   {
     Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    if (f.fd < 0) return ErrnoStatus(errno, "create " + tmp);
+    if (f.fd < 0) return ErrnoToStatus(errno, "create " + tmp);
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
@@ -166,20 +150,20 @@ Status WriteAtomically(const std::string& path, std::string_view bytes) {
       if (n < 0) {
         const int err = errno;
         ::unlink(tmp.c_str());
-        return ErrnoStatus(err, "write " + tmp);
+        return ErrnoToStatus(err, "write " + tmp);
       }
       done += static_cast<size_t>(n);
     }
     if (::fsync(f.fd) != 0) {
       const int err = errno;
       ::unlink(tmp.c_str());
-      return ErrnoStatus(err, "fsync " + tmp);
+      return ErrnoToStatus(err, "fsync " + tmp);
     }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return ErrnoStatus(err, "rename " + tmp + " to " + path);
+    return ErrnoToStatus(err, "rename " + tmp + " to " + path);
   }
   return FsyncPath(parent.string(), O_RDONLY | O_DIRECTORY);
 }
@@ -285,13 +269,13 @@ Status WriteDenseState(const std::string& path, int64_t step, const Trainer& tra
 
 StatusOr<DenseState> ReadDenseState(const std::string& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return ErrnoStatus(errno, "open dense state " + path);
+  if (f.fd < 0) return ErrnoToStatus(errno, "open dense state " + path);
   std::string bytes;
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(f.fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "read dense state " + path);
+    if (n < 0) return ErrnoToStatus(errno, "read dense state " + path);
     if (n == 0) break;
     bytes.append(buf, static_cast<size_t>(n));
   }
