@@ -140,6 +140,9 @@ StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& jo
 
 }  // namespace
 
+// Not WriteFileDurably: these files (--ready-file, cluster.json) are rewritten by every start,
+// so nothing needs them after a machine crash and the fsyncs would only slow the start; and
+// the pid in the .tmp name keeps concurrent writers of one path apart.
 bool WriteFileAtomically(const std::string& path, const std::string& text) {
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();

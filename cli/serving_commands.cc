@@ -55,7 +55,8 @@ StatusOr<std::string> DataFormat(const std::string& data, const std::string& for
 }
 
 // Where the scores go: stdout, or a file written whole and renamed into place, so a failed run
-// leaves no scores that look complete.
+// leaves no scores that look complete. Not WriteFileDurably: the scores are streamed as they
+// are computed (they may not fit in memory).
 class ScoreWriter {
  public:
   static StatusOr<std::unique_ptr<ScoreWriter>> Open(const std::string& path) {

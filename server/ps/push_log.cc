@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/durable_file.h"
 #include "common/errno_status.h"
 #include "common/log.h"
 
@@ -53,15 +54,6 @@ std::string SegmentPath(const std::string& dir, uint64_t first_lsn) {
   char name[kLsnDigits + 8];
   std::snprintf(name, sizeof name, "%020llu.log", static_cast<unsigned long long>(first_lsn));
   return dir + "/" + name;
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + dir);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : ErrnoToStatus(err, "fsync " + dir);
 }
 
 // A read-only view of a file's first `size` bytes.

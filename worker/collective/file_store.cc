@@ -54,6 +54,8 @@ std::string FileStore::PathOf(std::string_view key) const {
   return path;
 }
 
+// Not WriteFileDurably: a rendezvous key means nothing after a crash (the job rendezvouses
+// again), so no fsync; and many writers share the directory, hence the unique .tmp names.
 Status FileStore::Set(std::string_view key, std::string_view value) {
   const std::string tmp = TempName(dir_);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
