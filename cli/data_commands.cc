@@ -36,8 +36,7 @@ int RunConvert(const ConvertArgs& args) {
   auto r = data::Convert(args.in, args.out);
   if (!r.ok()) {
     std::fprintf(stderr, "tandem convert: %s\n", r.status().ToString().c_str());
-    return r.status().IsInvalidArgument() || r.status().IsDataLoss() ? kExitInvalid
-                                                                     : kExitRuntimeFailure;
+    return ExitCodeFor(r.status());
   }
   for (const auto& line : r->bad_reports)
     std::fprintf(stderr, "tandem convert: bad line %s\n", line.c_str());

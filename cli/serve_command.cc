@@ -20,8 +20,7 @@ int Fail(const Status& s) {
   std::fprintf(stderr, "tandem serve: %s\n", s.ToString().c_str());
   if (s.IsInvalidArgument() && s.message().find("give exactly one") != std::string::npos)
     return kExitUsage;
-  return s.IsDataLoss() || s.IsInvalidArgument() || s.IsNotFound() ? kExitInvalid
-                                                                   : kExitRuntimeFailure;
+  return ExitCodeFor(s);
 }
 
 }  // namespace

@@ -33,9 +33,10 @@ namespace fs = std::filesystem;
 // 3; a refused output directory 2; anything else (I/O) 1.
 int Fail(const char* command, const Status& s) {
   std::fprintf(stderr, "tandem %s: %s\n", command, s.ToString().c_str());
+  // Not ExitCodeFor's 1: an output that exists is one the user named, and it is never
+  // overwritten; naming another is a usage matter (2, export_predict_test).
   if (s.code() == StatusCode::kAlreadyExists) return kExitUsage;
-  return s.IsDataLoss() || s.IsInvalidArgument() || s.IsNotFound() ? kExitInvalid
-                                                                   : kExitRuntimeFailure;
+  return ExitCodeFor(s);
 }
 
 // NaN (no positives or no negatives, no samples) as JSON null.
@@ -54,7 +55,8 @@ StatusOr<std::string> DataFormat(const std::string& data, const std::string& for
 }
 
 // Where the scores go: stdout, or a file written whole and renamed into place, so a failed run
-// leaves no scores that look complete.
+// leaves no scores that look complete. Not WriteFileDurably: the scores are streamed as they
+// are computed (they may not fit in memory).
 class ScoreWriter {
  public:
   static StatusOr<std::unique_ptr<ScoreWriter>> Open(const std::string& path) {

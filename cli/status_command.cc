@@ -155,7 +155,7 @@ int RunStatus(const StatusArgs& args) {
   StatusOr<Target> target = args.dir.empty() ? FromConfig(args) : FromDir(args.dir);
   if (!target.ok()) {
     std::fprintf(stderr, "tandem status: %s\n", target.status().message().c_str());
-    return target.status().IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+    return ExitCodeFor(target.status());
   }
   ChiefClientOptions o;
   o.chief_endpoint = target->chief_endpoint;

@@ -4,49 +4,51 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
+
+#include "common/errno_status.h"
 
 namespace tandem {
 namespace {
 
-Status Errno(const std::string& what, int err) {
-  return Status::Unavailable(what + ": " + std::strerror(err));
-}
-
-Status WriteAll(int fd, const std::string& text, const std::string& path) {
+Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Errno("write " + path, errno);
+      return ErrnoToStatus(errno, "write " + path);
     }
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
 }
 
+}  // namespace
+
 Status FsyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + dir, errno);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + dir);
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  return rc == 0 ? Status::Ok() : Errno("fsync " + dir, err);
+  return rc == 0 ? Status::Ok() : ErrnoToStatus(err, "fsync " + dir);
 }
 
-}  // namespace
-
-Status WriteFileDurably(const std::string& path, const std::string& text) {
+Status WriteFileDurably(const std::string& path, std::string_view bytes) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open " + tmp, errno);
-  Status s = WriteAll(fd, text, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync " + tmp, errno);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + tmp);
+  Status s = WriteAll(fd, bytes, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoToStatus(errno, "fsync " + tmp);
   ::close(fd);
-  TANDEM_RETURN_IF_ERROR(s);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = ErrnoToStatus(errno, "rename " + tmp + " to " + path);
+  if (!s.ok()) {
+    // A half-written .tmp is never read, but it would take space until the next write.
+    ::unlink(tmp.c_str());
+    return s;
+  }
   std::string dir = std::filesystem::path(path).parent_path().string();
   return FsyncDir(dir.empty() ? "." : dir);
 }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/check.h"
+
 namespace tandem {
 
 enum class StatusCode : int {
@@ -108,15 +110,28 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  // Checked: asking an error for its value is a bug, and the abort names the error.
+  T& value() & {
+    CheckOk();
+    return *value_;
+  }
+  const T& value() const& {
+    CheckOk();
+    return *value_;
+  }
+  T&& value() && {
+    CheckOk();
+    return std::move(*value_);
+  }
+  // Unchecked, like std::optional's: for code that has just tested ok().
   T& operator*() & { return *value_; }
   const T& operator*() const& { return *value_; }
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
 
  private:
+  void CheckOk() const { TANDEM_CHECK(ok()) << "StatusOr::value() on an error: " << status_; }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
+#include "common/check.h"
+
 namespace tandem {
 namespace {
 
@@ -51,6 +56,29 @@ TEST(StatusTest, StatusOrFromOkStatusIsAnError) {
   StatusOr<int> v(Status::Ok());
   EXPECT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), StatusCode::kInternal);
+}
+
+// Reading the value of an error is a bug: it must stop the process naming the error, not read
+// an empty optional.
+TEST(StatusDeathTest, ValueOfAnErrorAbortsWithItsMessage) {
+  StatusOr<std::string> v(Status::NotFound("no shard 3"));
+  EXPECT_DEATH((void)v.value(), "TANDEM_CHECK.*NOT_FOUND: no shard 3");
+  const StatusOr<std::string>& c = v;
+  EXPECT_DEATH((void)c.value(), "no shard 3");
+  EXPECT_DEATH((void)std::move(v).value(), "no shard 3");
+}
+
+TEST(StatusTest, ValueOfAnOkStatusOrIsTheValue) {
+  StatusOr<std::string> v(std::string("row"));
+  EXPECT_EQ(v.value(), "row");
+  EXPECT_EQ(std::move(v).value(), "row");
+}
+
+TEST(CheckDeathTest, FailedCheckNamesFileLineConditionAndDetail) {
+  const int rows = 3;
+  EXPECT_DEATH(TANDEM_CHECK(rows == 4) << "rows " << rows,
+               "status_test.cc:[0-9]+: TANDEM_CHECK\\(rows == 4\\) failed: rows 3");
+  TANDEM_CHECK(rows == 3) << "never printed";
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "common/crc32c.h"
 #include "common/durable_file.h"
 #include "common/embedding/table_spec.h"
+#include "common/errno_status.h"
 #include "worker/dense_state.h"
 
 namespace tandem::offline {
@@ -159,15 +160,6 @@ Status WriteBundleFiles(const worker::FrozenModel& model, const BundleOrigin& or
   return WriteFileDurably(dir + "/" + kBundleManifest, SealManifest(sealed));
 }
 
-Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::Unavailable("open " + dir + ": " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : Status::Unavailable("fsync " + dir + ": " + std::strerror(err));
-}
-
 }  // namespace
 
 Status WriteBundle(const worker::FrozenModel& model, const BundleOrigin& origin,
@@ -193,8 +185,7 @@ Status WriteBundle(const worker::FrozenModel& model, const BundleOrigin& origin,
     const int err = errno;
     s = err == ENOTEMPTY || err == EEXIST
             ? Status::AlreadyExists(out_dir + " was filled while the bundle was written")
-            : Status::Unavailable("rename " + tmp.string() + " to " + out_dir + ": " +
-                                  std::strerror(err));
+            : ErrnoToStatus(err, "rename " + tmp.string() + " to " + out_dir);
   }
   if (!s.ok()) {
     fs::remove_all(tmp, ec);
@@ -361,12 +352,12 @@ StatusOr<std::unique_ptr<MappedTableFile>> MappedTableFile::Open(const std::stri
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? Status::DataLoss(path + " is missing")
-                           : Status::Unavailable("open " + path + ": " + std::strerror(errno));
+                           : ErrnoToStatus(errno, "open " + path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return Status::Unavailable("stat " + path + ": " + std::strerror(err));
+    return ErrnoToStatus(err, "stat " + path);
   }
   std::unique_ptr<MappedTableFile> t(new MappedTableFile());
   t->path_ = path;
@@ -378,7 +369,7 @@ StatusOr<std::unique_ptr<MappedTableFile>> MappedTableFile::Open(const std::stri
   void* base = ::mmap(nullptr, t->size_, PROT_READ, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);  // the mapping keeps the file
-  if (base == MAP_FAILED) return Status::Unavailable("mmap " + path + ": " + std::strerror(err));
+  if (base == MAP_FAILED) return ErrnoToStatus(err, "mmap " + path);
   t->base_ = base;
   const std::string_view bytes(static_cast<const char*>(base), t->size_);
   if (std::memcmp(bytes.data(), kTableMagic, 8) != 0)

@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/durable_file.h"
+#include "common/errno_status.h"
 #include "worker/trainer.h"
 
 namespace tandem::worker {
@@ -111,24 +113,7 @@ class Reader {
   std::string_view in_;
 };
 
-Status ErrnoStatus(int err, const std::string& what) {
-  const std::string m = what + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-      return Status::NotFound(m);
-    case ENOSPC:
-    case EDQUOT:
-      return Status::ResourceExhausted(m);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return Status::PermissionDenied(m);
-    default:
-      return Status::Unavailable(m);
-  }
-}
-
-// Closes on every path out of WriteAtomically.
+// Closes on every path out of ReadDenseState.
 struct Fd {
   int fd = -1;
   ~Fd() {
@@ -136,52 +121,19 @@ struct Fd {
   }
 };
 
-Status FsyncPath(const std::string& path, int flags) {
-  Fd f{::open(path.c_str(), flags | O_CLOEXEC)};
-  if (f.fd < 0) return ErrnoStatus(errno, "open " + path);
-  if (::fsync(f.fd) != 0) return ErrnoStatus(errno, "fsync " + path);
-  return Status::Ok();
-}
-
-// tmp + fsync + rename + fsync(dir): after a crash `path` holds the old or the new bytes,
-// never a torn file, and once this returns the new ones survive a power loss.
+// WriteFileDurably, after creating the directory: after a crash `path` holds the old or the new
+// bytes, never a torn file, and once this returns the new ones survive a power loss.
 Status WriteAtomically(const std::string& path, std::string_view bytes) {
   namespace fs = std::filesystem;
   fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) parent = ".";
   std::error_code ec;
   const bool created = fs::create_directories(parent, ec);
-  if (ec) return ErrnoStatus(ec.value(), "create directory " + parent.string());
+  if (ec) return ErrnoToStatus(ec.value(), "create directory " + parent.string());
   // A new directory's own entry must reach the disk too (one level is what our callers create).
   if (created && parent.has_parent_path())
-    TANDEM_RETURN_IF_ERROR(FsyncPath(parent.parent_path().string(), O_RDONLY | O_DIRECTORY));
-  const std::string tmp = path + ".tmp";
-  {
-    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    if (f.fd < 0) return ErrnoStatus(errno, "create " + tmp);
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        return ErrnoStatus(err, "write " + tmp);
-      }
-      done += static_cast<size_t>(n);
-    }
-    if (::fsync(f.fd) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      return ErrnoStatus(err, "fsync " + tmp);
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, "rename " + tmp + " to " + path);
-  }
-  return FsyncPath(parent.string(), O_RDONLY | O_DIRECTORY);
+    TANDEM_RETURN_IF_ERROR(FsyncDir(parent.parent_path().string()));
+  return WriteFileDurably(path, bytes);
 }
 
 }  // namespace
@@ -285,13 +237,13 @@ Status WriteDenseState(const std::string& path, int64_t step, const Trainer& tra
 
 StatusOr<DenseState> ReadDenseState(const std::string& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return ErrnoStatus(errno, "open dense state " + path);
+  if (f.fd < 0) return ErrnoToStatus(errno, "open dense state " + path);
   std::string bytes;
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(f.fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "read dense state " + path);
+    if (n < 0) return ErrnoToStatus(errno, "read dense state " + path);
     if (n == 0) break;
     bytes.append(buf, static_cast<size_t>(n));
   }

@@ -32,9 +32,13 @@ namespace tandem::worker {
 using daemon::RoleContext;
 namespace {
 
-// Exit status for a training error: an invalid push or bad data is the job's input, not a
-// crash (PROTOCOLS §2.6, §12).
-int ExitFor(const Status& s) { return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure; }
+// Exit status for a training error: an invalid push or bad data is the job's input, not a crash
+// (3, PROTOCOLS §2.6, §12). Not ExitCodeFor for the rest: mid-training a kFailedPrecondition is
+// a broken collective or replica and a kDataLoss or kNotFound may be a peer's, all of which a
+// restart from the last checkpoint fixes, so the supervisor must restart this worker (1).
+int ExitFor(const Status& s) {
+  return s.IsInvalidArgument() ? ExitCodeFor(s) : kExitRuntimeFailure;
+}
 
 // A job that starts from step 0 owns output.dir: metrics of an earlier job there are moved
 // aside, not appended to (resuming arrives with checkpoints).

@@ -36,6 +36,9 @@ StatusOr<JobId> ResolveJobId(const DaemonArgs& args, const config::JobConfig& jo
 
 }  // namespace
 
+// Not WriteFileDurably: these files (--ready-file, cluster.json) are rewritten by every start,
+// so nothing needs them after a machine crash and the fsyncs would only slow the start; and
+// the pid in the .tmp name keeps concurrent writers of one path apart.
 bool WriteFileAtomically(const std::string& path, const std::string& text) {
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();
@@ -77,6 +80,9 @@ std::variant<Loaded, int> Load(const DaemonArgs& args,
                                             config::ProcessEnvironment(), args.config_path, &*job);
   if (!resolved.ok()) {
     std::fprintf(stderr, "tandem %s: %s\n", role.c_str(), resolved.status().message().c_str());
+    // Not ExitCodeFor: kFailedPrecondition here says no task was given (no --task, TF_CONFIG or
+    // Slurm variables), a bad command line (2), not a refusal (75); any other error is the
+    // config's or the environment's (3).
     return resolved.status().IsFailedPrecondition() ? kExitUsage : kExitInvalid;
   }
   if (resolved->task.role != args.role) {

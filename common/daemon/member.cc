@@ -37,8 +37,7 @@ std::unique_ptr<ChiefClient> JoinJob(const RoleContext& ctx, config::Role role,
   if (!reg.ok()) {
     TLOG_ERROR("registration with the chief at {} failed: {}", o.chief_endpoint,
                reg.status().ToString());
-    *exit_status =
-        reg.status().code() == StatusCode::kPermissionDenied ? kExitFenced : kExitRuntimeFailure;
+    *exit_status = ExitCodeFor(reg.status());  // refused (kPermissionDenied): 75
     return nullptr;
   }
   wire::Identity self = ctx.server->identity();

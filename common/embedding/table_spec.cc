@@ -1,35 +1,29 @@
 #include "common/embedding/table_spec.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <utility>
+
+#include "common/check.h"
 
 namespace tandem::embedding {
 namespace {
 
 // The config loader has already validated these strings (OneOf), so anything else here is a
 // bug in that validation: crash rather than guess (STYLE §2).
-[[noreturn]] void DieUnknown(const char* what, const std::string& value) {
-  std::fprintf(stderr, "TableSpecsFromConfig: unknown %s '%s' (config not validated?)\n", what,
-               value.c_str());
-  std::abort();
-}
-
 OptimizerKind ParseOptimizer(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adagrad") return OptimizerKind::kAdagrad;
   if (name == "rowwise_adagrad") return OptimizerKind::kRowwiseAdagrad;
   if (name == "adam") return OptimizerKind::kAdam;
   if (name == "ftrl") return OptimizerKind::kFtrl;
-  DieUnknown("optimizer", name);
+  TANDEM_CHECK(false) << "unknown optimizer '" << name << "' (config not validated?)";
 }
 
 InitDist ParseInitDist(const std::string& name) {
   if (name == "uniform") return InitDist::kUniform;
   if (name == "normal") return InitDist::kNormal;
   if (name == "zeros") return InitDist::kZeros;
-  DieUnknown("init.dist", name);
+  TANDEM_CHECK(false) << "unknown init.dist '" << name << "' (config not validated?)";
 }
 
 TableSpec SpecFromTableConfig(uint32_t table_id, std::string name, uint32_t dim,
@@ -86,7 +80,7 @@ std::vector<TableSpec> TableSpecsFromConfig(const config::JobConfig& job) {
     std::string name = "C" + std::to_string(i + 1);
     auto it = job.tables.find(name);
     // The loader fills tables C1..Cn; a missing one is a loader bug, not bad input.
-    if (it == job.tables.end()) DieUnknown("table", name);
+    TANDEM_CHECK(it != job.tables.end()) << "no table " << name << " (config not validated?)";
     specs.push_back(SpecFromTableConfig(i, std::move(name), dim, it->second));
   }
   return specs;

@@ -10,35 +10,11 @@
 
 namespace tandem::metrics::internal {
 
-Status ErrnoStatus(int err, std::string_view what) {
-  const std::string message = std::string(what) + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return Status::NotFound(message);
-    case EEXIST:
-      return Status::AlreadyExists(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return Status::PermissionDenied(message);
-    case ENOSPC:
-    case EDQUOT:
-    case EMFILE:
-    case ENFILE:
-      return Status::ResourceExhausted(message);
-    case EIO:
-      return Status::DataLoss(message);
-    default:
-      return Status::Internal(message);
-  }
-}
-
 StatusOr<AppendFile> AppendFile::Open(const std::string& path, Mode mode) {
   int flags = O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC;
   if (mode == Mode::kCreateNew) flags |= O_EXCL;
   const int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "open " + path);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
   return AppendFile(fd, path);
 }
 
@@ -62,7 +38,7 @@ Status AppendFile::WriteAll(std::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "write " + path_);
+    if (n < 0) return ErrnoToStatus(errno, "write " + path_);
     bytes.remove_prefix(static_cast<size_t>(n));
   }
   return Status::Ok();
@@ -71,20 +47,20 @@ Status AppendFile::WriteAll(std::string_view bytes) {
 Status AppendFile::Append(std::string_view bytes) {
   // Single writer: the end before this write is where a failed record must be cut back to.
   const off_t start = ::lseek(fd_, 0, SEEK_END);
-  if (start < 0) return ErrnoStatus(errno, "lseek " + path_);
+  if (start < 0) return ErrnoToStatus(errno, "lseek " + path_);
   Status status = WriteAll(bytes);
   if (!status.ok()) Truncate(start).IgnoreError();  // the write error is the one to report
   return status;
 }
 
 Status AppendFile::Sync() {
-  if (::fsync(fd_) != 0) return ErrnoStatus(errno, "fsync " + path_);
+  if (::fsync(fd_) != 0) return ErrnoToStatus(errno, "fsync " + path_);
   return Status::Ok();
 }
 
 StatusOr<off_t> AppendFile::Size() const {
   const off_t size = ::lseek(fd_, 0, SEEK_END);
-  if (size < 0) return ErrnoStatus(errno, "lseek " + path_);
+  if (size < 0) return ErrnoToStatus(errno, "lseek " + path_);
   return size;
 }
 
@@ -94,7 +70,7 @@ StatusOr<std::string> AppendFile::ReadAt(off_t offset, size_t n) const {
   while (done < n) {
     const ssize_t got = ::pread(fd_, bytes.data() + done, n - done, offset + done);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoStatus(errno, "read " + path_);
+    if (got < 0) return ErrnoToStatus(errno, "read " + path_);
     if (got == 0) return Status::DataLoss("short read of " + path_);
     done += static_cast<size_t>(got);
   }
@@ -102,7 +78,7 @@ StatusOr<std::string> AppendFile::ReadAt(off_t offset, size_t n) const {
 }
 
 Status AppendFile::Truncate(off_t size) {
-  if (::ftruncate(fd_, size) != 0) return ErrnoStatus(errno, "truncate " + path_);
+  if (::ftruncate(fd_, size) != 0) return ErrnoToStatus(errno, "truncate " + path_);
   return Status::Ok();
 }
 

@@ -9,13 +9,10 @@
 #include <string_view>
 #include <utility>
 
+#include "common/errno_status.h"
 #include "common/status.h"
 
 namespace tandem::metrics::internal {
-
-// Maps an errno to the Status code that tells the caller what to do (ENOSPC is
-// kResourceExhausted, ENOENT kNotFound, ...), with "what: strerror" as the message.
-Status ErrnoStatus(int err, std::string_view what);
 
 // A move-only, append-only file descriptor. Requires external synchronization.
 class AppendFile {

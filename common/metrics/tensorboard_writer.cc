@@ -123,7 +123,7 @@ StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::
                                                                      TensorBoardOptions options) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return internal::ErrnoStatus(error.value(), "create directory " + dir);
+  if (error) return ErrnoToStatus(error.value(), "create directory " + dir);
   if (!options.wall_clock) options.wall_clock = SystemWallTime;
   if (options.hostname.empty()) options.hostname = HostName();
   // A '/' in the host name would put the file in another directory.

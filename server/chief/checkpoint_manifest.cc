@@ -17,6 +17,7 @@
 
 #include "common/crc32c.h"
 #include "common/durable_file.h"
+#include "common/errno_status.h"
 
 namespace tandem::chief {
 namespace fs = std::filesystem;
@@ -31,16 +32,12 @@ constexpr size_t kReadChunk = size_t{1} << 20;
 // ---------------------------------------------------------------------------------------------
 // Files.
 
-Status Errno(const std::string& what, int err) {
-  return Status::Unavailable(what + ": " + std::strerror(err));
-}
-
 // kNotFound when `path` does not exist, kUnavailable for other I/O errors.
 Status ReadWholeFile(const std::string& path, std::string* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": missing");
-    return Errno("open " + path, errno);
+    return ErrnoToStatus(errno, "open " + path);
   }
   out->clear();
   char buf[64 << 10];
@@ -50,7 +47,7 @@ Status ReadWholeFile(const std::string& path, std::string* out) {
     if (n < 0) {
       int err = errno;
       ::close(fd);
-      return Errno("read " + path, err);
+      return ErrnoToStatus(err, "read " + path);
     }
     if (n == 0) break;
     out->append(buf, static_cast<size_t>(n));
@@ -62,7 +59,7 @@ Status ReadWholeFile(const std::string& path, std::string* out) {
 // CRC32C of a whole file, read in chunks so that large files need no large buffer.
 Status FileCrc32c(const std::string& path, uint32_t* crc) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + path, errno);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
   std::vector<char> buf(kReadChunk);
   uint32_t c = 0;
   for (;;) {
@@ -71,7 +68,7 @@ Status FileCrc32c(const std::string& path, uint32_t* crc) {
     if (n < 0) {
       int err = errno;
       ::close(fd);
-      return Errno("read " + path, err);
+      return ErrnoToStatus(err, "read " + path);
     }
     if (n == 0) break;
     c = Crc32cExtend(c, buf.data(), static_cast<size_t>(n));

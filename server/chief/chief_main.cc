@@ -16,12 +16,9 @@ std::optional<int> ChiefDaemon::Prepare(const daemon::RoleContext& ctx) {
   auto created = ChiefService::Create(*ctx.job, ctx.server, new_run_);
   if (!created.ok()) {
     TLOG_ERROR("cannot start the chief: {}", created.status().ToString());
-    // Refusing to restart a job that keeps failing (recovery.max_rollbacks): 75, which the
-    // units do not restart.
-    if (created.status().IsFailedPrecondition()) return kExitFenced;
-    return created.status().IsDataLoss() || created.status().IsInvalidArgument()
-               ? kExitInvalid
-               : kExitRuntimeFailure;
+    // Refusing to restart a job that keeps failing (recovery.max_rollbacks) is
+    // kFailedPrecondition: 75, which the units do not restart.
+    return ExitCodeFor(created.status());
   }
   service_ = std::move(created).value();
   service_->Register();
@@ -59,8 +56,8 @@ int ChiefDaemon::Run(const daemon::RoleContext& ctx) {
     if (Status s = service->fatal(); !s.ok()) {
       service->Stop();
       if (Status c = service->CloseRun(); !c.ok()) TLOG_WARN("closing the run: {}", c.ToString());
-      if (s.IsFailedPrecondition()) return kExitFenced;  // recovery.max_rollbacks: do not restart
-      return s.IsInvalidArgument() ? kExitInvalid : kExitRuntimeFailure;
+      // kFailedPrecondition (recovery.max_rollbacks) is 75: do not restart.
+      return ExitCodeFor(s);
     }
   }
   const JobState state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/durable_file.h"
 #include "server/ps/file_io.h"
 
 namespace tandem::ps {
@@ -39,7 +40,7 @@ constexpr std::string_view kTmpSuffix = ".tmp";
 constexpr std::string_view kRocksCrc32cName = "FileChecksumCrc32c";
 
 Status ErrorCodeStatus(const std::error_code& ec, const std::string& what) {
-  return ErrnoStatus(ec.value(), what);
+  return ErrnoToStatus(ec.value(), what);
 }
 
 // The one place here where a rocksdb::Status becomes ours (STYLE §2).
@@ -54,12 +55,10 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 Status FsyncPath(const std::string& path, int flags) {
   Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "open " + path);
-  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + path);
+  if (fd.get() < 0) return ErrnoToStatus(errno, "open " + path);
+  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync " + path);
   return Status::Ok();
 }
-
-Status FsyncDir(const std::string& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
 
 // Creates `dir` and its missing parents; each new entry is made durable by an fsync of the
 // directory that holds it.
@@ -76,13 +75,14 @@ Status CreateDirsDurably(const fs::path& dir) {
 StatusOr<FileSum> ReadSum(const std::string& path) { return StreamFile(path); }
 
 // Writes `from` to `to`.tmp, neither fsynced nor renamed yet (CopyJob::Commit does both, for
-// every file of a part at once). With `expected`, a copy whose CRC differs is refused with
-// kDataLoss and removed.
+// every file of a part at once). Not WriteFileDurably: SST files are streamed (they can be
+// gigabytes) through a CRC check, and a part's files share one directory fsync. With `expected`, a
+// copy whose CRC differs is refused with kDataLoss and removed.
 StatusOr<FileSum> Stage(const std::string& from, const std::string& to,
                         std::optional<uint32_t> expected) {
   const std::string tmp = to + std::string(kTmpSuffix);
   Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (out.get() < 0) return ErrnoStatus(errno, "create " + tmp);
+  if (out.get() < 0) return ErrnoToStatus(errno, "create " + tmp);
   StatusOr<FileSum> sum = StreamFile(from, out.get(), tmp);
   Status s = sum.status();
   if (s.ok() && expected && sum->crc32c != *expected) {
@@ -90,7 +90,7 @@ StatusOr<FileSum> Stage(const std::string& from, const std::string& to,
     std::snprintf(msg, sizeof msg, ": CRC32C %08x, RocksDB recorded %08x", sum->crc32c, *expected);
     s = Status::DataLoss("restore point file " + from + msg);
   }
-  if (out.Close() != 0 && s.ok()) s = ErrnoStatus(errno, "close " + tmp);
+  if (out.Close() != 0 && s.ok()) s = ErrnoToStatus(errno, "close " + tmp);
   if (!s.ok()) {
     ::unlink(tmp.c_str());
     return s;
@@ -193,7 +193,7 @@ struct CopyJob {
     }
     for (const std::string& to : staged) {
       const std::string tmp = to + std::string(kTmpSuffix);
-      if (::rename(tmp.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "rename " + tmp);
+      if (::rename(tmp.c_str(), to.c_str()) != 0) return ErrnoToStatus(errno, "rename " + tmp);
     }
     staged.clear();
     TANDEM_RETURN_IF_ERROR(FsyncDir((root / kPoolDir).string()));

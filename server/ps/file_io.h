@@ -1,18 +1,16 @@
-// Plain-file helpers shared by the durable copy and the checkpoint restore: errno as a Status,
-// a descriptor closed on destruction, and a file streamed through CRC32C (and optionally copied).
+// Plain-file helpers shared by the durable copy and the checkpoint restore: a descriptor closed
+// on destruction, and a file streamed through CRC32C (and optionally copied). Errors come from
+// ErrnoToStatus (common/errno_status.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/errno_status.h"
 #include "common/status.h"
 
 namespace tandem::ps {
-
-// ENOSPC/EDQUOT: kResourceExhausted; EIO (the medium failing under a file: its data is lost):
-// kDataLoss; ENOENT: kNotFound; anything else kUnavailable. The message is `what: strerror`.
-Status ErrnoStatus(int err, const std::string& what);
 
 // A file descriptor closed on destruction.
 class Fd {
@@ -38,7 +36,9 @@ struct FileSum {
 };
 
 // Reads `from` to its end, computing its size and CRC32C and, when `out_fd` >= 0, writing every
-// byte to it (write errors name `out_path`).
+// byte to it (write errors name `out_path`). A read the medium fails (EIO) is kDataLoss: the
+// file's bytes are lost to us, and callers copy it again from elsewhere (PoolHolds in
+// durable_copy.cc) or report the checkpoint damaged.
 StatusOr<FileSum> StreamFile(const std::string& from, int out_fd = -1,
                              const std::string& out_path = "");
 

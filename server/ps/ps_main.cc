@@ -42,16 +42,16 @@ std::optional<int> PsDaemon::Prepare(const RoleContext& ctx) {
     }
     if (!restored.ok()) {
       TLOG_ERROR("cannot restore the shard from the checkpoint: {}", restored.status().ToString());
-      // Refused by the chief (another job's, scenario 16): do not restart (PROTOCOLS §12).
-      if (restored.status().code() == StatusCode::kPermissionDenied) return kExitFenced;
-      return restored.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+      // Refused by the chief (another job's, scenario 16) is kPermissionDenied: 75, do not
+      // restart (PROTOCOLS §12).
+      return ExitCodeFor(restored.status());
     }
     restored_step_ = *restored;
   }
   auto opened = Shard::Open(shard_options);
   if (!opened.ok()) {
     TLOG_ERROR("cannot open the shard: {}", opened.status().ToString());
-    return opened.status().IsDataLoss() ? kExitInvalid : kExitRuntimeFailure;
+    return ExitCodeFor(opened.status());
   }
   shard_ = std::move(opened).value();
   service_ = std::make_unique<PsService>(shard_.get(), ctx.server);

@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/durable_file.h"
+#include "common/errno_status.h"
 #include "common/log.h"
 
 namespace tandem::ps {
@@ -48,27 +50,10 @@ uint64_t Get64(const uint8_t* p) {
   return v;
 }
 
-// ENOSPC/EDQUOT mean "refuse pushes until space is freed", and so does EFBIG (a file-size
-// limit, RLIMIT_FSIZE, with SIGXFSZ ignored); anything else may be transient.
-Status ErrnoStatus(int err, const std::string& what) {
-  std::string msg = what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT || err == EFBIG) return Status::ResourceExhausted(msg);
-  return Status::Unavailable(msg);
-}
-
 std::string SegmentPath(const std::string& dir, uint64_t first_lsn) {
   char name[kLsnDigits + 8];
   std::snprintf(name, sizeof name, "%020llu.log", static_cast<unsigned long long>(first_lsn));
   return dir + "/" + name;
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open " + dir);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : ErrnoStatus(err, "fsync " + dir);
 }
 
 // A read-only view of a file's first `size` bytes.
@@ -84,7 +69,7 @@ class MappedFile {
   Status Map(int fd, size_t size, const std::string& path) {
     if (size == 0) return Status::Ok();  // mmap rejects empty ranges
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap " + path);
+    if (p == MAP_FAILED) return ErrnoToStatus(errno, "mmap " + path);
     ::madvise(p, size, MADV_SEQUENTIAL);
     data_ = static_cast<const uint8_t*>(p);
     size_ = size;
@@ -351,9 +336,9 @@ Status PushLog::Recover(std::vector<Segment> segments) {
 // Scans one segment; in the newest one, cuts a torn tail off the file.
 Status PushLog::ScanAndRepair(Segment* seg, bool newest) {
   ScopedFd fd(::open(seg->path.c_str(), (newest ? O_RDWR : O_RDONLY) | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "open " + seg->path);
+  if (fd.get() < 0) return ErrnoToStatus(errno, "open " + seg->path);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + seg->path);
+  if (::fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, "stat " + seg->path);
   const size_t size = static_cast<size_t>(st.st_size);
   MappedFile map;
   TANDEM_RETURN_IF_ERROR(map.Map(fd.get(), size, seg->path));
@@ -368,13 +353,13 @@ Status PushLog::ScanAndRepair(Segment* seg, bool newest) {
     TLOG_WARN("push log {}: dropping torn tail at offset {} ({} bytes): {}", seg->path,
               scan.valid_bytes, size - scan.valid_bytes, scan.tail_reason);
     if (::ftruncate(fd.get(), static_cast<off_t>(scan.valid_bytes)) != 0)
-      return ErrnoStatus(errno, "truncate " + seg->path);
+      return ErrnoToStatus(errno, "truncate " + seg->path);
   }
   // A cut must be durable before new records land after it. In machine mode, records that a
   // killed process wrote but never synced must be durable too before anything is acknowledged
   // on their strength (a resent push that is already logged is acknowledged, PROTOCOLS §2.1).
   if ((torn || options_.durability == Durability::kMachine) && ::fdatasync(fd.get()) != 0)
-    return ErrnoStatus(errno, "fdatasync " + seg->path);
+    return ErrnoToStatus(errno, "fdatasync " + seg->path);
   return Status::Ok();
 }
 
@@ -382,7 +367,7 @@ Status PushLog::OpenNewestForAppend() {
   const std::string& path = segments_.back().path;
   // O_APPEND: after a failed write is truncated away, the next write lands at the new end.
   int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open " + path);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
   current_ = std::make_shared<ScopedFd>(fd);
   return Status::Ok();
 }
@@ -390,7 +375,7 @@ Status PushLog::OpenNewestForAppend() {
 Status PushLog::CreateSegmentLocked(uint64_t first_lsn) {
   const std::string path = SegmentPath(options_.dir, first_lsn);
   int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "create " + path);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + path);
   current_ = std::make_shared<ScopedFd>(fd);
   segments_.push_back({path, first_lsn, first_lsn - 1, 0});
   // The file exists now, so it must be the one we append to whatever happens next: records
@@ -432,7 +417,7 @@ Status PushLog::WriteRecordLocked(std::vector<iovec>* iov, uint64_t lsn, uint64_
   }
   // Cut any partial record off, so the next record follows the last good one.
   if (::ftruncate(fd, static_cast<off_t>(seg.bytes)) != 0) {
-    broken_ = ErrnoStatus(errno, "truncate " + seg.path + " after a failed write");
+    broken_ = ErrnoToStatus(errno, "truncate " + seg.path + " after a failed write");
     synced_cv_.SignalAll();
   }
   return s.WithContext("append lsn " + std::to_string(lsn) + " to " + seg.path);
@@ -446,7 +431,7 @@ Status PushLog::WriteAll(int fd, std::vector<iovec>* iov) const {
     const ssize_t n = options_.writev_for_test ? options_.writev_for_test(fd, &(*iov)[i], count)
                                                : ::writev(fd, &(*iov)[i], count);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "write");
+    if (n < 0) return ErrnoToStatus(errno, "write");
     if (n == 0) return Status::Unavailable("write made no progress");
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       iovec& v = (*iov)[i];
@@ -493,7 +478,7 @@ void PushLog::FlushLoop() {
     if (rc != 0) {
       // After a failed fdatasync the kernel may have dropped the dirty pages (and a retry would
       // falsely succeed), so the log stops accepting appends.
-      broken_ = ErrnoStatus(err, "fdatasync " + path);
+      broken_ = ErrnoToStatus(err, "fdatasync " + path);
     } else {
       synced_lsn_ = std::max(synced_lsn_, target);
     }
@@ -522,7 +507,7 @@ Status PushLog::Replay(uint64_t after_lsn,
     for (const Segment& seg : segments_) {
       if (seg.last_lsn <= after_lsn || seg.bytes == 0) continue;
       int fd = ::open(seg.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return ErrnoStatus(errno, "open " + seg.path);
+      if (fd < 0) return ErrnoToStatus(errno, "open " + seg.path);
       sources.push_back({seg.path, std::make_unique<ScopedFd>(fd), seg.bytes});
     }
   }
@@ -553,7 +538,7 @@ Status PushLog::Roll() {
     // and finishing the old segment on disk before any record enters the new one means damage
     // in an older segment is always real data loss, which Open can then refuse.
     if (::fdatasync(current_->get()) != 0) {
-      broken_ = ErrnoStatus(errno, "fdatasync " + segments_.back().path);
+      broken_ = ErrnoToStatus(errno, "fdatasync " + segments_.back().path);
       synced_cv_.SignalAll();
       return broken_;
     }
@@ -582,7 +567,8 @@ Status PushLog::DeleteThrough(uint64_t lsn) {
   // Oldest first and stopping at the first failure: the files left are always a contiguous
   // run of LSNs, which is what Open requires.
   for (const std::string& path : doomed) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus(errno, "unlink " + path);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return ErrnoToStatus(errno, "unlink " + path);
   }
   return FsyncDir(options_.dir);
 }

@@ -1,10 +1,10 @@
 #include "server/ps/row_cache.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
+
+#include "common/check.h"
 
 namespace tandem::ps::internal {
 namespace {
@@ -19,15 +19,10 @@ constexpr size_t kInitialIndexSize = 64;  // a power of two
 // the next inserts find free slots.
 constexpr int kEvictBatch = 16;
 
-[[noreturn]] void Die(const char* what) {
-  std::fprintf(stderr, "RowCache: %s\n", what);
-  std::abort();
-}
-
 }  // namespace
 
 RowCache::RowCache(Options options) : options_(std::move(options)) {
-  if (options_.row_bytes.size() > 0x10000) Die("more than 65536 tables");
+  TANDEM_CHECK(options_.row_bytes.size() <= 0x10000) << "RowCache: more than 65536 tables";
   const uint64_t target =
       options_.budget_bytes == 0
           ? kMaxChunkBytes
@@ -37,7 +32,7 @@ RowCache::RowCache(Options options) : options_(std::move(options)) {
     auto it = std::find_if(classes_.begin(), classes_.end(), same);
     class_of_table_.push_back(static_cast<uint32_t>(it - classes_.begin()));
     if (it != classes_.end()) continue;
-    if (bytes == 0 || classes_.size() == kMaxClasses) Die("bad row sizes");
+    TANDEM_CHECK(bytes != 0 && classes_.size() != kMaxClasses) << "RowCache: bad row sizes";
     SlabClass c;
     c.row_bytes = bytes;
     c.stride = (bytes + 7) / 8 * 8;
@@ -258,7 +253,7 @@ void RowCache::ReleaseLastChunk(uint32_t cls) {
   c.free_count = count;
   for (uint32_t s = base; s < base + c.rows_per_chunk; ++s) {
     if (!(*c.flags(s) & kLive)) continue;
-    if (c.free_head == kNoSlot) Die("ReleaseLastChunk without enough free slots");
+    TANDEM_CHECK(c.free_head != kNoSlot) << "RowCache: ReleaseLastChunk without enough free slots";
     const uint32_t dst = c.PopFree();
     std::memcpy(c.row(dst), c.row(s), c.row_bytes);
     *c.id(dst) = *c.id(s);

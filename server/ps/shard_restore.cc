@@ -36,8 +36,8 @@ constexpr uint64_t kScanCacheBytes = 1 << 20;
 
 // A file the checkpoint lists that is gone is lost, as is one the medium fails under.
 Status RestoreErrno(int err, const std::string& what) {
-  Status s = ErrnoStatus(err, what);
-  return s.IsNotFound() ? Status::DataLoss(s.message()) : s;
+  Status s = ErrnoToStatus(err, what);
+  return s.IsNotFound() || err == EIO ? Status::DataLoss(s.message()) : s;
 }
 
 StatusOr<FileSum> Stream(const std::string& path, int out_fd) {
@@ -52,7 +52,8 @@ bool Matches(const FileSum& sum, const CheckpointFile& file) {
 
 // Replaces `to` with the durable copy's file at `from`, checked against `file` while copying.
 // A new file renamed over `to`: the old one may be a hard link shared with live/ or another
-// restore point, which must not change.
+// restore point, which must not change. Not WriteFileDurably: the file is streamed (an SST can
+// be gigabytes) through a CRC check, and SyncDir makes the directory durable once for all.
 Status FetchAgain(const std::string& from, const std::string& to, const CheckpointFile& file) {
   const std::string tmp = to + ".fetch";
   Status s;

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <thread>
 
+#include "common/errno_status.h"
 #include "worker/collective/collective.h"
 
 namespace tandem::collective {
@@ -18,15 +19,11 @@ namespace {
 // Polling interval of Wait: short against rendezvous times (tens of ms), cheap on 2 cores.
 constexpr std::chrono::milliseconds kPollInterval(5);
 
-std::string ErrnoMessage(std::string_view what, const std::string& path) {
-  return std::string(what) + " " + path + ": " + std::strerror(errno);
-}
-
 Status WriteAll(int fd, std::string_view value, const std::string& path) {
   while (!value.empty()) {
     ssize_t n = ::write(fd, value.data(), value.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Unavailable(ErrnoMessage("write", path));
+    if (n < 0) return ErrnoToStatus(errno, "write " + path);
     value.remove_prefix(static_cast<size_t>(n));
   }
   return Status::Ok();
@@ -57,15 +54,17 @@ std::string FileStore::PathOf(std::string_view key) const {
   return path;
 }
 
+// Not WriteFileDurably: a rendezvous key means nothing after a crash (the job rendezvouses
+// again), so no fsync; and many writers share the directory, hence the unique .tmp names.
 Status FileStore::Set(std::string_view key, std::string_view value) {
   const std::string tmp = TempName(dir_);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable(ErrnoMessage("open", tmp));
+  if (fd < 0) return ErrnoToStatus(errno, "open " + tmp);
   Status s = WriteAll(fd, value, tmp);
   ::close(fd);
   // Rename is atomic within a directory: readers see no file or the whole value.
   if (s.ok() && ::rename(tmp.c_str(), PathOf(key).c_str()) != 0) {
-    s = Status::Unavailable(ErrnoMessage("rename", tmp));
+    s = ErrnoToStatus(errno, "rename " + tmp);
   }
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
@@ -75,17 +74,21 @@ StatusOr<std::string> FileStore::Get(std::string_view key) {
   const std::string path = PathOf(key);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) return Status::NotFound("store key " + std::string(key));
-  if (fd < 0) return Status::Unavailable(ErrnoMessage("open", path));
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
   std::string value;
   char buf[4096];
   ssize_t n;
+  int err = 0;
   while ((n = ::read(fd, buf, sizeof(buf))) != 0) {
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
+    if (n < 0) {
+      err = errno;  // before close() may change it
+      break;
+    }
     value.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
-  if (n < 0) return Status::Unavailable(ErrnoMessage("read", path));
+  if (n < 0) return ErrnoToStatus(err, "read " + path);
   return value;
 }
 

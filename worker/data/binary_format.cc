@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/errno_status.h"
 #include "worker/data/criteo_reader.h"
 
 namespace tandem::data {
@@ -28,15 +29,11 @@ struct Header {
 };
 static_assert(sizeof(Header) == kBinaryHeaderSize);
 
-std::string Errno(const std::string& path, const char* what) {
-  return path + ": " + what + ": " + std::strerror(errno);
-}
-
 Status WriteAll(int fd, const char* p, size_t n, uint64_t offset, const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Status::Unavailable(Errno(path, "write"));
+    if (w < 0) return ErrnoToStatus(errno, "write " + path);
     p += w;
     n -= static_cast<size_t>(w);
     offset += static_cast<uint64_t>(w);
@@ -78,9 +75,11 @@ StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const std::string& pa
   std::unique_ptr<BinaryReader> r(new BinaryReader);
   r->path_ = path;
   r->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (r->fd_ < 0) return Status::NotFound(Errno(path, "open"));
+  // Whatever keeps us from opening it, the input is not there for this job (exit 3), as for the
+  // text readers (record_source.cc).
+  if (r->fd_ < 0) return Status::NotFound(ErrnoToStatus(errno, "open " + path).message());
   struct stat st;
-  if (::fstat(r->fd_, &st) != 0) return Status::Unavailable(Errno(path, "stat"));
+  if (::fstat(r->fd_, &st) != 0) return ErrnoToStatus(errno, "stat " + path);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kBinaryHeaderSize) {
     return Status::DataLoss(path + ": truncated binary data file (" + std::to_string(size) +
@@ -112,7 +111,7 @@ Status BinaryReader::Pread(void* dst, size_t len, uint64_t offset) const {
   while (len > 0) {
     const ssize_t n = ::pread(fd_, p, len, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Unavailable(Errno(path_, "read"));
+    if (n < 0) return ErrnoToStatus(errno, "read " + path_);
     if (n == 0) return Status::DataLoss(path_ + ": file shrank while reading");
     p += n;
     len -= static_cast<size_t>(n);
@@ -150,7 +149,7 @@ StatusOr<std::unique_ptr<BinaryWriter>> BinaryWriter::Create(const std::string& 
   w->path_ = path;
   w->schema_ = schema;
   w->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd_ < 0) return Status::Unavailable(Errno(path, "create"));
+  if (w->fd_ < 0) return ErrnoToStatus(errno, "create " + path);
   TANDEM_RETURN_IF_ERROR(w->WriteHeader());  // count 0 until Finish
   w->buf_.reserve(kWriteBuffer);
   return w;
@@ -196,8 +195,9 @@ Status BinaryWriter::Finish() {
   TANDEM_RETURN_IF_ERROR(Flush());
   TANDEM_RETURN_IF_ERROR(WriteHeader());
   if (::close(fd_) != 0) {
+    const int err = errno;
     fd_ = -1;
-    return Status::Unavailable(Errno(path_, "close"));
+    return ErrnoToStatus(err, "close " + path_);
   }
   fd_ = -1;
   return Status::Ok();
