@@ -28,7 +28,7 @@
 #include "bench/bench_json.h"
 #include "common/config/job_config.h"
 #include "common/embedding/table_spec.h"
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 #include "common/log.h"
 #include "common/metrics/metrics_writer.h"
 #include "common/subprocess.h"

@@ -52,11 +52,16 @@ class PsClient : public EmbeddingClient {
 
   // rows->at(i) gets tables[i].ids.size() * dim floats, row j for tables[i].ids[j].
   // kAborted when a shard answers STALE; kInvalidArgument for INVALID; kDeadlineExceeded;
-  // kCancelled when options.interrupted said so. A pull for the step given to MarkRecoveryStep
-  // may be answered from pre-images.
+  // kCancelled when options.interrupted said so. A pull for the step given to MarkRecoveryStep,
+  // or for the step after it, may be answered from pre-images: a replacement goes on from the
+  // step the group redoes, and the lost rank's late pushes of the next step may let a shard
+  // apply that one before the replacement pulls it (at k = 0 a shard's pre-images are those of
+  // its last apply, so a pull of the step it applied last reads exactly the version it needs).
   Status Pull(int64_t step, std::span<const TableIds> tables,
               std::vector<std::vector<float>>* rows) override {
-    return Pull(step, tables, rows, /*from_pre_images=*/step == recovery_step_);
+    const bool recovering =
+        recovery_step_ >= 0 && (step == recovery_step_ || step == recovery_step_ + 1);
+    return Pull(step, tables, rows, /*from_pre_images=*/recovering);
   }
   Status Pull(int64_t step, std::span<const TableIds> tables, std::vector<std::vector<float>>* rows,
               bool from_pre_images);

@@ -30,7 +30,7 @@ else
   scripts/build.sh "$BUILD" >/dev/null || { echo "gpu_check.sh: build failed" >&2; exit 1; }
   BIN="$OUTDIR/bin"
   mkdir -p "$BIN"
-  for b in tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests \
+  for b in tandem device_tests cuda_backend_tests nccl_collective_tests worker_tests \
     trainer_gpu_tests gpu_dense_bench dense_bench; do
     f=$(find "$BUILD" -name "$b" -type f -perm -u+x | head -1)
     [[ -n $f ]] && ln -sf "$(pwd)/$f" "$BIN/$b"
@@ -61,10 +61,10 @@ for t in device_tests cuda_backend_tests nccl_collective_tests trainer_gpu_tests
   fi
 done
 # The trainer on the CPU backend's mixed-precision emulation and the device-path plumbing.
-if timeout 300 "$BIN/trainer_tests" --gtest_brief=1 >"$OUTDIR/trainer_tests.log" 2>&1; then
-  say "trainer_tests: $(grep -E '^\[  PASSED  \]' "$OUTDIR/trainer_tests.log")"
+if timeout 300 "$BIN/worker_tests" --gtest_brief=1 >"$OUTDIR/worker_tests.log" 2>&1; then
+  say "worker_tests: $(grep -E '^\[  PASSED  \]' "$OUTDIR/worker_tests.log")"
 else
-  failures+=(trainer_tests); say "trainer_tests: FAILED"; tail -30 "$OUTDIR/trainer_tests.log" | tee -a "$LOG"
+  failures+=(worker_tests); say "worker_tests: FAILED"; tail -30 "$OUTDIR/worker_tests.log" | tee -a "$LOG"
 fi
 
 say "== training (1 PS, 1 worker, Criteo-Kaggle dense shape, batch 4096, 400 steps)"

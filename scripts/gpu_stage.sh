@@ -11,7 +11,7 @@ DIR=${1:-.gpu-stage}
 BUILD=${BUILD_DIR:-build-gpu}
 scripts/setup.sh
 [[ -f $BUILD/build.ninja ]] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-BINS=(tandem device_tests cuda_backend_tests nccl_collective_tests trainer_tests trainer_gpu_tests
+BINS=(tandem device_tests cuda_backend_tests nccl_collective_tests worker_tests trainer_gpu_tests
       gpu_dense_bench dense_bench)
 ninja -C "$BUILD" -j "$(nproc)" "${BINS[@]}" tandem_cuda_plugin >/dev/null
 rm -rf "$DIR"

@@ -10,7 +10,7 @@
 
 #include "common/crc32c.h"
 #include "common/embedding/table_spec.h"
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 #include "common/testing/test_util.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/embedding/table_spec.h"
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 #include "common/testing/test_util.h"
 #include "worker/data/auc.h"
 #include "worker/data/pipeline.h"

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "common/embedding/table_spec.h"
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 #include "worker/collective/collective.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "common/local_embedding_table.h"
 #include "common/ps_client.h"
+#include "common/testing/local_embedding_table.h"
 #include "server/ps/shard_test_util.h"
 
 namespace tandem::ps {
@@ -306,6 +306,29 @@ TEST_F(PsServiceTest, PullOfAPastStepAtK0IsStale) {
   EXPECT_TRUE(c.Pull(1, {&t, 1}, &rows).IsAborted());
   EXPECT_TRUE(c.Pull(2, {&t, 1}, &rows).ok());
   EXPECT_TRUE(c.Pull(1, {&t, 1}, &rows, /*from_pre_images=*/true).ok());
+}
+
+// A replacement marks the step it goes on from; a shard that applied the next one meanwhile
+// (the lost rank's late push) answers that pull from its pre-images, with the values before it.
+TEST_F(PsServiceTest, PullAfterTheRecoveryStepReadsThePreImagesOfALateApply) {
+  Start(1);
+  PsClient c = Client(0);
+  std::vector<uint64_t> ids = {1};
+  std::vector<float> grads(4, 0.5f);
+  TableGrads g{0, ids, grads};
+  TableIds t{0, ids};
+  std::vector<std::vector<float>> before, after;
+  ASSERT_TRUE(c.Push(0, {&g, 1}).ok());
+  ASSERT_TRUE(c.Pull(1, {&t, 1}, &before).ok());
+  ASSERT_TRUE(c.Push(1, {&g, 1}).ok());
+  EXPECT_TRUE(c.Pull(1, {&t, 1}, &after).IsAborted()) << "no recovery marked: stale";
+  c.MarkRecoveryStep(0);
+  ASSERT_TRUE(c.Pull(1, {&t, 1}, &after).ok());
+  EXPECT_EQ(after, before);
+  c.MarkRecoveryStep(-1);
+  EXPECT_TRUE(c.Pull(1, {&t, 1}, &after).IsAborted());
+  c.MarkRecoveryStep(1);
+  EXPECT_TRUE(c.Pull(0, {&t, 1}, &after).IsAborted()) << "two steps back is stale";
 }
 
 wire::OutMessage ChecksumRequest(int64_t step) {

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <thread>
 
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 #include "server/ps/shard_test_util.h"
 
 namespace tandem::ps {

@@ -181,10 +181,16 @@ class Job {
         << stall << " s (until " << until << ")";
     return out.str();
   }
+  // Errors first: a CI log keeps only part of the output, and the tails below are long.
   std::string Diagnostics() const {
     std::string out = "--- supervisor\n" + sup_.Report() + "--- LATEST " +
                       std::to_string(LatestStep()) + ", last metrics step " +
-                      std::to_string(Step()) + "\n";
+                      std::to_string(Step()) + "\n--- errors\n";
+    for (const Member& m : kMembers) {
+      std::istringstream lines(ReadFile(dir_.File(std::string(m.task) + ".log")));
+      for (std::string line; std::getline(lines, line);)
+        if (line.find(" E " + std::string(m.task)) != std::string::npos) out += line + "\n";
+    }
     for (const Member& m : kMembers)
       out += std::string("--- ") + m.task + ".log (host " + std::to_string(m.host) + ")\n" +
              Tail(ReadFile(dir_.File(std::string(m.task) + ".log")), 60);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/embedding/table_spec.h"
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 #include "common/sync.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"

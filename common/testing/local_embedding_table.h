@@ -1,8 +1,8 @@
 // LocalEmbeddingTable: the embedding tables in this process, behind the same interface as the
 // parameter-server client, with the same initial values and sparse-optimizer math as a shard
-// (rows are materialised by their first push; pulls store nothing). For single-process
-// training, tests and the in-process baseline of benchmarks. Admission and TTL are left to the
-// PS. Requires external synchronization.
+// (rows are materialised by their first push; pulls store nothing). For tests and the
+// in-process baseline of benchmarks (tandem_testing: no daemon links it). Admission and TTL are
+// left to the PS. Requires external synchronization.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "common/local_embedding_table.h"
+#include "common/testing/local_embedding_table.h"
 
 #include <algorithm>
 
