@@ -1,0 +1,155 @@
+// ReplicaGroup against a real chief in this process (test scaffolding, as in
+// worker/collective/chief_store_test.cc) and a recording stand-in for the all-reduce group: a new
+// generation interrupts and aborts, Recover regroups when nobody is lost and rebuilds under the
+// chief's new generation, a stop ends the recovery.
+#include "worker/roll_forward/replica_group.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "common/testing/test_util.h"
+#include "server/chief/chief_service.h"
+
+namespace tandem::worker {
+namespace {
+
+using std::chrono::milliseconds;
+
+const JobId kJob{0x1234, 0x5678};
+
+// Ops succeed at once; what the group asked of it is counted.
+class RecordingCollective : public collective::Collective {
+ public:
+  struct Calls {
+    std::atomic<int> aborts{0};
+    std::vector<std::string> rebuilds;  // read after the recovery returned
+  };
+  explicit RecordingCollective(Calls* calls) : calls_(calls) {}
+  Status AllReduceSum(float*, size_t) override { return Status::Ok(); }
+  Status Broadcast(float*, size_t, int) override { return Status::Ok(); }
+  Status Barrier() override { return Status::Ok(); }
+  void Abort() override { calls_->aborts.fetch_add(1); }
+  Status Rebuild(const std::string& prefix) override {
+    calls_->rebuilds.push_back(prefix);
+    return Status::Ok();
+  }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+
+ private:
+  Calls* calls_;
+};
+
+class ReplicaGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_.cluster.chief = {"127.0.0.1:0"};
+    job_.cluster.ps = {"127.0.0.1:0"};
+    job_.cluster.workers = {"127.0.0.1:0", "127.0.0.1:0"};
+    job_.checkpoint.dir = dir_.path();
+    job_.chief.heartbeat_interval_ms = 100;
+    job_.chief.heartbeat_timeout_ms = 5000;
+    job_.recovery.max_wait_s = 20;
+    wire::ServerOptions o;
+    o.lanes = chief::ChiefLanes();
+    wire::Identity self;
+    self.job_id = kJob;
+    self.role = wire::Role::CHIEF;
+    server_ = std::make_unique<wire::RpcServer>(&context_, o, self);
+    auto service = chief::ChiefService::Create(job_, server_.get());
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(service).value();
+    service_->Register();
+    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_TRUE(service_->Start().ok());
+    Join(wire::Role::PS, 0);
+    Join(wire::Role::WORKER, 0);
+    Join(wire::Role::WORKER, 1);
+    for (auto& c : clients_) ASSERT_TRUE(c->HeartbeatNow(milliseconds(2000)).ok());
+    group_ = std::make_unique<ReplicaGroup>(&job_, worker(0));
+    group_->Adopt(std::make_unique<RecordingCollective>(&calls_), worker(0)->generation());
+  }
+  void TearDown() override {
+    group_.reset();
+    clients_.clear();
+    server_->Stop();
+    service_.reset();
+  }
+
+  void Join(wire::Role role, uint32_t index) {
+    ChiefClientOptions c;
+    c.chief_endpoint = server_->endpoint();
+    c.identity.job_id = kJob;
+    c.identity.role = role;
+    c.identity.index = index;
+    c.address = "tcp://127.0.0.1:" + std::to_string(100 + clients_.size());
+    c.config_hash = job_.ComputationHash();
+    c.heartbeat_interval = milliseconds(100);
+    clients_.push_back(std::make_unique<ChiefClient>(&context_, c));
+    ASSERT_TRUE(clients_.back()->Register(-1, milliseconds(5000)).ok());
+    Progress p;
+    p.state = MemberState::kTraining;
+    clients_.back()->SetProgress(p);
+    clients_.back()->StartHeartbeats();
+  }
+  ChiefClient* worker(int rank) { return clients_.at(1 + rank).get(); }
+
+  testing::TempDir dir_;
+  config::JobConfig job_;
+  zmq::context_t context_{2};
+  std::unique_ptr<wire::RpcServer> server_;
+  std::unique_ptr<chief::ChiefService> service_;
+  std::vector<std::unique_ptr<ChiefClient>> clients_;
+  RecordingCollective::Calls calls_;
+  std::unique_ptr<ReplicaGroup> group_;
+};
+
+TEST_F(ReplicaGroupTest, ANewGenerationInterruptsWaitsAndAbortsTheOpInFlight) {
+  const uint64_t before = worker(0)->generation();
+  EXPECT_FALSE(group_->Interrupted());
+  group_->Watch();
+  EXPECT_EQ(calls_.aborts.load(), 0) << "nothing changed: nothing to abort";
+  // Worker 1's group broke while nobody was lost: it asks the chief to regroup.
+  auto answer = worker(1)->Regroup(before, "test: the peers lost each other", milliseconds(2000));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_TRUE(answer->raised) << answer->why_not;
+  ASSERT_TRUE(worker(0)->HeartbeatNow(milliseconds(2000)).ok());
+  EXPECT_GT(worker(0)->generation(), before);
+  EXPECT_TRUE(group_->Interrupted()) << "pulls and pushes waiting on the shards give way";
+  group_->Watch();
+  EXPECT_EQ(calls_.aborts.load(), 1);
+  group_->Watch();
+  EXPECT_EQ(calls_.aborts.load(), 1) << "one abort per generation";
+}
+
+TEST_F(ReplicaGroupTest, RecoverAsksToRegroupWhenNobodyIsLostAndRebuildsUnderTheNewGeneration) {
+  const uint64_t before = worker(0)->generation();
+  std::vector<MemberState> states;
+  const Status recovered = group_->Recover([&](MemberState s) { states.push_back(s); });
+  ASSERT_TRUE(recovered.ok()) << recovered;
+  ASSERT_TRUE(worker(0)->HeartbeatNow(milliseconds(2000)).ok());  // the client learns it here
+  const uint64_t after = worker(0)->generation();
+  EXPECT_EQ(after, before + 1);
+  ASSERT_EQ(calls_.rebuilds.size(), 1u);
+  EXPECT_EQ(calls_.rebuilds[0], "gen-" + std::to_string(after));
+  EXPECT_EQ(states, (std::vector<MemberState>{MemberState::kRecovering, MemberState::kTraining}));
+  EXPECT_FALSE(group_->Interrupted()) << "the group is of the chief's generation again";
+}
+
+TEST_F(ReplicaGroupTest, AStopEndsTheRecoveryAndAbortsAnOpThatOutlastsTheGrace) {
+  ASSERT_TRUE(worker(1)->StopJob("test").ok());
+  ASSERT_TRUE(worker(0)->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_TRUE(worker(0)->stop_requested());
+  const Status recovered = group_->Recover([](MemberState) {});
+  EXPECT_TRUE(recovered.IsCancelled()) << recovered;
+  EXPECT_TRUE(calls_.rebuilds.empty());
+  group_->NoteStop(/*at_once=*/true);
+  group_->Watch();
+  EXPECT_TRUE(group_->StopOverdue());
+  EXPECT_TRUE(group_->Interrupted());
+}
+
+}  // namespace
+}  // namespace tandem::worker
