@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/testing/test_util.h"
-#include "server/chief/chief_service.h"
+#include "server/chief/in_process_chief.h"
 #include "worker/collective/gloo_collective.h"
 
 namespace tandem::collective {
@@ -25,27 +25,11 @@ class ChiefStoreTest : public ::testing::Test {
     job_.cluster.workers = {"127.0.0.1:0", "127.0.0.1:0"};
     job_.checkpoint.dir = dir_.path();
     job_.chief.heartbeat_timeout_ms = 60000;  // the members here do not heartbeat
-    wire::ServerOptions o;
-    o.lanes = chief::ChiefLanes();
-    wire::Identity self;
-    self.job_id = kJob;
-    self.role = wire::Role::CHIEF;
-    server_ = std::make_unique<wire::RpcServer>(&context_, o, self);
-    auto service = chief::ChiefService::Create(job_, server_.get());
-    ASSERT_TRUE(service.ok()) << service.status();
-    service_ = std::move(service).value();
-    service_->Register();
-    ASSERT_TRUE(server_->Start().ok());
-    ASSERT_TRUE(service_->Start().ok());
+    ASSERT_TRUE(chief_.Start(job_, kJob).ok());
     for (uint32_t rank = 0; rank < 2; ++rank) {
-      ChiefClientOptions c;
-      c.chief_endpoint = server_->endpoint();
-      c.identity.job_id = kJob;
-      c.identity.role = wire::Role::WORKER;
-      c.identity.index = rank;
-      c.address = "tcp://127.0.0.1:" + std::to_string(1 + rank);
-      c.config_hash = job_.ComputationHash();
-      clients_.push_back(std::make_unique<ChiefClient>(&context_, c));
+      clients_.push_back(std::make_unique<ChiefClient>(
+          chief_.context(),
+          chief_.Client(wire::Role::WORKER, rank, "tcp://127.0.0.1:" + std::to_string(1 + rank))));
       ASSERT_TRUE(clients_.back()->Register(0, milliseconds(5000)).ok());
       stores_.push_back(std::make_unique<ChiefStore>(clients_.back().get()));
     }
@@ -53,15 +37,12 @@ class ChiefStoreTest : public ::testing::Test {
   void TearDown() override {
     stores_.clear();
     clients_.clear();
-    server_->Stop();
-    service_.reset();
+    chief_.Stop();
   }
 
   testing::TempDir dir_;
   config::JobConfig job_;
-  zmq::context_t context_{2};
-  std::unique_ptr<wire::RpcServer> server_;
-  std::unique_ptr<chief::ChiefService> service_;
+  chief::InProcessChief chief_;
   std::vector<std::unique_ptr<ChiefClient>> clients_;
   std::vector<std::unique_ptr<ChiefStore>> stores_;
 };

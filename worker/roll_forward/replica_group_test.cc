@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/testing/test_util.h"
-#include "server/chief/chief_service.h"
+#include "server/chief/in_process_chief.h"
 
 namespace tandem::worker {
 namespace {
@@ -52,18 +52,7 @@ class ReplicaGroupTest : public ::testing::Test {
     job_.chief.heartbeat_interval_ms = 100;
     job_.chief.heartbeat_timeout_ms = 5000;
     job_.recovery.max_wait_s = 20;
-    wire::ServerOptions o;
-    o.lanes = chief::ChiefLanes();
-    wire::Identity self;
-    self.job_id = kJob;
-    self.role = wire::Role::CHIEF;
-    server_ = std::make_unique<wire::RpcServer>(&context_, o, self);
-    auto service = chief::ChiefService::Create(job_, server_.get());
-    ASSERT_TRUE(service.ok()) << service.status();
-    service_ = std::move(service).value();
-    service_->Register();
-    ASSERT_TRUE(server_->Start().ok());
-    ASSERT_TRUE(service_->Start().ok());
+    ASSERT_TRUE(chief_.Start(job_, kJob).ok());
     Join(wire::Role::PS, 0);
     Join(wire::Role::WORKER, 0);
     Join(wire::Role::WORKER, 1);
@@ -74,20 +63,14 @@ class ReplicaGroupTest : public ::testing::Test {
   void TearDown() override {
     group_.reset();
     clients_.clear();
-    server_->Stop();
-    service_.reset();
+    chief_.Stop();
   }
 
   void Join(wire::Role role, uint32_t index) {
-    ChiefClientOptions c;
-    c.chief_endpoint = server_->endpoint();
-    c.identity.job_id = kJob;
-    c.identity.role = role;
-    c.identity.index = index;
-    c.address = "tcp://127.0.0.1:" + std::to_string(100 + clients_.size());
-    c.config_hash = job_.ComputationHash();
+    ChiefClientOptions c =
+        chief_.Client(role, index, "tcp://127.0.0.1:" + std::to_string(100 + clients_.size()));
     c.heartbeat_interval = milliseconds(100);
-    clients_.push_back(std::make_unique<ChiefClient>(&context_, c));
+    clients_.push_back(std::make_unique<ChiefClient>(chief_.context(), c));
     ASSERT_TRUE(clients_.back()->Register(-1, milliseconds(5000)).ok());
     Progress p;
     p.state = MemberState::kTraining;
@@ -98,9 +81,7 @@ class ReplicaGroupTest : public ::testing::Test {
 
   testing::TempDir dir_;
   config::JobConfig job_;
-  zmq::context_t context_{2};
-  std::unique_ptr<wire::RpcServer> server_;
-  std::unique_ptr<chief::ChiefService> service_;
+  chief::InProcessChief chief_;
   std::vector<std::unique_ptr<ChiefClient>> clients_;
   RecordingCollective::Calls calls_;
   std::unique_ptr<ReplicaGroup> group_;
