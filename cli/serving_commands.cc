@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/errno_status.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "offline/bundle.h"
@@ -67,8 +68,7 @@ class ScoreWriter {
     }
     w->tmp_ = path + ".tmp-" + std::to_string(::getpid());
     w->file_ = std::fopen(w->tmp_.c_str(), "w");
-    if (w->file_ == nullptr)
-      return Status::Unavailable("create " + w->tmp_ + ": " + std::strerror(errno));
+    if (w->file_ == nullptr) return ErrnoToStatus(errno, "create " + w->tmp_);
     return w;
   }
   ~ScoreWriter() {
@@ -85,19 +85,16 @@ class ScoreWriter {
         std::fputs("nan\n", file_);
       }
     }
-    return std::ferror(file_)
-               ? Status::Unavailable("write scores: " + std::string(std::strerror(errno)))
-               : Status::Ok();
+    return std::ferror(file_) ? ErrnoToStatus(errno, "write scores") : Status::Ok();
   }
   Status Commit() {
-    if (std::fflush(file_) != 0 || std::ferror(file_))
-      return Status::Unavailable("write scores: " + std::string(std::strerror(errno)));
+    if (std::fflush(file_) != 0 || std::ferror(file_)) return ErrnoToStatus(errno, "write scores");
     if (file_ == stdout) return Status::Ok();
     const bool synced = ::fsync(::fileno(file_)) == 0;
     std::fclose(file_);
     file_ = nullptr;
     if (!synced || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      const Status s = Status::Unavailable("write " + path_ + ": " + std::strerror(errno));
+      const Status s = ErrnoToStatus(errno, "write " + path_);
       std::remove(tmp_.c_str());
       return s;
     }

@@ -10,6 +10,7 @@
 
 #include "common/checkpoint_layout.h"
 #include "common/embedding/table_spec.h"
+#include "common/errno_status.h"
 #include "server/ps/durable_copy.h"
 
 namespace tandem::offline {
@@ -57,8 +58,7 @@ StatusOr<std::unique_ptr<ps::EmbeddingStore>> OpenCheckpointShard(const OpenedCh
 
 StatusOr<std::unique_ptr<ScratchDir>> ScratchDir::Create(const std::string& prefix) {
   std::string tmpl = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr)
-    return Status::Unavailable("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  if (::mkdtemp(tmpl.data()) == nullptr) return ErrnoToStatus(errno, "mkdtemp " + tmpl);
   return std::unique_ptr<ScratchDir>(new ScratchDir(tmpl));
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/errno_status.h"
 #include "common/sync.h"
 
 namespace tandem::wire {
@@ -48,7 +49,7 @@ Status WriteCurveKeys(const std::string& dir, const CurveKeys& keys) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return Status::AlreadyExists(path + " exists: the cluster has keys");
-    return Status::Unavailable("cannot create " + path + ": " + std::strerror(errno));
+    return ErrnoToStatus(errno, "cannot create " + path);
   }
   const std::string text =
       "# tandem cluster CURVE keys: every process of the job needs this file; keep it secret\n"
@@ -60,7 +61,7 @@ Status WriteCurveKeys(const std::string& dir, const CurveKeys& keys) {
   ::close(fd);
   if (!ok) {
     ::unlink(path.c_str());
-    return Status::Unavailable("cannot write " + path + ": " + std::strerror(saved));
+    return ErrnoToStatus(saved, "cannot write " + path);
   }
   return Status::Ok();
 }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "common/errno_status.h"
 #include "worker/data/categorical_id.h"
 
 namespace tandem::data {
@@ -140,7 +141,7 @@ LineReader::~LineReader() {
 Status LineReader::Open(const std::string& path) {
   path_ = path;
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) return Status::NotFound(path + ": " + std::strerror(errno));
+  if (fd_ < 0) return ErrnoToStatus(errno, "open " + path);
   buf_.resize(kChunk);
   return Status::Ok();
 }
@@ -157,7 +158,7 @@ bool LineReader::Fill() {
   do n = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
   while (n < 0 && errno == EINTR);
   if (n < 0) {
-    status_ = Status::Unavailable(path_ + ": read: " + std::strerror(errno));
+    status_ = ErrnoToStatus(errno, "read " + path_);
     eof_ = true;
     return false;
   }

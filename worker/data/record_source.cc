@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/errno_status.h"
+
 namespace tandem::data {
 
 CriteoSource::~CriteoSource() {
@@ -23,7 +25,7 @@ StatusOr<std::unique_ptr<CriteoSource>> CriteoSource::Open(const std::vector<std
   s->paths_ = paths;
   for (size_t i = 0; i < paths.size(); ++i) {
     const int fd = ::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::NotFound(paths[i] + ": " + std::strerror(errno));
+    if (fd < 0) return ErrnoToStatus(errno, "open " + paths[i]);
     s->fds_.push_back(fd);
     TANDEM_RETURN_IF_ERROR(s->IndexFile(static_cast<int>(i), block_lines));
   }
@@ -67,7 +69,7 @@ Status CriteoSource::LoadBlock(size_t k) {
     const ssize_t n = ::pread(fds_[b.file], buf_.data() + done, buf_.size() - done,
                               static_cast<off_t>(b.offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Unavailable(paths_[b.file] + ": read: " + std::strerror(errno));
+    if (n < 0) return ErrnoToStatus(errno, "read " + paths_[b.file]);
     if (n == 0) return Status::DataLoss(paths_[b.file] + ": file shrank while training");
     done += static_cast<size_t>(n);
   }
@@ -91,7 +93,7 @@ StatusOr<std::unique_ptr<RecordSource>> CriteoSource::Clone() const {
   s->num_records_ = num_records_;
   for (const std::string& path : paths_) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::NotFound(path + ": " + std::strerror(errno));
+    if (fd < 0) return ErrnoToStatus(errno, "open " + path);
     s->fds_.push_back(fd);
   }
   return std::unique_ptr<RecordSource>(std::move(s));

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/embedding/initializer.h"
+#include "common/errno_status.h"
 #include "worker/data/auc.h"
 #include "worker/data/binary_format.h"
 
@@ -182,7 +183,7 @@ double TeacherAuc(std::span<const double> p, std::span<const float> labels) {
 StatusOr<double> WriteSyntheticCriteo(const std::string& path, const SyntheticSpec& spec,
                                       int64_t rows) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable(path + ": create: " + std::strerror(errno));
+  if (fd < 0) return ErrnoToStatus(errno, "create " + path);
   const SyntheticGenerator gen(spec);
   RawRecord raw;
   std::vector<double> p(rows);
@@ -199,7 +200,7 @@ StatusOr<double> WriteSyntheticCriteo(const std::string& path, const SyntheticSp
       const ssize_t w = ::write(fd, buf.data() + off, buf.size() - off);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) {
-        status = Status::Unavailable(path + ": write: " + std::strerror(errno));
+        status = ErrnoToStatus(errno, "write " + path);
         break;
       }
       off += static_cast<size_t>(w);
