@@ -1,8 +1,12 @@
 #include "serve/checkpoint_follower.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 
 #include "common/checkpoint_layout.h"
@@ -74,6 +78,11 @@ CheckpointFollower::~CheckpointFollower() {
 }
 
 void CheckpointFollower::Loop() {
+  // Requests come first: on a host whose cores the server's threads fill, an update that reads
+  // and applies 10^5 rows would otherwise double the requests' p99 while it runs. Linux applies
+  // a nice value per thread; the update still gets every idle cycle.
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10) != 0)
+    TLOG_WARN("serve: cannot lower the update thread's priority: {}", std::strerror(errno));
   for (;;) {
     Status s = PollOnce();
     if (!s.ok()) {
