@@ -112,8 +112,8 @@ StatusOr<std::map<std::string, std::string>> LoadKv(const std::string& path) {
 std::vector<wire::LaneOptions> ChiefLanes() { return {wire::LaneOptions{"control", 2}}; }
 
 StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobConfig& job,
-                                                             wire::RpcServer* server,
-                                                             bool new_run) {
+                                                             wire::RpcServer* server, bool new_run,
+                                                             const TimeSource* time) {
   auto state = ChiefState::Open(job.checkpoint.dir);
   if (!state.ok()) return state.status();
   const ChiefStateData& d = (*state)->data();
@@ -134,16 +134,17 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
   auto checkpoints = rejoin ? CheckpointCoordinator::Rejoin(job, d.run_resume_step)
                             : CheckpointCoordinator::Open(job);
   if (!checkpoints.ok()) return checkpoints.status();
-  std::unique_ptr<ChiefService> service(new ChiefService(job, server, std::move(state).value()));
+  std::unique_ptr<ChiefService> service(
+      new ChiefService(job, server, std::move(state).value(), time));
   {
     MutexLock lock(&service->mu_);
     service->checkpoints_.emplace(std::move(checkpoints).value());
     if (service->checkpoints_->latest_step() !=
-        service->membership_.Snapshot(Clock::now()).last_checkpoint_step)
+        service->membership_.Snapshot(service->Now()).last_checkpoint_step)
       TANDEM_RETURN_IF_ERROR(
           service->membership_.SetLatestCheckpoint(service->checkpoints_->latest_step()));
     if (rejoin) {
-      service->membership_.RejoinRun(Clock::now());
+      service->membership_.RejoinRun(service->Now());
       service->rejoin_unconfirmed_ = true;
       auto kv = LoadKv(KvPath(job));
       if (!kv.ok()) return kv.status();
@@ -161,9 +162,10 @@ StatusOr<std::unique_ptr<ChiefService>> ChiefService::Create(const config::JobCo
 }
 
 ChiefService::ChiefService(const config::JobConfig& job, wire::RpcServer* server,
-                           std::unique_ptr<ChiefState> state)
+                           std::unique_ptr<ChiefState> state, const TimeSource* time)
     : job_(job),
       server_(server),
+      time_(time),
       tick_(std::clamp<int64_t>(job.chief.heartbeat_interval_ms / 2, 10, 100)),
       probe_budget_(std::clamp<int64_t>(job.chief.heartbeat_timeout_ms / 2, 10, 1000)),
       state_(std::move(state)),
@@ -181,7 +183,8 @@ ChiefService::ChiefService(const config::JobConfig& job, wire::RpcServer* server
               .total_steps = job.train.steps,
               .wall_ms = {},
           },
-          state_.get()) {}
+          state_.get()),
+      started_at_(time->Now()) {}
 
 ChiefService::~ChiefService() { Stop(); }
 
@@ -243,13 +246,13 @@ JobState ChiefService::job_state() const {
 
 JobSnapshot ChiefService::Snapshot() const {
   MutexLock lock(&mu_);
-  return membership_.Snapshot(Clock::now());
+  return membership_.Snapshot(Now());
 }
 
 void ChiefService::RequestStop(const std::string& reason) {
   {
     MutexLock lock(&mu_);
-    membership_.RequestStop(reason, Clock::now());
+    membership_.RequestStop(reason, Now());
   }
   changed_.SignalAll();
 }
@@ -276,7 +279,7 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
   // within a heartbeat interval of this chief's start, so a newcomer waits (RETRY) that long
   // before it may decide (its replacement then rolls forward, PROTOCOLS §8).
   const auto grace = milliseconds(std::max<int64_t>(1000, job_.chief.heartbeat_timeout_ms / 2));
-  if (Clock::now() - started_at_ < grace)
+  if (Now() - started_at_ < grace)
     return Status::Unavailable("the chief waits for the members of the run to come back first");
   rejoin_unconfirmed_ = false;
   TLOG_WARN(
@@ -303,7 +306,7 @@ JobState ChiefService::WaitFinished(std::chrono::steady_clock::time_point until)
   MutexLock lock(&mu_);
   for (;;) {
     const auto now = Clock::now();
-    if (membership_.Finished(now, quiet) || now >= until) return membership_.job_state();
+    if (membership_.Finished(Now(), quiet) || now >= until) return membership_.job_state();
     // Members fall quiet without any event: look again every tick.
     changed_.WaitUntil(std::min(until, now + tick_));
   }
@@ -342,8 +345,8 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
       SendStatus(r, start);
       return;
     }
-    issued = membership_.Register(in, Clock::now());
-    if (!issued.ok()) rival = membership_.LiveRival(in, Clock::now());
+    issued = membership_.Register(in, Now());
+    if (!issued.ok()) rival = membership_.LiveRival(in, Now());
     SyncIdentity();
   }
   if (rival && !ProbeAnswers(*rival, nullptr, nullptr)) {
@@ -352,8 +355,8 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
     const std::string reason =
         "replaced by a new registration from " + in.address + " and no answer to a probe";
     MutexLock lock(&mu_);
-    auto lost = membership_.DeclareLost(*rival, reason, Clock::now(), /*replaced=*/true);
-    if (lost.ok() && *lost) issued = membership_.Register(in, Clock::now());
+    auto lost = membership_.DeclareLost(*rival, reason, Now(), /*replaced=*/true);
+    if (lost.ok() && *lost) issued = membership_.Register(in, Now());
     if (!lost.ok()) issued = lost.status();
     SyncIdentity();
   }
@@ -405,7 +408,7 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
   StatusOr<HeartbeatResult> result = Status::Internal("unset");
   {
     MutexLock lock(&mu_);
-    result = membership_.Heartbeat(*role, h.getSenderIndex(), h.getIncarnation(), p, Clock::now());
+    result = membership_.Heartbeat(*role, h.getSenderIndex(), h.getIncarnation(), p, Now());
   }
   changed_.SignalAll();
   if (!result.ok()) {
@@ -611,7 +614,7 @@ void ChiefService::HandleStopJob(wire::InMessage& m, wire::Responder r) {
   JobState state;
   {
     MutexLock lock(&mu_);
-    state = membership_.RequestStop(reason, Clock::now());
+    state = membership_.RequestStop(reason, Now());
   }
   changed_.SignalAll();
   wire::OutMessage reply = r.NewReply();
@@ -631,7 +634,7 @@ void ChiefService::HandleRegroup(wire::InMessage& m, wire::Responder r) {
   {
     MutexLock lock(&mu_);
     result = membership_.Regroup(h.getSenderIndex(), h.getIncarnation(), req.getGeneration(),
-                                 req.getReason(), Clock::now());
+                                 req.getReason(), Now());
     if (result.ok() && result->raised) SyncIdentity();
   }
   if (!result.ok()) {
@@ -706,7 +709,7 @@ void ChiefService::MonitorLoop() {
       if (now - last_tick > stalled) {
         TLOG_WARN("the chief did not run for {} ms: no member's silence over that time counts",
                   std::chrono::duration_cast<milliseconds>(now - last_tick).count());
-        membership_.ExcuseSilence(now);
+        membership_.ExcuseSilence(Now());
       }
       last_tick = now;
     }
@@ -748,8 +751,8 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
   std::vector<Suspect> suspects;
   {
     MutexLock lock(&mu_);
-    if (membership_.NoteIsolation(Clock::now())) return;
-    suspects = membership_.Suspects(Clock::now());
+    if (membership_.NoteIsolation(Now())) return;
+    suspects = membership_.Suspects(Now());
   }
   for (const Suspect& s : suspects) {
     const std::string who = std::string(config::RoleName(s.role)) + ":" + std::to_string(s.index) +
@@ -758,11 +761,11 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
     const bool same = ProbeAnswers(s, client, handles, &pong);
     MutexLock lock(&mu_);
     // Everyone fell silent while the probe was out: the chief's own network, not the member's.
-    if (membership_.NoteIsolation(Clock::now())) return;
+    if (membership_.NoteIsolation(Now())) return;
     if (same) {
       TLOG_WARN("{} at {}: no heartbeat for {} ms, but it answers a probe: kept", who, s.address,
                 s.ms_since_heartbeat);
-      membership_.ProbeAnswered(s, Clock::now());
+      membership_.ProbeAnswered(s, Now());
       continue;
     }
     std::string reason =
@@ -771,7 +774,7 @@ void ChiefService::MonitorTick(wire::RpcClient* client, std::map<std::string, in
       reason += " (" + s.address + " answered as " + pong->peer.Who() + ")";
     else
       reason += " (" + pong.status().ToString() + ")";
-    auto lost = membership_.DeclareLost(s, reason, Clock::now());
+    auto lost = membership_.DeclareLost(s, reason, Now());
     if (!lost.ok()) TLOG_ERROR("cannot declare {} lost: {}", who, lost.status().ToString());
     SyncIdentity();
     changed_.SignalAll();

@@ -19,6 +19,7 @@
 #include "common/config/job_config.h"
 #include "common/status.h"
 #include "common/sync.h"
+#include "common/time_source.h"
 #include "common/wire/diagnostics.h"
 #include "common/wire/parking_lot.h"
 #include "common/wire/rpc_client.h"
@@ -40,9 +41,11 @@ class ChiefService {
   // state; kUnavailable when the state cannot be written.
   // `new_run`: the caller started every process of the job afresh (`tandem local`, also after a
   // rollback), so a run left open by a killed chief has no survivors: this is a job start.
-  static StatusOr<std::unique_ptr<ChiefService>> Create(const config::JobConfig& job,
-                                                        wire::RpcServer* server,
-                                                        bool new_run = false);
+  // `time` (not owned, outlives the service) is what the membership decisions read: silences,
+  // probes, losses, the rejoin grace; the monitor's tick and the waits stay on the real clock.
+  static StatusOr<std::unique_ptr<ChiefService>> Create(
+      const config::JobConfig& job, wire::RpcServer* server, bool new_run = false,
+      const TimeSource* time = TimeSource::Steady());
   ~ChiefService();  // stops the monitor thread
   ChiefService(const ChiefService&) = delete;
   ChiefService& operator=(const ChiefService&) = delete;
@@ -81,7 +84,8 @@ class ChiefService {
   };
 
   ChiefService(const config::JobConfig& job, wire::RpcServer* server,
-               std::unique_ptr<ChiefState> state);
+               std::unique_ptr<ChiefState> state, const TimeSource* time);
+  TimeSource::time_point Now() const { return time_->Now(); }
 
   void HandleRegister(wire::InMessage& m, wire::Responder r);
   void HandleHeartbeat(wire::InMessage& m, wire::Responder r);
@@ -107,6 +111,7 @@ class ChiefService {
 
   const config::JobConfig job_;
   wire::RpcServer* const server_;
+  const TimeSource* const time_;
   const std::chrono::milliseconds tick_;
   const std::chrono::milliseconds probe_budget_;
   std::unique_ptr<ChiefState> state_;  // used only through membership_ after construction
@@ -123,7 +128,7 @@ class ChiefService {
   std::map<std::string, std::string> kv_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
   bool rejoin_unconfirmed_ GUARDED_BY(mu_) = false;  // see ConfirmRejoin
-  const std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
+  const TimeSource::time_point started_at_;
   Status fatal_ GUARDED_BY(mu_);
   std::thread monitor_;
 };

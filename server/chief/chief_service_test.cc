@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/chief_client.h"
+#include "common/testing/manual_time_source.h"
 #include "common/testing/test_util.h"
 #include "common/wire/diagnostics.h"
 
@@ -52,7 +53,7 @@ class ChiefServiceTest : public ::testing::Test {
     self.job_id = kJob;
     self.role = wire::Role::CHIEF;
     server_ = std::make_unique<wire::RpcServer>(&context_, o, self);
-    auto service = ChiefService::Create(job_, server_.get());
+    auto service = ChiefService::Create(job_, server_.get(), /*new_run=*/false, time_);
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = std::move(service).value();
     service_->Register();
@@ -140,6 +141,9 @@ class ChiefServiceTest : public ::testing::Test {
 
   TempDir dir_;
   config::JobConfig job_;
+  // What the chief decides on (before service_: it outlives the chief).
+  testing::ManualTimeSource manual_time_;
+  const TimeSource* time_ = TimeSource::Steady();
   zmq::context_t context_{2};
   std::unique_ptr<wire::RpcServer> server_;
   std::unique_ptr<ChiefService> service_;
@@ -315,6 +319,28 @@ TEST_F(ChiefServiceTest, RestartedChiefHasANewTermAndMembersRegisterAgainKeeping
   EXPECT_EQ(Find(view, "worker", 0)->incarnation, inc);
   EXPECT_EQ(w0_->client->identity().term, 2u);
   EXPECT_FALSE(w0_->client->fenced());
+}
+
+// A chief restarted into an open run waits a grace for the run's survivors; a new process that
+// comes first is told to retry until the grace is over, then starts the job (PROTOCOLS §10). The
+// chief's time is moved by hand: no sleep, and nothing depends on how fast this host is.
+TEST_F(ChiefServiceTest, ANewProcessBeforeAnySurvivorWaitsOutTheGraceThenStartsTheJob) {
+  time_ = &manual_time_;
+  StartChief();
+  JoinAll(/*heartbeats=*/false);
+  const std::string endpoint = endpoint_;
+  StopChief();  // killed, not closed: the run stays open and the next chief rejoins it
+  StartChief(endpoint);
+  Member& fresh = NewMember(wire::Role::PS, 0);
+  auto early = fresh.client->Register(0, milliseconds(500));
+  EXPECT_FALSE(early.ok()) << "registered before the survivors' grace was over";
+  manual_time_.Advance(
+      milliseconds(std::max<int64_t>(1000, job_.chief.heartbeat_timeout_ms / 2) + 1));
+  // Well inside the grace on the real clock: only the chief's own time can let it in.
+  auto late = fresh.client->Register(0, milliseconds(300));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE(service_->fatal().ok()) << service_->fatal();
+  EXPECT_EQ(late->term, 2u);
 }
 
 TEST_F(ChiefServiceTest, RegisterWaitsForAChiefThatIsNotUpYet) {
