@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/embedding/table_spec.h"
-#include "common/testing/local_embedding_table.h"
 #include "common/sync.h"
+#include "common/testing/local_embedding_table.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"
 #include "worker/device/backend_factory.h"
