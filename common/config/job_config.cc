@@ -45,7 +45,8 @@ using internal::Within;
 
 // A typed pointer to the field a key is bound to. The alternative held is the key's type.
 using FieldRef = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*,
-                              std::vector<int64_t>*, std::vector<std::string>*>;
+                              std::vector<int64_t>*, std::vector<double>*,
+                              std::vector<std::string>*>;
 
 // One key: its path (relative to `tables.<name>` for table keys), its field and its rule.
 template <typename Root>
@@ -88,6 +89,19 @@ FieldRef Bind(Root& root) {
 
 using JobKey = KeySpec<JobConfig>;
 using TableKey = KeySpec<TableConfig>;
+using FeatureKey = KeySpec<FeatureConfig>;
+
+constexpr Rule Labels() {
+  Rule r = NonEmpty();
+  r.min_items = 1;
+  r.max_items = 16;
+  return r;
+}
+constexpr Rule Weights() {
+  Rule r = AtLeast(0);
+  r.max_items = 16;
+  return r;
+}
 
 // Every key outside `tables`. Adding a key is one row here (plus its field and README line).
 // The order is the order of ToYaml(); keys of one section must stay together.
@@ -99,12 +113,16 @@ constexpr JobKey kJobKeys[] = {
     {"model.bottom_mlp", Bind<&ModelConfig::bottom_mlp>, Layers()},
     {"model.top_mlp", Bind<&ModelConfig::top_mlp>, Layers()},
     {"model.interaction", Bind<&ModelConfig::interaction>, OneOf("dot|concat")},
-    {"data.format", Bind<&DataConfig::format>, OneOf("criteo|binary|synthetic")},
+    {"data.format", Bind<&DataConfig::format>, OneOf("criteo|binary|synthetic|text")},
     {"data.train", Bind<&DataConfig::train>, Any()},
     {"data.eval", Bind<&DataConfig::eval>, Any()},
     {"data.max_bad_fraction", Bind<&DataConfig::max_bad_fraction>, Within(0, 1)},
     {"data.num_dense", Bind<&DataConfig::num_dense>, Within(0, 4096)},
     {"data.num_categorical", Bind<&DataConfig::num_categorical>, Within(1, 4096)},
+    {"data.labels", Bind<&DataConfig::labels>, Labels()},
+    {"data.text.separator", Bind<&DataConfig::text_separator>, NonEmpty()},
+    {"data.text.list_separator", Bind<&DataConfig::text_list_separator>, NonEmpty()},
+    {"data.text.columns", Bind<&DataConfig::text_columns>, NonEmpty()},
     {"data.synthetic.vocab", Bind<&DataConfig::synthetic_vocab>, AtLeast(1)},
     {"data.synthetic.zipf", Bind<&DataConfig::synthetic_zipf>, Above(0)},
     {"data.synthetic.eval_rows", Bind<&DataConfig::synthetic_eval_rows>, AtLeast(0)},
@@ -126,6 +144,7 @@ constexpr JobKey kJobKeys[] = {
     {"train.eval_every_steps", Bind<&TrainConfig::eval_every_steps>, AtLeast(0)},
     {"train.log_every_steps", Bind<&TrainConfig::log_every_steps>, AtLeast(1)},
     {"train.threads", Bind<&TrainConfig::threads>, Within(1, 1024)},
+    {"train.loss_weights", Bind<&TrainConfig::loss_weights>, Weights()},
     {"ps.data_dir", Bind<&PsConfig::data_dir>, NonEmpty()},
     {"ps.cache_bytes", Bind<&PsConfig::cache_bytes>, Above(0)},
     {"ps.storage", Bind<&PsConfig::storage>, OneOf("rocksdb|memory")},
@@ -161,6 +180,7 @@ constexpr JobKey kJobKeys[] = {
 
 // Keys of one embedding table, under `tables.default.` or `tables.<name>.`.
 constexpr TableKey kTableKeys[] = {
+    {"dim", Bind<&TableConfig::dim>, Within(0, 4096)},
     {"optimizer", Bind<&TableConfig::optimizer>, OneOf("sgd|adagrad|rowwise_adagrad|adam|ftrl")},
     {"lr", Bind<&TableConfig::lr>, Above(0)},
     {"init.dist", Bind<&TableConfig::init_dist>, OneOf("uniform|normal|zeros")},
@@ -177,6 +197,13 @@ constexpr TableKey kTableKeys[] = {
     {"ftrl.l2", Bind<&TableConfig::ftrl_l2>, AtLeast(0)},
 };
 
+// Keys of one sparse feature, under `features.<name>.`.
+constexpr FeatureKey kFeatureKeys[] = {
+    {"table", Bind<&FeatureConfig::table>, Any()},
+    {"max_len", Bind<&FeatureConfig::max_len>, Within(1, 65536)},
+    {"pooling", Bind<&FeatureConfig::pooling>, OneOf("sum|mean")},
+};
+
 // The sections whose keys define the computation (PROTOCOLS §1), besides `tables`.
 constexpr std::string_view kComputationSections[] = {"model.", "data.", "train.",
                                                      "ps.wire_precision"};
@@ -184,12 +211,13 @@ constexpr std::string_view kComputationSections[] = {"model.", "data.", "train."
 // ---------------------------------------------------------------------------------------------
 // Key lookup
 
-enum class KeyKind { kUnknown, kSection, kJobLeaf, kTableLeaf };
+enum class KeyKind { kUnknown, kSection, kJobLeaf, kTableLeaf, kFeatureLeaf };
 
 struct KeyInfo {
   KeyKind kind = KeyKind::kUnknown;
   const JobKey* job = nullptr;
   const TableKey* table = nullptr;
+  const FeatureKey* feature = nullptr;
 };
 
 // Classifies `rel` against `keys`: a leaf, a section (a proper prefix of some key) or unknown.
@@ -225,6 +253,18 @@ KeyInfo Lookup(std::string_view path) {
     }
     info.kind = Classify(rest.substr(dot + 1), kTableKeys, &info.table);
     if (info.kind == KeyKind::kJobLeaf) info.kind = KeyKind::kTableLeaf;
+  } else if (path == "features") {
+    info.kind = KeyKind::kSection;
+  } else if (path.starts_with("features.")) {
+    std::string_view rest = path.substr(9);
+    size_t dot = rest.find('.');
+    if (dot == 0 || rest.empty()) return info;
+    if (dot == std::string_view::npos) {
+      info.kind = KeyKind::kSection;
+      return info;
+    }
+    info.kind = Classify(rest.substr(dot + 1), kFeatureKeys, &info.feature);
+    if (info.kind == KeyKind::kJobLeaf) info.kind = KeyKind::kFeatureLeaf;
   } else if (!path.empty()) {
     info.kind = Classify(path, kJobKeys, &info.job);
   }
@@ -239,9 +279,14 @@ std::string KnownChildren(std::string_view section) {
     size_t dot = section.find('.', 7);
     prefix = dot == std::string_view::npos ? "" : section.substr(dot + 1);
     for (const TableKey& k : kTableKeys) rels.push_back(k.path);
+  } else if (section.starts_with("features.")) {
+    size_t dot = section.find('.', 9);
+    prefix = dot == std::string_view::npos ? "" : section.substr(dot + 1);
+    for (const FeatureKey& k : kFeatureKeys) rels.push_back(k.path);
   } else {
     for (const JobKey& k : kJobKeys) rels.push_back(k.path);
     rels.push_back("tables.default");
+    rels.push_back("features.<name>");
   }
   std::vector<std::string> names;
   for (std::string_view rel : rels) {
@@ -277,6 +322,9 @@ std::string FormatField(const FieldRef& field) {
     std::string operator()(std::string* v) const { return Quote(*v); }
     std::string operator()(std::vector<int64_t>* v) const {
       return JoinList<int64_t>(*v, [](const int64_t& x) { return std::to_string(x); });
+    }
+    std::string operator()(std::vector<double>* v) const {
+      return JoinList<double>(*v, [](const double& x) { return Num(x); });
     }
     std::string operator()(std::vector<std::string>* v) const {
       return JoinList<std::string>(*v, [](const std::string& x) { return Quote(x); });
@@ -318,15 +366,6 @@ class YamlWriter {
   std::vector<std::string> open_;  // the maps the last key was written in
 };
 
-// The tables in numeric order (C1, C2, ..., C10), not std::map's string order.
-std::vector<std::string> TableNamesInOrder(const JobConfig& c) {
-  std::vector<std::string> names;
-  for (const auto& [name, table] : c.tables) names.push_back(name);
-  std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
-  return names;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Overrides: `--set key.path=value` edits the YAML tree before validation.
@@ -357,8 +396,10 @@ StatusOr<YAML::Node> OverrideValue(std::string_view key, const std::string& valu
   FieldRef field;
   JobConfig scratch_job;  // binding to scratch objects tells us the key's type
   TableConfig scratch_table;
+  FeatureConfig scratch_feature;
   if (info.kind == KeyKind::kJobLeaf) field = info.job->bind(scratch_job);
   if (info.kind == KeyKind::kTableLeaf) field = info.table->bind(scratch_table);
+  if (info.kind == KeyKind::kFeatureLeaf) field = info.feature->bind(scratch_feature);
   if (info.kind != KeyKind::kSection && std::holds_alternative<std::string*>(field)) {
     return YAML::Node(value);
   }
@@ -427,7 +468,8 @@ class Builder {
   }
 
   StatusOr<JobConfig> Build(const YAML::Node& root) {
-    TANDEM_RETURN_IF_ERROR(WalkMap(root, "", nullptr));
+    TANDEM_RETURN_IF_ERROR(WalkMap(root, "", {}));
+    TANDEM_RETURN_IF_ERROR(BuildFeatures());
     TANDEM_RETURN_IF_ERROR(BuildTables());
     TANDEM_RETURN_IF_ERROR(CheckCrossField());
     return job_;
@@ -461,8 +503,14 @@ class Builder {
     return Status::InvalidArgument(where + ": " + std::string(path) + ": " + std::string(what));
   }
 
+  // Where the leaves of a named section (`tables.<name>`, `features.<name>`) go.
+  struct Target {
+    TableConfig* table = nullptr;
+    FeatureConfig* feature = nullptr;
+  };
+
   // Reads one map level. Returns the first error in document order.
-  Status WalkMap(const YAML::Node& map, const std::string& path, TableConfig* table) {
+  Status WalkMap(const YAML::Node& map, const std::string& path, Target target) {
     if (map.IsNull()) return Status::Ok();  // `section:` with nothing under it
     if (!map.IsMap()) {
       std::string where = path.empty() ? FileLine(map.Mark().line) : where_[path];
@@ -477,7 +525,11 @@ class Builder {
         TANDEM_RETURN_IF_ERROR(WalkTables(it->second));
         continue;
       }
-      TANDEM_RETURN_IF_ERROR(WalkEntry(child, it->second, table));
+      if (child == "features") {
+        TANDEM_RETURN_IF_ERROR(WalkFeatures(it->second));
+        continue;
+      }
+      TANDEM_RETURN_IF_ERROR(WalkEntry(child, it->second, target));
     }
     return Status::Ok();
   }
@@ -495,16 +547,19 @@ class Builder {
     return Status::Ok();
   }
 
-  Status WalkEntry(const std::string& path, const YAML::Node& value, TableConfig* table) {
+  Status WalkEntry(const std::string& path, const YAML::Node& value, Target target) {
     KeyInfo info = Lookup(path);
     switch (info.kind) {
       case KeyKind::kSection:
-        return WalkMap(value, path, table);
+        return WalkMap(value, path, target);
       case KeyKind::kJobLeaf:
         return Assign(info.job->bind(job_), info.job->rule, value, path);
       case KeyKind::kTableLeaf:
-        if (table == nullptr) break;  // a table key outside `tables`
-        return Assign(info.table->bind(*table), info.table->rule, value, path);
+        if (target.table == nullptr) break;  // a table key outside `tables`
+        return Assign(info.table->bind(*target.table), info.table->rule, value, path);
+      case KeyKind::kFeatureLeaf:
+        if (target.feature == nullptr) break;
+        return Assign(info.feature->bind(*target.feature), info.feature->rule, value, path);
       case KeyKind::kUnknown:
         break;
     }
@@ -525,16 +580,65 @@ class Builder {
       std::string child;
       TANDEM_RETURN_IF_ERROR(ReadKey(it->first, "tables", &seen, &child));
       if (child == "tables.default") {
-        TANDEM_RETURN_IF_ERROR(WalkMap(it->second, child, &job_.table_default));
+        TANDEM_RETURN_IF_ERROR(WalkMap(it->second, child, {.table = &job_.table_default}));
       }
     }
     for (auto it = tables.begin(); it != tables.end(); ++it) {
       std::string name = it->first.Scalar();
       if (name == "default") continue;
       TableConfig table = job_.table_default;
-      TANDEM_RETURN_IF_ERROR(WalkMap(it->second, "tables." + name, &table));
+      TANDEM_RETURN_IF_ERROR(WalkMap(it->second, "tables." + name, {.table = &table}));
       named_tables_[name] = table;
     }
+    return Status::Ok();
+  }
+
+  // `features.<name>` in document order: the order is the model's input order.
+  Status WalkFeatures(const YAML::Node& features) {
+    if (features.IsNull()) return Status::Ok();
+    if (!features.IsMap()) {
+      return Fail(where_["features"], "features",
+                  "expected a map of features (name: {table, max_len, pooling}), got " +
+                      Describe(features));
+    }
+    std::set<std::string> seen;
+    for (auto it = features.begin(); it != features.end(); ++it) {
+      std::string child;
+      TANDEM_RETURN_IF_ERROR(ReadKey(it->first, "features", &seen, &child));
+      const std::string name = it->first.Scalar();
+      FeatureConfig feature;
+      TANDEM_RETURN_IF_ERROR(WalkMap(it->second, child, {.feature = &feature}));
+      job_.features.emplace_back(name, std::move(feature));
+    }
+    return Status::Ok();
+  }
+
+  // Names each feature's table and sets data.num_categorical to the feature count.
+  Status BuildFeatures() {
+    if (job_.features.empty()) return Status::Ok();
+    // Given explicitly (as ToYaml prints it), it must count the features.
+    if (where_.count("data.num_categorical") &&
+        job_.data.num_categorical != static_cast<int64_t>(job_.features.size())) {
+      return Fail(where_["data.num_categorical"], "data.num_categorical",
+                  "must equal the number of features (" + std::to_string(job_.features.size()) +
+                      ") when a features section is given, got " +
+                      std::to_string(job_.data.num_categorical));
+    }
+    if (job_.features.size() > 4096) {
+      return Fail(where_["features"], "features", "at most 4096 features");
+    }
+    for (auto& [name, feature] : job_.features) {
+      const std::string path = "features." + name;
+      if (name.empty() || name.find_first_of(" \t,.") != std::string::npos) {
+        return Fail(where_[path], path, "a feature name must be non-empty, without blanks, , or .");
+      }
+      if (feature.table.empty()) feature.table = name;
+      if (feature.table == "default" || feature.table.find('.') != std::string::npos) {
+        return Fail(where_[path], path + ".table",
+                    "a table name must not be default or contain '.', got " + Quote(feature.table));
+      }
+    }
+    job_.data.num_categorical = static_cast<int64_t>(job_.features.size());
     return Status::Ok();
   }
 
@@ -574,19 +678,20 @@ class Builder {
     return Status::Ok();
   }
 
-  // Fills `tables` with C1..Cn from the default, then applies each named table.
+  // Fills `tables` with every table from the default, then applies each named table.
   Status BuildTables() {
     job_.tables.clear();
-    for (int64_t i = 1; i <= job_.data.num_categorical; ++i) {
-      job_.tables["C" + std::to_string(i)] = job_.table_default;
-    }
+    for (const std::string& name : TableNames(job_)) job_.tables[name] = job_.table_default;
     for (const auto& [name, table] : named_tables_) {
       auto it = job_.tables.find(name);
       if (it == job_.tables.end()) {
         std::string path = "tables." + name;
         return Fail(where_[path], path,
-                    "unknown table (tables are default and C1..C" +
-                        std::to_string(job_.data.num_categorical) + ", from data.num_categorical)");
+                    job_.features.empty()
+                        ? "unknown table (tables are default and C1..C" +
+                              std::to_string(job_.data.num_categorical) +
+                              ", from data.num_categorical)"
+                        : "unknown table (no feature looks it up)");
       }
       it->second = table;
     }
@@ -594,6 +699,8 @@ class Builder {
   }
 
   Status CheckCrossField() const;
+  // Labels, feature widths and the text columns against each other and data.format.
+  Status CheckSchema() const;
 
   std::string name_;
   OriginMap origins_;
@@ -612,10 +719,20 @@ Status Builder::CheckCrossField() const {
                     " must equal model.embedding_dim " + std::to_string(c.model.embedding_dim) +
                     " when model.interaction is dot");
   }
-  if (c.model.top_mlp.back() != 1) {
-    return Fail(WhereAny({"model.top_mlp"}), "model.top_mlp",
-                "last layer must be 1 (the logit), got " + std::to_string(c.model.top_mlp.back()));
+  const auto num_labels = static_cast<int64_t>(c.data.labels.size());
+  if (c.model.top_mlp.back() != num_labels) {
+    return Fail(WhereAny({"model.top_mlp", "data.labels"}), "model.top_mlp",
+                "last layer must be " + std::to_string(num_labels) +
+                    " (one logit per data.labels entry), got " +
+                    std::to_string(c.model.top_mlp.back()));
   }
+  if (!c.train.loss_weights.empty() &&
+      static_cast<int64_t>(c.train.loss_weights.size()) != num_labels) {
+    return Fail(WhereAny({"train.loss_weights"}), "train.loss_weights",
+                "needs one weight per data.labels entry (" + std::to_string(num_labels) + "), got " +
+                    std::to_string(c.train.loss_weights.size()));
+  }
+  TANDEM_RETURN_IF_ERROR(CheckSchema());
   if (c.chief.heartbeat_timeout_ms <= c.chief.heartbeat_interval_ms) {
     return Fail(WhereAny({"chief.heartbeat_timeout_ms", "chief.heartbeat_interval_ms"}),
                 "chief.heartbeat_timeout_ms",
@@ -632,6 +749,75 @@ Status Builder::CheckCrossField() const {
   if (c.data.format != "synthetic" && c.data.train.empty()) {
     return Fail(WhereAny({"data.train", "data.format"}), "data.train",
                 "required when data.format is " + c.data.format);
+  }
+  return Status::Ok();
+}
+
+Status Builder::CheckSchema() const {
+  const JobConfig& c = job_;
+  std::set<std::string> names;
+  for (const std::string& label : c.data.labels) {
+    if (!names.insert(label).second || label == "-") {
+      return Fail(WhereAny({"data.labels"}), "data.labels",
+                  "label names must be unique and not \"-\", got " + Quote(label) + " twice");
+    }
+  }
+  bool multi_hot = false;
+  for (const auto& [name, feature] : c.features) {
+    multi_hot |= feature.max_len > 1;
+    if (!names.insert(name).second) {
+      return Fail(WhereAny({"features." + name}), "features." + name,
+                  "the name is already used by a label");
+    }
+  }
+  if (c.model.interaction == "dot") {
+    for (const auto& [name, table] : c.tables) {
+      if (table.dim != 0 && table.dim != c.model.embedding_dim) {
+        return Fail(WhereAny({"tables." + name + ".dim", "tables.default.dim", "model.interaction"}),
+                    "tables." + name + ".dim",
+                    std::to_string(table.dim) + " differs from model.embedding_dim " +
+                        std::to_string(c.model.embedding_dim) +
+                        ": model.interaction dot needs one width (use concat for mixed widths)");
+      }
+    }
+  }
+  const bool fixed_records = c.data.format == "criteo" || c.data.format == "binary";
+  if (fixed_records && (multi_hot || c.data.labels.size() != 1)) {
+    return Fail(WhereAny({"data.format"}), "data.format",
+                c.data.format + " records hold one label and one id per feature; use text for " +
+                    "multi-hot features or several labels");
+  }
+  if (c.data.text_separator.size() != 1 || c.data.text_list_separator.size() != 1 ||
+      c.data.text_separator == c.data.text_list_separator || c.data.text_separator == "\n") {
+    return Fail(WhereAny({"data.text.separator", "data.text.list_separator"}),
+                "data.text.separator",
+                "the separators must be two different single characters (not a newline), got " +
+                    Quote(c.data.text_separator) + " and " + Quote(c.data.text_list_separator));
+  }
+  if (!c.data.text_columns.empty()) {
+    std::set<std::string> known = names, seen;
+    for (int64_t i = 1; i <= c.data.num_dense; ++i) known.insert("I" + std::to_string(i));
+    if (c.features.empty()) {
+      for (int64_t i = 1; i <= c.data.num_categorical; ++i) known.insert("C" + std::to_string(i));
+    }
+    for (const std::string& col : c.data.text_columns) {
+      if (col == "-") continue;
+      if (!known.count(col)) {
+        return Fail(WhereAny({"data.text.columns"}), "data.text.columns",
+                    "unknown column " + Quote(col) +
+                        " (columns are labels, I1..In, features, or - to skip one)");
+      }
+      if (!seen.insert(col).second) {
+        return Fail(WhereAny({"data.text.columns"}), "data.text.columns",
+                    "column " + Quote(col) + " appears twice");
+      }
+    }
+    for (const std::string& label : c.data.labels) {
+      if (!seen.count(label)) {
+        return Fail(WhereAny({"data.text.columns"}), "data.text.columns",
+                    "has no column for label " + Quote(label));
+      }
+    }
   }
   return Status::Ok();
 }
@@ -661,6 +847,19 @@ StatusOr<JobConfig> Parse(const std::string& text, const std::string& name,
 }
 
 }  // namespace
+
+std::vector<std::string> TableNames(const JobConfig& job) {
+  std::vector<std::string> names;
+  if (job.features.empty()) {
+    for (int64_t i = 1; i <= job.data.num_categorical; ++i) names.push_back("C" + std::to_string(i));
+    return names;
+  }
+  for (const auto& [name, feature] : job.features) {
+    const std::string& table = feature.table.empty() ? name : feature.table;
+    if (std::find(names.begin(), names.end(), table) == names.end()) names.push_back(table);
+  }
+  return names;
+}
 
 Status ValidateAddress(std::string_view address) {
   std::string quoted = Quote(address);
@@ -709,19 +908,24 @@ StatusOr<JobConfig> LoadJobConfig(const std::string& path, const std::vector<Ove
 std::string JobConfig::ToYaml() const {
   JobConfig copy = *this;  // the schema binds mutable fields
   YamlWriter w;
-  w.Comment("Effective tandem job config. Tables C1..Cn not listed under `tables` (and keys not");
+  w.Comment("Effective tandem job config. Tables not listed under `tables` (and keys not");
   w.Comment("listed under one) are equal to tables.default.");
   for (const JobKey& key : kJobKeys) w.Put(key.path, FormatField(key.bind(copy)));
   for (const TableKey& key : kTableKeys) {
     w.Put("tables.default." + std::string(key.path), FormatField(key.bind(copy.table_default)));
   }
   // Only what differs from tables.default: with 26 tables the full list would bury the rest.
-  for (const std::string& name : TableNamesInOrder(copy)) {
+  for (const std::string& name : TableNames(copy)) {
     for (const TableKey& key : kTableKeys) {
       std::string value = FormatField(key.bind(copy.tables[name]));
       if (value != FormatField(key.bind(copy.table_default))) {
         w.Put("tables." + name + "." + std::string(key.path), value);
       }
+    }
+  }
+  for (auto& [name, feature] : copy.features) {
+    for (const FeatureKey& key : kFeatureKeys) {
+      w.Put("features." + name + "." + std::string(key.path), FormatField(key.bind(feature)));
     }
   }
   return w.str();
@@ -735,6 +939,14 @@ std::string JobConfig::ComputationHash() const {
       if (key.path.starts_with(section)) {
         lines.push_back(std::string(key.path) + "=" + FormatField(key.bind(copy)));
       }
+    }
+  }
+  // The features' order is the model's input order: it is part of the computation.
+  for (size_t i = 0; i < copy.features.size(); ++i) {
+    auto& [name, feature] = copy.features[i];
+    for (const FeatureKey& key : kFeatureKeys) {
+      lines.push_back("features[" + std::to_string(i) + "]." + name + "." +
+                      std::string(key.path) + "=" + FormatField(key.bind(feature)));
     }
   }
   for (auto& [name, table] : copy.tables) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -16,6 +17,7 @@ namespace tandem::config {
 
 // One embedding table's settings: `tables.default.*`, overridden per table by `tables.<name>.*`.
 struct TableConfig {
+  int64_t dim = 0;                    // row width in [0, 4096]; 0 = model.embedding_dim
   std::string optimizer = "adagrad";  // sgd | adagrad | rowwise_adagrad | adam | ftrl
   double lr = 0.05;                   // > 0
   std::string init_dist = "uniform";  // `init.dist`: uniform | normal | zeros
@@ -33,6 +35,14 @@ struct TableConfig {
   friend bool operator==(const TableConfig&, const TableConfig&) = default;
 };
 
+// One sparse feature: `features.<name>.*` (issue 18). Several features may look up one table.
+struct FeatureConfig {
+  std::string table;            // the table it looks up; empty = a table named like the feature
+  int64_t max_len = 1;          // ids per sample in [1, 65536]; 1 = single-hot
+  std::string pooling = "sum";  // sum | mean
+  friend bool operator==(const FeatureConfig&, const FeatureConfig&) = default;
+};
+
 struct ClusterConfig {
   std::vector<std::string> chief;    // `cluster.chief`: exactly one "host:port" (port 0 allowed)
   std::vector<std::string> ps;       // `cluster.ps`: >= 1 addresses
@@ -43,18 +53,25 @@ struct ClusterConfig {
 struct ModelConfig {
   int64_t embedding_dim = 16;                  // `model.embedding_dim` in [1, 4096]
   std::vector<int64_t> bottom_mlp = {64, 16};  // last == embedding_dim (dot interaction)
-  std::vector<int64_t> top_mlp = {64, 1};      // last == 1
+  std::vector<int64_t> top_mlp = {64, 1};      // last == number of data.labels
   std::string interaction = "dot";             // dot | concat
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
 struct DataConfig {
-  std::string format = "synthetic";  // criteo | binary | synthetic
+  std::string format = "synthetic";  // criteo | binary | synthetic | text
   std::string train;                 // path or glob; required unless synthetic
   std::string eval;                  // path or glob; optional
   double max_bad_fraction = 0.001;   // in [0, 1]
   int64_t num_dense = 13;            // `data.num_dense` >= 0 (Criteo: 13)
-  int64_t num_categorical = 26;      // `data.num_categorical` >= 1 (Criteo: 26); tables C1..Cn
+  // `data.num_categorical` >= 1 (Criteo: 26): features and tables C1..Cn when no `features`
+  // section is given; otherwise the number of features, set from it.
+  int64_t num_categorical = 26;
+  std::vector<std::string> labels = {"label"};  // `data.labels`: one binary task each, 1..16
+  // The general delimited text format (`data.text.*`, data.format: text).
+  std::string text_separator = "\t";         // one character between columns
+  std::string text_list_separator = ",";     // one character between the ids of a list column
+  std::vector<std::string> text_columns;     // names in file order; empty = labels, I1..In, features
   // Synthetic generator (`data.synthetic.*`).
   int64_t synthetic_vocab = 100000;     // ids per field, >= 1
   double synthetic_zipf = 1.1;          // exponent > 0
@@ -84,6 +101,8 @@ struct TrainConfig {
   int64_t eval_every_steps = 0;          // `train.eval_every_steps`: 0 = only at the end
   int64_t log_every_steps = 10;          // `train.log_every_steps` >= 1
   int64_t threads = 1;                   // `train.threads`: BLAS threads per worker, >= 1
+  // `train.loss_weights`: the weight of each label's loss in the sum; empty = all 1.
+  std::vector<double> loss_weights;
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 
@@ -161,7 +180,10 @@ struct JobConfig {
   ClusterConfig cluster;
   ModelConfig model;
   TableConfig table_default;                  // `tables.default`
-  std::map<std::string, TableConfig> tables;  // every table C1..Cn, defaults + overrides applied
+  std::map<std::string, TableConfig> tables;  // every table, defaults + overrides applied
+  // `features.<name>`, in the order they were written (the model's input order). Empty: the
+  // Criteo layout, features C1..Cn each looking up its own table.
+  std::vector<std::pair<std::string, FeatureConfig>> features;
   DataConfig data;
   TrainConfig train;
   PsConfig ps;
@@ -181,6 +203,10 @@ struct JobConfig {
 
   friend bool operator==(const JobConfig&, const JobConfig&) = default;
 };
+
+// The tables in their id order: C1..Cn without a `features` section, else in the order the
+// features first name them.
+std::vector<std::string> TableNames(const JobConfig& job);
 
 // Checks one "host:port" address (port 0..65535, 0 = ephemeral; an IPv6 host in brackets).
 // kInvalidArgument says what is wrong, without naming a key.

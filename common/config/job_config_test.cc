@@ -446,8 +446,8 @@ TEST(JobConfigTest, ComputationHashIsStable) {
   // Golden value: the hash must not depend on the process (pointers, map order, locale). It
   // changes when a computation key or its default changes, which is exactly when peers built
   // from different sources must refuse each other; update it deliberately.
-  // (1ed76ee8...: ps.wire_precision joined the computation keys, issue 21.)
-  EXPECT_EQ(h, "1ed76ee86c8372a0");
+  // (7ec1bb39...: tables.*.dim, data.labels, data.text.*, train.loss_weights joined, issue 18.)
+  EXPECT_EQ(h, "7ec1bb390db48473");
 }
 
 TEST(JobConfigTest, ComputationHashIgnoresSpelling) {
@@ -500,5 +500,94 @@ TEST(JobConfigTest, LoadJobConfigMissingFile) {
   EXPECT_EQ(c.status().message().rfind("/nonexistent/job.yaml: cannot read", 0), 0u) << c.status();
 }
 
+
+// Issue 18: a feature schema beside the Criteo default.
+constexpr char kFeatures[] = R"(data:
+  format: synthetic
+  labels: [click, conversion]
+features:
+  user: {table: users}
+  item: {table: items}
+  history: {table: items, max_len: 20, pooling: mean}
+tables:
+  items: {dim: 16}
+  users: {dim: 8}
+model:
+  interaction: concat
+  top_mlp: [32, 2]
+train:
+  loss_weights: [1, 0.5]
+)";
+
+TEST(JobConfigTest, FeaturesNameTheirTablesInOrder) {
+  JobConfig c = ParseOk(kFeatures);
+  ASSERT_EQ(c.features.size(), 3u);
+  EXPECT_EQ(c.features[0].first, "user");
+  EXPECT_EQ(c.features[2].first, "history");
+  EXPECT_EQ(c.features[2].second.table, "items");
+  EXPECT_EQ(c.features[2].second.max_len, 20);
+  EXPECT_EQ(c.features[2].second.pooling, "mean");
+  EXPECT_EQ(c.data.num_categorical, 3);
+  EXPECT_EQ(TableNames(c), (std::vector<std::string>{"users", "items"}));
+  EXPECT_EQ(c.tables.at("users").dim, 8);
+  EXPECT_EQ(c.tables.at("items").dim, 16);
+  EXPECT_EQ(c.train.loss_weights, (std::vector<double>{1, 0.5}));
+  // The default layout: C1..Cn, each its own table.
+  JobConfig d = ParseOk("data: {num_categorical: 3}\n");
+  EXPECT_TRUE(d.features.empty());
+  EXPECT_EQ(TableNames(d), (std::vector<std::string>{"C1", "C2", "C3"}));
+  EXPECT_EQ(d.data.labels, (std::vector<std::string>{"label"}));
+}
+
+TEST(JobConfigTest, FeaturesRoundTripAndTheirOrderIsPartOfTheComputation) {
+  JobConfig c = ParseOk(kFeatures);
+  StatusOr<JobConfig> again = Parse(c.ToYaml());
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << c.ToYaml();
+  EXPECT_EQ(*again, c);
+  std::string swapped = kFeatures;
+  swapped.replace(swapped.find("  user: {table: users}\n"), 23, "");
+  swapped.insert(swapped.find("  history:"), "  user: {table: users}\n");
+  JobConfig s = ParseOk(swapped);
+  EXPECT_EQ(s.features[1].first, "user");
+  EXPECT_NE(s.ComputationHash(), c.ComputationHash());
+  // --set adds a feature or changes one key of it.
+  JobConfig o = ParseOk(kFeatures, {"features.history.max_len=50", "features.query.table=items"});
+  EXPECT_EQ(o.features[2].second.max_len, 50);
+  ASSERT_EQ(o.features.size(), 4u);
+  EXPECT_EQ(o.features[3].first, "query");
+  EXPECT_NE(o.ComputationHash(), c.ComputationHash());
+}
+
+TEST(JobConfigTest, FeatureSchemaErrorsNameTheKey) {
+  const std::string base = kFeatures;
+  struct Case {
+    std::vector<std::string> sets;
+    std::string want;
+  };
+  for (const Case& k : std::vector<Case>{
+           {{"data.num_categorical=4"}, "data.num_categorical: must equal the number of features (3)"},
+           {{"model.top_mlp=[32, 1]"}, "model.top_mlp: last layer must be 2"},
+           {{"train.loss_weights=[1]"}, "train.loss_weights: needs one weight per"},
+           {{"features.history.max_len=0"}, "features.history.max_len:"},
+           {{"features.history.pooling=max"}, "features.history.pooling:"},
+           {{"features.history.colour=red"}, "features.history.colour: unknown key"},
+           {{"tables.nope.lr=0.1"}, "tables.nope: unknown table (no feature looks it up)"},
+           {{"model.interaction=dot", "model.bottom_mlp=[16]", "model.embedding_dim=16"},
+            "tables.users.dim: 8 differs from model.embedding_dim 16"},
+           {{"data.format=criteo", "data.train=x"}, "data.format: criteo records hold one label"},
+           {{"data.labels=[click, click]", "model.top_mlp=[32, 2]"}, "data.labels: label names"},
+           {{"features.click.table=x"}, "features.click: the name is already used by a label"},
+           {{"data.text.list_separator=\t"}, "data.text.separator: the separators must be"},
+           {{"data.text.columns=[click, conversion, I1, nope]"}, "unknown column \"nope\""},
+           {{"data.text.columns=[conversion, I1, user]"}, "has no column for label \"click\""},
+       }) {
+    std::vector<Override> o;
+    for (const std::string& s : k.sets) o.push_back({s});
+    StatusOr<JobConfig> c = ParseJobConfig(base, "job.yaml", o);
+    ASSERT_FALSE(c.ok()) << k.want;
+    EXPECT_NE(c.status().message().find(k.want), std::string::npos)
+        << c.status().message() << "\nwant: " << k.want;
+  }
+}
 }  // namespace
 }  // namespace tandem::config
