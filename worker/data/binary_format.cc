@@ -55,7 +55,8 @@ Status CheckHeader(const Header& h, const std::string& path, const std::optional
       h.record_size != BinaryRecordSize(s)) {
     return Status::DataLoss(path + ": corrupt header (field counts or record size)");
   }
-  if (expect && !(*expect == s)) {
+  if (expect && (expect->num_dense != s.num_dense ||
+                 expect->num_categorical != s.num_categorical || !expect->single_hot())) {
     return Status::InvalidArgument(
         path + ": field counts " + std::to_string(s.num_dense) + " dense / " +
         std::to_string(s.num_categorical) + " categorical, the job expects " +
@@ -130,7 +131,8 @@ Status BinaryReader::Read(int64_t n, Sample* out) const {
   TANDEM_RETURN_IF_ERROR(
       Pread(scratch_.data(), record_size_, kBinaryHeaderSize + uint64_t(n) * record_size_));
   const char* p = scratch_.data();
-  std::memcpy(&out->label, p, 4);
+  out->labels.resize(1);
+  std::memcpy(out->labels.data(), p, 4);
   std::memcpy(&out->weight, p + 4, 4);
   std::memcpy(out->dense.data(), p + 8, 4 * out->dense.size());
   std::memcpy(out->cat.data(), p + 8 + 4 * out->dense.size(), 8 * out->cat.size());
@@ -174,7 +176,7 @@ Status BinaryWriter::Append(const Sample& s) {
   const auto put = [this](const void* p, size_t n) {
     buf_.insert(buf_.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
   };
-  put(&s.label, 4);
+  put(s.labels.data(), 4);
   put(&s.weight, 4);
   put(s.dense.data(), 4 * s.dense.size());
   put(s.cat.data(), 8 * s.cat.size());

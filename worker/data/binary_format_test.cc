@@ -20,7 +20,7 @@ SyntheticSpec Spec(uint64_t seed, int64_t vocab, Schema schema = {}, uint32_t st
 
 Sample Numbered(int n, const Schema& schema = {}) {
   Sample s(schema);
-  s.label = n % 2;
+  s.labels[0] = n % 2;
   s.weight = 1;
   for (size_t d = 0; d < s.dense.size(); ++d) s.dense[d] = n + 0.25f * d;
   for (size_t f = 0; f < s.cat.size(); ++f) s.cat[f] = uint64_t(n) << 20 | f;

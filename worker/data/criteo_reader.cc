@@ -43,8 +43,8 @@ uint64_t CachedMissingId(int field) {
   return field < kCachedMissingIds ? ids[field] : MissingId(field);
 }
 
-bool Fail(Sample* out, const char** why, const char* reason) {
-  MakeBadSample(out);
+bool Fail(const Schema& schema, Sample* out, const char** why, const char* reason) {
+  MakeBadSample(schema, out);
   if (why) *why = reason;
   return false;
 }
@@ -60,9 +60,9 @@ bool ParseCriteoLine(std::string_view line, const Schema& schema, Sample* out, c
   const char* const end = p + line.size();
   // Label: exactly "0" or "1" before the first tab (or the end).
   if (p == end || (*p != '0' && *p != '1') || (p + 1 != end && p[1] != '\t')) {
-    return Fail(out, why, "bad label (want 0 or 1)");
+    return Fail(schema, out, why, "bad label (want 0 or 1)");
   }
-  out->label = *p == '1' ? 1.0f : 0.0f;
+  out->labels[0] = *p == '1' ? 1.0f : 0.0f;
   // Invariant below: `more` says whether another field follows, and then p is its first byte.
   bool more = p + 1 != end;
   p += more ? 2 : 1;  // never past `end`
@@ -70,22 +70,22 @@ bool ParseCriteoLine(std::string_view line, const Schema& schema, Sample* out, c
   const float* table = DenseTransformTable();
   float* dense = out->dense.data();
   for (int i = 0; i < schema.num_dense; ++i) {
-    if (!more) return Fail(out, why, "too few fields");
+    if (!more) return Fail(schema, out, why, "too few fields");
     const char* q = p;
     const bool negative = q != end && *q == '-';
     q += negative;
     const char* const digits = q;
     uint64_t v = 0;
     for (; q != end && static_cast<unsigned>(*q - '0') < 10; ++q) v = v * 10 + (*q - '0');
-    if (q != end && *q != '\t') return Fail(out, why, "bad integer field");
+    if (q != end && *q != '\t') return Fail(schema, out, why, "bad integer field");
     if (q == p) {
       dense[i] = 0;  // missing integer: transform(0)
     } else if (q == digits) {
-      return Fail(out, why, "bad integer field");  // a lone "-"
+      return Fail(schema, out, why, "bad integer field");  // a lone "-"
     } else if (q - digits > kMaxSafeDecimalDigits) {
       int64_t wide = 0;
       const auto r = std::from_chars(p, q, wide);
-      if (r.ec != std::errc() || r.ptr != q) return Fail(out, why, "bad integer field");
+      if (r.ec != std::errc() || r.ptr != q) return Fail(schema, out, why, "bad integer field");
       dense[i] = DenseTransform(wide);
     } else if (negative || v == 0) {
       dense[i] = 0;  // log(1 + max(x, 0))
@@ -100,7 +100,7 @@ bool ParseCriteoLine(std::string_view line, const Schema& schema, Sample* out, c
 
   uint64_t* cat = out->cat.data();
   for (int i = 0; i < schema.num_categorical; ++i) {
-    if (!more) return Fail(out, why, "too few fields");
+    if (!more) return Fail(schema, out, why, "too few fields");
     const char* q = p;
     uint64_t v = 0;
     for (; q != end; ++q) {
@@ -108,20 +108,22 @@ bool ParseCriteoLine(std::string_view line, const Schema& schema, Sample* out, c
       if (d > 15) break;
       v = v << 4 | d;
     }
-    if (q != end && *q != '\t') return Fail(out, why, "bad hex categorical field");
+    if (q != end && *q != '\t') return Fail(schema, out, why, "bad hex categorical field");
+    // Ids are keyed by table, so features that share a table share ids.
+    const int table = schema.table_of(i);
     if (q == p) {
-      cat[i] = CachedMissingId(i);
+      cat[i] = CachedMissingId(table);
     } else {
       if (q - p > kMaxSafeHexDigits) {
         const auto r = std::from_chars(p, q, v, 16);
-        if (r.ec != std::errc() || r.ptr != q) return Fail(out, why, "bad hex categorical field");
+        if (r.ec != std::errc() || r.ptr != q) return Fail(schema, out, why, "bad hex categorical field");
       }
-      cat[i] = internal::CategoricalIdInline(i, v);
+      cat[i] = internal::CategoricalIdInline(table, v);
     }
     more = q != end;
     p = q + more;
   }
-  if (more) return Fail(out, why, "too many fields");
+  if (more) return Fail(schema, out, why, "too many fields");
   out->weight = 1;
   return true;
 }

@@ -24,7 +24,7 @@ std::string Line(const std::string& label, const std::string& i1, const std::str
 TEST(CriteoParse, GoodLine) {
   Sample s;
   ASSERT_TRUE(ParseCriteoLine(Line("1", "5", "68fd1e64"), {}, &s));
-  EXPECT_EQ(s.label, 1.0f);
+  EXPECT_EQ(s.label(), 1.0f);
   EXPECT_EQ(s.weight, 1.0f);
   EXPECT_FLOAT_EQ(s.dense[0], std::log(6.0f));
   EXPECT_FLOAT_EQ(s.dense[12], std::log(13.0f));
@@ -36,7 +36,7 @@ TEST(CriteoParse, GoodLine) {
 TEST(CriteoParse, EmptyFieldsNegativeIntsAndCr) {
   Sample s;
   ASSERT_TRUE(ParseCriteoLine(Line("0", "-3", "") + "\r", {}, &s));
-  EXPECT_EQ(s.label, 0.0f);
+  EXPECT_EQ(s.label(), 0.0f);
   EXPECT_EQ(s.dense[0], 0.0f);  // log(1 + max(-3, 0))
   EXPECT_EQ(s.cat[0], MissingId(0));
   EXPECT_NE(MissingId(0), MissingId(1));
@@ -65,7 +65,7 @@ TEST(CriteoParse, MalformedLinesGetWeightZero) {
 // what a line means, which the single-pass parser must match value for value.
 bool ReferenceParse(std::string_view line, const Schema& schema, Sample* out, const char** why) {
   auto fail = [&](const char* reason) {
-    MakeBadSample(out);
+    MakeBadSample(schema, out);
     *why = reason;
     return false;
   };
@@ -84,7 +84,7 @@ bool ReferenceParse(std::string_view line, const Schema& schema, Sample* out, co
   };
   std::string_view f;
   if (!next(&f) || (f != "0" && f != "1")) return fail("bad label (want 0 or 1)");
-  out->label = f == "1" ? 1.0f : 0.0f;
+  out->labels[0] = f == "1" ? 1.0f : 0.0f;
   for (int i = 0; i < schema.num_dense; ++i) {
     if (!next(&f)) return fail("too few fields");
     int64_t v = 0;

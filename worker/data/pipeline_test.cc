@@ -48,7 +48,7 @@ TEST(Batch, DedupInverseRebuildsIds) {
     EXPECT_LT(batch.unique_ids[f].size(), 64u);  // Zipf over 30 values repeats
     for (int i = 0; i < batch.size; ++i) {
       EXPECT_EQ(batch.unique_ids[f][batch.inverse[f][i]],
-                batch.cat[i * kSmall.num_categorical + f]);
+                batch.ids[f][i]);
     }
     EXPECT_EQ(batch.inverse[f][0], 0u);  // first-occurrence order
   }
@@ -132,7 +132,8 @@ void ExpectSameBatch(const Batch& a, const Batch& b) {
   EXPECT_TRUE(bits(a.label, b.label));
   EXPECT_TRUE(bits(a.weight, b.weight));
   EXPECT_TRUE(bits(a.dense, b.dense));
-  EXPECT_EQ(a.cat, b.cat);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.offsets, b.offsets);
   EXPECT_EQ(a.unique_ids, b.unique_ids);
   EXPECT_EQ(a.inverse, b.inverse);
 }

@@ -41,55 +41,115 @@ uint64_t MissingId(int field) {
   return XXH3_64bits_withSeed(&f, sizeof(f), kMissingSeed);
 }
 
-void MakeBadSample(Sample* out) {
-  out->label = 0;
+int Schema::num_tables() const {
+  if (table.empty()) return num_categorical;
+  int n = 0;
+  for (int t : table) n = std::max(n, t + 1);
+  return n;
+}
+
+bool Schema::single_hot() const {
+  return num_labels == 1 &&
+         std::all_of(max_len.begin(), max_len.end(), [](int len) { return len == 1; });
+}
+
+Sample::Sample(const Schema& schema)
+    : labels(schema.num_labels),
+      dense(schema.num_dense),
+      cat(schema.num_categorical),
+      offsets(schema.num_categorical + 1) {
+  for (size_t f = 0; f < offsets.size(); ++f) offsets[f] = static_cast<uint32_t>(f);
+}
+
+void MakeBadSample(const Schema& schema, Sample* out) {
+  out->labels.assign(schema.num_labels, 0.0f);
   out->weight = 0;
-  std::fill(out->dense.begin(), out->dense.end(), 0.0f);
-  for (size_t f = 0; f < out->cat.size(); ++f) out->cat[f] = MissingId(static_cast<int>(f));
+  out->dense.assign(schema.num_dense, 0.0f);
+  const auto nc = static_cast<size_t>(schema.num_categorical);
+  out->cat.resize(nc);
+  out->offsets.resize(nc + 1);
+  for (size_t f = 0; f < nc; ++f) {
+    out->cat[f] = MissingId(schema.table_of(static_cast<int>(f)));
+    out->offsets[f] = static_cast<uint32_t>(f);
+  }
+  out->offsets[nc] = static_cast<uint32_t>(nc);
 }
 
 void Batch::Reset(const Schema& s, int b) {
   schema = s;
   size = b;
   bad_count = 0;
-  label.resize(b);
+  label.resize(static_cast<size_t>(b) * s.num_labels);
   weight.resize(b);
   dense.resize(static_cast<size_t>(b) * s.num_dense);
-  cat.resize(static_cast<size_t>(b) * s.num_categorical);
-  unique_ids.resize(s.num_categorical);
+  offsets.resize(s.num_categorical);
+  ids.resize(s.num_categorical);
   inverse.resize(s.num_categorical);
-  for (auto& inv : inverse) inv.resize(b);
+  for (int f = 0; f < s.num_categorical; ++f) {
+    offsets[f].resize(static_cast<size_t>(b) + 1);
+    offsets[f][0] = 0;
+    // Capacity for full bags, so that Set appends without reallocating in steady state.
+    ids[f].reserve(static_cast<size_t>(b) * s.max_len_of(f));
+    ids[f].clear();
+  }
+  unique_ids.resize(s.num_tables());
 }
 
 void Batch::Set(int i, const Sample& sample) {
-  label[i] = sample.label;
+  const int nl = schema.num_labels;
+  std::copy_n(sample.labels.begin(), nl, label.begin() + static_cast<size_t>(i) * nl);
   weight[i] = sample.weight;
   if (sample.weight == 0) ++bad_count;
   std::copy(sample.dense.begin(), sample.dense.end(),
             dense.begin() + static_cast<size_t>(i) * schema.num_dense);
-  std::copy(sample.cat.begin(), sample.cat.end(),
-            cat.begin() + static_cast<size_t>(i) * schema.num_categorical);
+  if (i == 0) {
+    for (auto& f : ids) f.clear();
+  }
+  for (int f = 0; f < schema.num_categorical; ++f) {
+    auto& out = ids[f];
+    out.insert(out.end(), sample.cat.begin() + sample.offsets[f],
+               sample.cat.begin() + sample.offsets[f + 1]);
+    offsets[f][i + 1] = static_cast<int64_t>(out.size());
+  }
 }
 
 void Batch::Get(int i, Sample* out) const {
-  out->label = label[i];
+  const size_t nl = schema.num_labels;
+  out->labels.assign(label.begin() + i * nl, label.begin() + (i + 1) * nl);
   out->weight = weight[i];
-  const size_t nd = schema.num_dense, nc = schema.num_categorical;
+  const size_t nd = schema.num_dense;
   out->dense.assign(dense.begin() + i * nd, dense.begin() + (i + 1) * nd);
-  out->cat.assign(cat.begin() + i * nc, cat.begin() + (i + 1) * nc);
+  out->cat.clear();
+  out->offsets.assign(1, 0);
+  for (int f = 0; f < schema.num_categorical; ++f) {
+    out->cat.insert(out->cat.end(), ids[f].begin() + offsets[f][i],
+                    ids[f].begin() + offsets[f][i + 1]);
+    out->offsets.push_back(static_cast<uint32_t>(out->cat.size()));
+  }
 }
 
 void Batch::Dedup() {
   const int nc = schema.num_categorical;
-  for (int f = 0; f < nc; ++f) {
-    index_.Reset(size);
-    auto& ids = unique_ids[f];
-    ids.clear();  // keeps capacity
-    for (int i = 0; i < size; ++i) {
-      const uint64_t id = cat[static_cast<size_t>(i) * nc + f];
-      auto [pos, inserted] = index_.Insert(id);
-      if (inserted) ids.push_back(id);
-      inverse[f][i] = pos;
+  const int nt = schema.num_tables();
+  for (int t = 0; t < nt; ++t) unique_ids[t].clear();  // keeps capacity
+  // Tables are numbered by first use, so a table's features are visited in feature order.
+  for (int t = 0; t < nt; ++t) {
+    size_t lookups = 0;
+    for (int f = 0; f < nc; ++f) {
+      if (schema.table_of(f) == t) lookups += ids[f].size();
+    }
+    index_.Reset(static_cast<int64_t>(lookups));
+    auto& uniq = unique_ids[t];
+    for (int f = 0; f < nc; ++f) {
+      if (schema.table_of(f) != t) continue;
+      const auto& in = ids[f];
+      auto& inv = inverse[f];
+      inv.resize(in.size());
+      for (size_t k = 0; k < in.size(); ++k) {
+        auto [pos, inserted] = index_.Insert(in[k]);
+        if (inserted) uniq.push_back(in[k]);
+        inv[k] = pos;
+      }
     }
   }
 }

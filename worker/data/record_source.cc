@@ -19,9 +19,11 @@ CriteoSource::~CriteoSource() {
 
 StatusOr<std::unique_ptr<CriteoSource>> CriteoSource::Open(const std::vector<std::string>& paths,
                                                            const Schema& schema,
-                                                           int64_t block_lines) {
+                                                           int64_t block_lines,
+                                                           const TextLayout* layout) {
   std::unique_ptr<CriteoSource> s(new CriteoSource);
   s->schema_ = schema;
+  if (layout) s->layout_ = *layout;
   s->paths_ = paths;
   for (size_t i = 0; i < paths.size(); ++i) {
     const int fd = ::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC);
@@ -30,7 +32,7 @@ StatusOr<std::unique_ptr<CriteoSource>> CriteoSource::Open(const std::vector<std
     TANDEM_RETURN_IF_ERROR(s->IndexFile(static_cast<int>(i), block_lines));
   }
   if (s->num_records_ == 0) {
-    return Status::InvalidArgument("criteo data: no lines in " +
+    return Status::InvalidArgument(std::string(layout ? "text" : "criteo") + " data: no lines in " +
                                    (paths.empty() ? std::string("(no files)") : paths[0]) +
                                    (paths.size() > 1 ? " and the other files" : ""));
   }
@@ -88,6 +90,7 @@ Status CriteoSource::LoadBlock(size_t k) {
 StatusOr<std::unique_ptr<RecordSource>> CriteoSource::Clone() const {
   std::unique_ptr<CriteoSource> s(new CriteoSource);
   s->schema_ = schema_;
+  s->layout_ = layout_;
   s->paths_ = paths_;
   s->blocks_ = blocks_;
   s->num_records_ = num_records_;
@@ -107,7 +110,9 @@ Status CriteoSource::Read(int64_t index, Sample* out) {
   const Block& b = blocks_[k];
   const int64_t j = index - b.first_record;
   const char* why = nullptr;
-  if (!ParseCriteoLine(lines_[j], schema_, out, &why)) {
+  const bool ok = layout_ ? ParseTextLine(lines_[j], *layout_, schema_, out, &why)
+                          : ParseCriteoLine(lines_[j], schema_, out, &why);
+  if (!ok) {
     bad_.Add(paths_[b.file], b.first_line + j, why);
   }
   return Status::Ok();
@@ -170,9 +175,25 @@ StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern) {
   return paths;
 }
 
-StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::DataConfig& config, uint64_t seed,
+Schema SchemaFromConfig(const config::JobConfig& job) {
+  Schema schema{static_cast<int>(job.data.num_dense), static_cast<int>(job.data.num_categorical),
+                static_cast<int>(job.data.labels.size())};
+  if (job.features.empty()) return schema;  // Criteo: identity tables, one id each
+  const std::vector<std::string> tables = config::TableNames(job);
+  for (const auto& [name, f] : job.features) {
+    const std::string& table = f.table.empty() ? name : f.table;
+    schema.table.push_back(
+        static_cast<int>(std::find(tables.begin(), tables.end(), table) - tables.begin()));
+    schema.max_len.push_back(static_cast<int>(f.max_len));
+    schema.mean.push_back(f.pooling == "mean");
+  }
+  return schema;
+}
+
+StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::JobConfig& job, uint64_t seed,
                                                    bool eval) {
-  const Schema schema{static_cast<int>(config.num_dense), static_cast<int>(config.num_categorical)};
+  const config::DataConfig& config = job.data;
+  const Schema schema = SchemaFromConfig(job);
   if (config.format == "synthetic") {
     SyntheticSpec spec{seed, schema, config.synthetic_vocab, config.synthetic_zipf, eval ? 1u : 0u};
     const int64_t n = eval ? config.synthetic_eval_rows : kSyntheticTrainRecords;
@@ -188,11 +209,17 @@ StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::DataConfig& con
     TANDEM_ASSIGN_OR_RETURN(auto s, CriteoSource::Open(paths, schema));
     return std::unique_ptr<RecordSource>(std::move(s));
   }
+  if (config.format == "text") {
+    TANDEM_ASSIGN_OR_RETURN(TextLayout layout, TextLayout::FromConfig(job));
+    TANDEM_ASSIGN_OR_RETURN(auto s,
+                            CriteoSource::Open(paths, schema, CriteoSource::kBlockLines, &layout));
+    return std::unique_ptr<RecordSource>(std::move(s));
+  }
   if (config.format == "binary") {
     TANDEM_ASSIGN_OR_RETURN(auto s, BinarySource::Open(paths, schema));
     return std::unique_ptr<RecordSource>(std::move(s));
   }
-  return Status::InvalidArgument("data.format must be criteo, binary or synthetic, not " +
+  return Status::InvalidArgument("data.format must be criteo, text, binary or synthetic, not " +
                                  config.format);
 }
 

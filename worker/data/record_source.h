@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "worker/data/order.h"
 #include "worker/data/record.h"
 #include "worker/data/synthetic.h"
+#include "worker/data/text_format.h"
 
 namespace tandem::data {
 
@@ -39,14 +41,16 @@ class RecordSource {
   BadLineLog bad_;
 };
 
-// Criteo TSV files, concatenated in the given order. Open scans them once (memchr only) to
-// index blocks of `block_lines` lines; Read parses lines from the current block, read whole.
+// Text files, concatenated in the given order: Criteo TSV, or the general text format when a
+// layout is given. Open scans them once (memchr only) to index blocks of `block_lines` lines;
+// Read parses lines from the current block, read whole.
 class CriteoSource : public RecordSource {
  public:
   static constexpr int64_t kBlockLines = 4096;
   static StatusOr<std::unique_ptr<CriteoSource>> Open(const std::vector<std::string>& paths,
                                                       const Schema& schema,
-                                                      int64_t block_lines = kBlockLines);
+                                                      int64_t block_lines = kBlockLines,
+                                                      const TextLayout* layout = nullptr);
   ~CriteoSource() override;
   const Schema& schema() const override { return schema_; }
   int64_t num_records() const override { return num_records_; }
@@ -67,6 +71,7 @@ class CriteoSource : public RecordSource {
   Status LoadBlock(size_t k);
 
   Schema schema_;
+  std::optional<TextLayout> layout_;  // general text format; none = Criteo
   std::vector<std::string> paths_;
   std::vector<int> fds_;
   std::vector<Block> blocks_;
@@ -119,9 +124,12 @@ StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern);
 // a run rarely repeats a record, and finite, so the order is still a permutation.
 inline constexpr int64_t kSyntheticTrainRecords = int64_t{1} << 40;
 
-// The train (or eval) source that `config` describes. Synthetic eval has
+// The data schema of a job: data.num_dense, the features (or C1..Cn), data.labels.
+Schema SchemaFromConfig(const config::JobConfig& job);
+
+// The train (or eval) source that `job` describes. Synthetic eval has
 // data.synthetic_eval_rows records of stream 1.
-StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::DataConfig& config, uint64_t seed,
+StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::JobConfig& job, uint64_t seed,
                                                    bool eval);
 
 }  // namespace tandem::data

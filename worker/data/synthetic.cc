@@ -13,6 +13,7 @@
 #include "common/errno_status.h"
 #include "worker/data/auc.h"
 #include "worker/data/binary_format.h"
+#include "worker/data/text_format.h"
 
 namespace tandem::data {
 namespace {
@@ -23,6 +24,7 @@ using embedding::Philox4x32;
 constexpr uint32_t kRecordTag = 0x72656364;   // "recd"
 constexpr uint32_t kTeacherTag = 0x74636872;  // "tchr"
 constexpr uint32_t kDenseTag = 0x646e7365;    // "dnse"
+constexpr uint32_t kBagTag = 0x62616773;      // "bags"
 
 // Teacher shape. The scales put the logit's spread near Criteo's (teacher AUC ~0.8).
 constexpr double kBias = -1.0;
@@ -44,6 +46,16 @@ std::array<uint32_t, 4> Draw(const SyntheticSpec& s, int64_t n, uint32_t j) {
   return Philox4x32(
       {static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32), s.stream ^ kRecordTag, j},
       {static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32)});
+}
+
+Status WriteAll(int fd, const std::string& buf, const std::string& path) {
+  for (size_t off = 0; off < buf.size();) {
+    const ssize_t w = ::write(fd, buf.data() + off, buf.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return ErrnoToStatus(errno, "write " + path);
+    off += static_cast<size_t>(w);
+  }
+  return Status::Ok();
 }
 
 std::array<uint32_t, 4> TeacherDraw(uint64_t seed, uint32_t tag, uint32_t field, uint64_t v) {
@@ -83,16 +95,30 @@ uint64_t SyntheticGenerator::SampleZipf(uint64_t u53) const {
   return static_cast<uint64_t>(std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
 }
 
-double SyntheticGenerator::TeacherLogit(const RawRecord& r) const {
-  double logit = kBias;
+double SyntheticGenerator::TeacherLogit(const RawRecord& r, int task) const {
+  // Task 0 keeps the single-task teacher's tags and bias; later tasks (say, conversions) are
+  // rarer and weigh ids by their own draws.
+  const uint32_t tag = kTeacherTag + static_cast<uint32_t>(task);
+  double logit = task == 0 ? kBias : kBias - 0.5;
   double fm[kFmFields][kFmDim] = {};
-  for (size_t f = 0; f < r.cat.size(); ++f) {
-    // A missing value is its own "rank" (vocab), with its own weight.
-    const uint64_t v = r.cat[f] == RawRecord::kMissingCat ? spec_.vocab : r.cat[f];
-    const auto w = TeacherDraw(spec_.seed, kTeacherTag, static_cast<uint32_t>(f), v);
-    logit += kIdWeightScale * Signed(w[0]);
+  const Schema& schema = spec_.schema;
+  for (int f = 0; f < schema.num_categorical; ++f) {
+    const auto table = static_cast<uint32_t>(schema.table_of(f));
+    const uint32_t begin = r.offsets[f], end = r.offsets[f + 1];
+    if (begin == end) continue;  // an empty bag adds nothing
+    // A bag weighs in by the mean of its ids' weights (a single id: its weight).
+    double weight = 0, vec[kFmDim] = {};
+    for (uint32_t k = begin; k < end; ++k) {
+      // A missing value is its own "rank" (vocab), with its own weight.
+      const uint64_t v = r.cat[k] == RawRecord::kMissingCat ? spec_.vocab : r.cat[k];
+      const auto w = TeacherDraw(spec_.seed, tag, table, v);
+      weight += Signed(w[0]);
+      for (int d = 0; d < kFmDim; ++d) vec[d] += Signed(w[1 + d]);
+    }
+    const double inv = end - begin == 1 ? 1.0 : 1.0 / static_cast<double>(end - begin);
+    logit += kIdWeightScale * (weight * inv);
     if (f < kFmFields) {
-      for (int d = 0; d < kFmDim; ++d) fm[f][d] = kFmScale * Signed(w[1 + d]);
+      for (int d = 0; d < kFmDim; ++d) fm[f][d] = kFmScale * (vec[d] * inv);
     }
   }
   for (int a = 0; a < kFmFields; ++a) {
@@ -111,9 +137,11 @@ double SyntheticGenerator::TeacherLogit(const RawRecord& r) const {
 }
 
 void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
-  const int nd = spec_.schema.num_dense, nc = spec_.schema.num_categorical;
+  const Schema& schema = spec_.schema;
+  const int nd = schema.num_dense, nc = schema.num_categorical;
   out->dense.resize(nd);
-  out->cat.resize(nc);
+  out->cat.clear();
+  out->offsets.resize(nc + 1);
   uint32_t j = 0;
   for (int d = 0; d < nd; d += 2) {  // two dense fields per Philox call
     const auto w = Draw(spec_, n, j++);
@@ -127,39 +155,64 @@ void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
     }
   }
   for (int f = 0; f < nc; ++f) {
+    out->offsets[f] = static_cast<uint32_t>(out->cat.size());
     const auto w = Draw(spec_, n, j++);
-    const bool missing = f % 3 == 0 && w[2] % 32 == 0;  // some fields have gaps
-    out->cat[f] =
-        missing ? RawRecord::kMissingCat : SampleZipf((uint64_t{w[0]} << 21) ^ (w[1] >> 11));
+    const int max_len = schema.max_len_of(f);
+    if (max_len == 1) {
+      const bool missing = f % 3 == 0 && w[2] % 32 == 0;  // some fields have gaps
+      out->cat.push_back(missing ? RawRecord::kMissingCat
+                                 : SampleZipf((uint64_t{w[0]} << 21) ^ (w[1] >> 11)));
+      continue;
+    }
+    // A bag: its length from this draw, its ids from a stream of their own.
+    const uint32_t len = w[3] % static_cast<uint32_t>(max_len + 1);
+    for (uint32_t k = 0; k < len; k += 2) {
+      const auto b = Philox4x32({static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32),
+                                 spec_.stream ^ kBagTag, static_cast<uint32_t>(f) << 16 | k},
+                                {static_cast<uint32_t>(spec_.seed),
+                                 static_cast<uint32_t>(spec_.seed >> 32)});
+      out->cat.push_back(SampleZipf((uint64_t{b[0]} << 21) ^ (b[1] >> 11)));
+      if (k + 1 < len) out->cat.push_back(SampleZipf((uint64_t{b[2]} << 21) ^ (b[3] >> 11)));
+    }
   }
-  out->p = 1.0 / (1.0 + DeterministicExp(-TeacherLogit(*out)));
-  const auto w = Draw(spec_, n, j++);
-  out->label = Uniform53(w[0], w[1]) < out->p ? 1.0f : 0.0f;
+  out->offsets[nc] = static_cast<uint32_t>(out->cat.size());
+  out->p.resize(schema.num_labels);
+  out->labels.resize(schema.num_labels);
+  for (int t = 0; t < schema.num_labels; ++t) {
+    out->p[t] = 1.0 / (1.0 + DeterministicExp(-TeacherLogit(*out, t)));
+    const auto w = Draw(spec_, n, j++);
+    out->labels[t] = Uniform53(w[0], w[1]) < out->p[t] ? 1.0f : 0.0f;
+  }
 }
 
-void ToSample(const RawRecord& raw, Sample* out) {
-  out->label = raw.label;
+void ToSample(const Schema& schema, const RawRecord& raw, Sample* out) {
+  out->labels.assign(raw.labels.begin(), raw.labels.end());
   out->weight = 1;
+  out->dense.resize(raw.dense.size());
   for (size_t d = 0; d < raw.dense.size(); ++d) {
     out->dense[d] = raw.dense[d] == RawRecord::kMissingDense ? 0.0f : DenseTransform(raw.dense[d]);
   }
-  for (size_t f = 0; f < raw.cat.size(); ++f) {
-    const int field = static_cast<int>(f);
-    out->cat[f] =
-        raw.cat[f] == RawRecord::kMissingCat ? MissingId(field) : CategoricalId(field, raw.cat[f]);
+  out->cat.resize(raw.cat.size());
+  out->offsets.assign(raw.offsets.begin(), raw.offsets.end());
+  for (int f = 0; f + 1 < static_cast<int>(raw.offsets.size()); ++f) {
+    const int table = schema.table_of(f);
+    for (uint32_t k = raw.offsets[f]; k < raw.offsets[f + 1]; ++k) {
+      out->cat[k] = raw.cat[k] == RawRecord::kMissingCat ? MissingId(table)
+                                                         : CategoricalId(table, raw.cat[k]);
+    }
   }
 }
 
 void SyntheticGenerator::Generate(int64_t n, Sample* out, double* teacher_p) const {
   thread_local RawRecord raw;  // reused: no allocation per record
   GenerateRaw(n, &raw);
-  ToSample(raw, out);
-  if (teacher_p) *teacher_p = raw.p;
+  ToSample(spec_.schema, raw, out);
+  if (teacher_p) *teacher_p = raw.p[0];
 }
 
 void AppendCriteoLine(const RawRecord& raw, std::string* out) {
   char buf[24];
-  out->push_back(raw.label > 0.5f ? '1' : '0');
+  out->push_back(raw.labels[0] > 0.5f ? '1' : '0');
   for (int64_t v : raw.dense) {
     out->push_back('\t');
     if (v == RawRecord::kMissingDense) continue;
@@ -172,6 +225,37 @@ void AppendCriteoLine(const RawRecord& raw, std::string* out) {
     const auto r = std::to_chars(buf, buf + sizeof(buf), v, 16);
     out->append(8 - std::min<size_t>(8, r.ptr - buf), '0');  // Criteo spells 8 hex digits
     out->append(buf, r.ptr);
+  }
+  out->push_back('\n');
+}
+
+void AppendTextLine(const RawRecord& raw, const TextLayout& layout, std::string* out) {
+  char buf[24];
+  for (size_t c = 0; c < layout.columns.size(); ++c) {
+    if (c > 0) out->push_back(layout.separator);
+    const TextLayout::Column& col = layout.columns[c];
+    switch (col.kind) {
+      case TextLayout::Kind::kSkip:
+        break;
+      case TextLayout::Kind::kLabel:
+        out->push_back(raw.labels[col.index] > 0.5f ? '1' : '0');
+        break;
+      case TextLayout::Kind::kDense: {
+        const int64_t v = raw.dense[col.index];
+        if (v == RawRecord::kMissingDense) break;
+        const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+        out->append(buf, r.ptr);
+        break;
+      }
+      case TextLayout::Kind::kFeature:
+        for (uint32_t k = raw.offsets[col.index]; k < raw.offsets[col.index + 1]; ++k) {
+          if (raw.cat[k] == RawRecord::kMissingCat) continue;
+          if (k > raw.offsets[col.index]) out->push_back(layout.list_separator);
+          const auto r = std::to_chars(buf, buf + sizeof(buf), raw.cat[k]);
+          out->append(buf, r.ptr);
+        }
+        break;
+    }
   }
   out->push_back('\n');
 }
@@ -192,24 +276,45 @@ StatusOr<double> WriteSyntheticCriteo(const std::string& path, const SyntheticSp
   Status status;
   for (int64_t n = 0; n < rows && status.ok(); ++n) {
     gen.GenerateRaw(n, &raw);
-    p[n] = raw.p;
-    labels[n] = raw.label;
+    p[n] = raw.p[0];
+    labels[n] = raw.labels[0];
     AppendCriteoLine(raw, &buf);
     if (buf.size() < (1 << 20) && n + 1 < rows) continue;
-    for (size_t off = 0; off < buf.size();) {
-      const ssize_t w = ::write(fd, buf.data() + off, buf.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        status = ErrnoToStatus(errno, "write " + path);
-        break;
-      }
-      off += static_cast<size_t>(w);
-    }
+    status = WriteAll(fd, buf, path);
     buf.clear();
   }
   if (::close(fd) != 0 && status.ok()) status = Status::Unavailable(path + ": close failed");
   TANDEM_RETURN_IF_ERROR(status);
   return TeacherAuc(p, labels);
+}
+
+StatusOr<std::vector<double>> WriteSyntheticText(const std::string& path, const SyntheticSpec& spec,
+                                                 const TextLayout& layout, int64_t rows) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + path);
+  const SyntheticGenerator gen(spec);
+  const int tasks = spec.schema.num_labels;
+  RawRecord raw;
+  std::vector<std::vector<double>> p(tasks, std::vector<double>(rows));
+  std::vector<std::vector<float>> labels(tasks, std::vector<float>(rows));
+  std::string buf;
+  Status status;
+  for (int64_t n = 0; n < rows && status.ok(); ++n) {
+    gen.GenerateRaw(n, &raw);
+    for (int t = 0; t < tasks; ++t) {
+      p[t][n] = raw.p[t];
+      labels[t][n] = raw.labels[t];
+    }
+    AppendTextLine(raw, layout, &buf);
+    if (buf.size() < (1 << 20) && n + 1 < rows) continue;
+    status = WriteAll(fd, buf, path);
+    buf.clear();
+  }
+  if (::close(fd) != 0 && status.ok()) status = Status::Unavailable(path + ": close failed");
+  TANDEM_RETURN_IF_ERROR(status);
+  std::vector<double> aucs;
+  for (int t = 0; t < tasks; ++t) aucs.push_back(TeacherAuc(p[t], labels[t]));
+  return aucs;
 }
 
 StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSpec& spec,
@@ -221,7 +326,7 @@ StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSp
   std::vector<float> labels(rows);
   for (int64_t n = 0; n < rows; ++n) {
     gen.Generate(n, &sample, &p[n]);
-    labels[n] = sample.label;
+    labels[n] = sample.labels[0];
     TANDEM_RETURN_IF_ERROR(writer->Append(sample));
   }
   TANDEM_RETURN_IF_ERROR(writer->Finish());

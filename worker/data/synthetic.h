@@ -24,14 +24,18 @@ struct SyntheticSpec {
   uint32_t stream = 0;     // 0 = train, 1 = eval: same teacher, disjoint records
 };
 
-// A record before the feature transform, i.e. what a Criteo line spells.
+// A record before the feature transform, i.e. what a Criteo or text line spells.
 struct RawRecord {
   static constexpr int64_t kMissingDense = INT64_MIN;
   static constexpr uint64_t kMissingCat = UINT64_MAX;
-  float label = 0;
-  double p = 0;                // the teacher's probability of label 1
+  std::vector<float> labels;   // one per task
+  std::vector<double> p;       // the teacher's probability of label 1, per task
   std::vector<int64_t> dense;  // raw integers, kMissingDense for an empty field
-  std::vector<uint64_t> cat;   // raw categorical values, kMissingCat for an empty field
+  // Raw categorical values, feature after feature: feature f owns cat[offsets[f], offsets[f+1]).
+  // A single-hot feature always has one entry, kMissingCat when empty; a multi-hot one has
+  // 0..max_len values.
+  std::vector<uint64_t> cat;
+  std::vector<uint32_t> offsets;
 };
 
 // exp(x) from exact IEEE operations only (range reduction + Taylor series), identical on every
@@ -43,23 +47,32 @@ class SyntheticGenerator {
   explicit SyntheticGenerator(const SyntheticSpec& spec);
 
   const SyntheticSpec& spec() const { return spec_; }
-  // Record n of the stream. REQUIRES: out->dense/cat sized for the schema (Raw: any size).
+  // Record n of the stream. Multi-hot features get a bag length uniform in [0, max_len] and
+  // Zipf ids from their table's id space (features sharing a table share ids and the teacher's
+  // weight of each id). Task 0's teacher is the Criteo-like one; task t > 0 has its own weights.
+  // With the default schema the bits are those of the single-task generator.
   void GenerateRaw(int64_t n, RawRecord* out) const;
+  // teacher_p: task 0's probability.
   void Generate(int64_t n, Sample* out, double* teacher_p = nullptr) const;
 
  private:
   uint64_t SampleZipf(uint64_t u53) const;
-  double TeacherLogit(const RawRecord& r) const;
+  double TeacherLogit(const RawRecord& r, int task) const;
 
   SyntheticSpec spec_;
   std::vector<double> cdf_;  // Zipf CDF over ranks 0..vocab-1, cdf_.back() == 1
 };
 
-// Sets `raw` to Sample form (the transform every reader applies).
-void ToSample(const RawRecord& raw, Sample* out);
+// Sets `raw` to Sample form (the transform every reader applies); ids are keyed by the feature's
+// table in `schema`.
+void ToSample(const Schema& schema, const RawRecord& raw, Sample* out);
 
 // Appends the Criteo TSV line of `raw` (with '\n') to `out`.
 void AppendCriteoLine(const RawRecord& raw, std::string* out);
+
+// Appends the general text line (data.format text) of `raw` with columns `layout`.
+struct TextLayout;
+void AppendTextLine(const RawRecord& raw, const TextLayout& layout, std::string* out);
 
 // AUC of the teacher's probabilities against the drawn labels: the best achievable AUC.
 double TeacherAuc(std::span<const double> p, std::span<const float> labels);
@@ -70,5 +83,8 @@ StatusOr<double> WriteSyntheticCriteo(const std::string& path, const SyntheticSp
                                       int64_t rows);
 StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSpec& spec,
                                       int64_t rows);
+// The general text format; returns each task's teacher AUC.
+StatusOr<std::vector<double>> WriteSyntheticText(const std::string& path, const SyntheticSpec& spec,
+                                                 const TextLayout& layout, int64_t rows);
 
 }  // namespace tandem::data

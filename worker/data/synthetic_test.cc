@@ -62,8 +62,8 @@ TEST(Synthetic, TeacherAucIsHighAndConstantScoreIsHalf) {
   double positives = 0;
   for (int i = 0; i < n; ++i) {
     gen.Generate(i, &s, &p[i]);
-    labels[i] = s.label;
-    positives += s.label;
+    labels[i] = s.label();
+    positives += s.label();
   }
   EXPECT_GT(TeacherAuc(p, labels), 0.7);
   EXPECT_DOUBLE_EQ(Auc(constant, labels), 0.5);
