@@ -77,13 +77,19 @@ class ScoreWriter {
       std::remove(tmp_.c_str());
     }
   }
+  // One line per record: its probability, or one per label separated by tabs.
   Status Write(const worker::ScoredBatch& b) {
-    for (size_t i = 0; i < b.probs.size(); ++i) {
-      if (b.weights[i] > 0) {
-        std::fprintf(file_, "%.9g\n", static_cast<double>(b.probs[i]));
-      } else {
-        std::fputs("nan\n", file_);
+    const auto tasks = static_cast<size_t>(b.num_labels);
+    for (size_t i = 0; i < b.weights.size(); ++i) {
+      for (size_t k = 0; k < tasks; ++k) {
+        if (k > 0) std::fputc('\t', file_);
+        if (b.weights[i] > 0) {
+          std::fprintf(file_, "%.9g", static_cast<double>(b.probs[i * tasks + k]));
+        } else {
+          std::fputs("nan", file_);
+        }
       }
+      std::fputc('\n', file_);
     }
     return std::ferror(file_) ? ErrnoToStatus(errno, "write scores") : Status::Ok();
   }

@@ -82,8 +82,13 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(config::JobConfig j
   job.train.threads = 1;
   v->job_ = std::move(job);
   v->step_ = step;
-  v->schema_ = {static_cast<int>(v->job_.data.num_dense),
-                static_cast<int>(v->job_.data.num_categorical)};
+  v->schema_ = data::SchemaFromConfig(v->job_);
+  if (!v->schema_.single_hot()) {
+    // The REST request format names one value per feature and returns one score.
+    return Status::Unimplemented(
+        "tandem serve scores single-hot, one-label models only (this model has multi-hot "
+        "features or several labels); use tandem predict");
+  }
   v->dense_ = std::move(dense);
   v->rows_ = std::move(rows);
   v->options_ = options;

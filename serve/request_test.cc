@@ -54,7 +54,7 @@ std::string ParseFails(const std::string& body, RequestError want, const data::S
 }
 
 void ExpectSameSample(const data::Sample& got, const data::Sample& want) {
-  EXPECT_EQ(got.label, want.label);
+  EXPECT_EQ(got.label(), want.label());
   EXPECT_EQ(got.weight, want.weight);
   EXPECT_EQ(got.dense, want.dense);
   EXPECT_EQ(got.cat, want.cat);
@@ -191,7 +191,7 @@ TEST(ParseRequest, RowFormEqualsTsvReader) {
     ASSERT_EQ(samples.size(), 1u);
     ExpectSameSample(samples[0], FromTsv(r.tsv));
     EXPECT_EQ(samples[0].weight, 1.0f);
-    EXPECT_EQ(samples[0].label, 0.0f);
+    EXPECT_EQ(samples[0].label(), 0.0f);
   }
 }
 

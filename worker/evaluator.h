@@ -20,18 +20,26 @@
 
 namespace tandem::worker {
 
+// The figures of the first label (data.labels[0]), and of every label in `tasks`.
+struct TaskEval {
+  double auc = NAN;
+  double logloss = NAN;
+  double teacher_auc = NAN;  // synthetic data only
+};
 struct EvalResult {
   double auc = NAN;
   double logloss = NAN;
   double teacher_auc = NAN;  // synthetic data only
   int64_t samples = 0;       // over all ranks
+  std::vector<TaskEval> tasks;  // one per label
 };
 
 // One evaluated batch, in record order: what `tandem predict` writes out per record.
 struct ScoredBatch {
   int64_t first_record = 0;        // index of probs[0] in the eval source (file order)
-  std::span<const float> probs;    // the model's click probabilities
-  std::span<const float> labels;   // 0 or 1
+  int num_labels = 1;
+  std::span<const float> probs;    // the model's probabilities, sample-major x num_labels
+  std::span<const float> labels;   // 0 or 1, sample-major x num_labels
   std::span<const float> weights;  // 0 for a malformed record (left out of AUC and logloss)
 };
 
@@ -64,7 +72,7 @@ class Evaluator {
   int64_t begin_ = 0, end_ = 0;  // this rank's records
   std::unique_ptr<data::RecordSource> source_;
   std::unique_ptr<data::SyntheticGenerator> teacher_;  // synthetic data only
-  data::AucHistogram model_hist_, teacher_hist_;
+  std::vector<data::AucHistogram> model_hist_, teacher_hist_;  // per label
   std::vector<float> bucket_;
   ScoreSink sink_;
 };

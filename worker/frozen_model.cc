@@ -131,7 +131,7 @@ StatusOr<ScoreResult> ScoreFrozenModel(const FrozenModel& model, const ScoreOpti
   // The bound is over the whole file, as the training reader's is over an epoch: the count only
   // grows, so failing as soon as it is crossed is failing at the end, sooner.
   evaluator->set_score_sink([&](const ScoredBatch& b) -> Status {
-    result.records += static_cast<int64_t>(b.probs.size());
+    result.records += static_cast<int64_t>(b.weights.size());
     if (static_cast<double>(bad.count()) > options.max_bad_fraction * static_cast<double>(n))
       return TooManyBad(bad, n, options.max_bad_fraction);
     return options.sink ? options.sink(b) : Status::Ok();

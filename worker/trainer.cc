@@ -6,7 +6,9 @@
 #include <future>
 #include <utility>
 
+#include "common/embedding/table_spec.h"
 #include "worker/collective/collective.h"
+#include "worker/data/record_source.h"
 #include "worker/device/precision.h"
 
 namespace tandem::worker {
@@ -30,9 +32,18 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
     return Status::InvalidArgument("trainer: rank outside [0, world)");
   std::unique_ptr<Trainer> t(new Trainer(options));
   const auto& job = *options.job;
-  TANDEM_ASSIGN_OR_RETURN(
-      t->model_, model::Dlrm::Create(job.model, job.data.num_dense, job.data.num_categorical,
-                                     job.train.seed, options.backend));
+  t->schema_ = data::SchemaFromConfig(job);
+  for (const auto& spec : embedding::TableSpecsFromConfig(job)) t->table_dims_.push_back(spec.dim);
+  model::DlrmInputs inputs;
+  inputs.num_dense = job.data.num_dense;
+  inputs.num_labels = static_cast<int64_t>(job.data.labels.size());
+  for (double w : job.train.loss_weights) inputs.loss_weights.push_back(static_cast<float>(w));
+  for (int f = 0; f < t->schema_.num_categorical; ++f) {
+    inputs.dims.push_back(t->table_dims_[t->schema_.table_of(f)]);
+    inputs.mean.push_back(t->schema_.mean_of(f));
+  }
+  TANDEM_ASSIGN_OR_RETURN(t->model_,
+                          model::Dlrm::Create(job.model, inputs, job.train.seed, options.backend));
   TANDEM_ASSIGN_OR_RETURN(const device::Precision precision,
                           device::ParsePrecision(job.train.precision));
   t->model_->SetPrecision(precision);
@@ -40,16 +51,19 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   TANDEM_ASSIGN_OR_RETURN(auto opt_options, model::DenseOptimizerOptionsFromConfig(job.train));
   TANDEM_ASSIGN_OR_RETURN(t->optimizer_,
                           model::DenseOptimizer::Create(opt_options, t->model_->num_params()));
-  t->dim_ = job.model.embedding_dim;
-  const size_t tables = static_cast<size_t>(job.data.num_categorical);
-  t->inverse64_.resize(tables);
+  const size_t tables = t->table_dims_.size();
+  const auto features = static_cast<size_t>(t->schema_.num_categorical);
+  t->inverse64_.resize(features);
   t->row_grads_.resize(tables);
-  t->row_grad_ptrs_.resize(tables);
+  t->feature_grads_.resize(features);
+  t->row_grad_ptrs_.resize(features);
+  t->features_of_table_.assign(tables, 0);
+  for (size_t f = 0; f < features; ++f) ++t->features_of_table_[t->schema_.table_of(static_cast<int>(f))];
   auto& hb = t->host_batch_;
-  hb.rows.resize(tables);
-  hb.num_unique.resize(tables);
-  hb.offsets.resize(tables);
-  hb.inverse.resize(tables);
+  hb.rows.resize(features);
+  hb.num_unique.resize(features);
+  hb.offsets.resize(features);
+  hb.inverse.resize(features);
   return t;
 }
 
@@ -62,38 +76,58 @@ Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& b
 }
 
 Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
-  const size_t tables = inverse64_.size();
-  if (batch.unique_ids.size() != tables || rows.size() != tables || batch.inverse.size() != tables)
-    return Status::InvalidArgument("batch has the wrong number of tables");
-  const size_t d = static_cast<size_t>(dim_);
+  const size_t tables = table_dims_.size();
+  const size_t features = inverse64_.size();
+  if (batch.unique_ids.size() != tables || rows.size() != tables ||
+      batch.inverse.size() != features || batch.offsets.size() != features ||
+      batch.schema.num_labels != schema_.num_labels)
+    return Status::InvalidArgument("batch does not match the model's features, tables or labels");
   const auto b = static_cast<size_t>(batch.size);
-  // One id per field and sample (Criteo): the bag of a sample is its row.
-  if (offsets_.size() != b + 1) {
-    offsets_.resize(b + 1);
-    for (size_t i = 0; i <= b; ++i) offsets_[i] = static_cast<int64_t>(i);
-  }
   auto& hb = host_batch_;
   hb.batch = batch.size;
   hb.dense = batch.dense.data();
   hb.labels = batch.label.data();
   hb.weights = batch.weight.empty() ? nullptr : batch.weight.data();
   for (size_t t = 0; t < tables; ++t) {
-    const size_t unique = batch.unique_ids[t].size();
-    if (rows[t].size() != unique * d || batch.inverse[t].size() != b)
+    if (rows[t].size() != batch.unique_ids[t].size() * table_dims_[t])
       return Status::InvalidArgument("pulled rows do not match the batch's ids");
-    auto& inv = inverse64_[t];
-    inv.resize(b);
-    for (size_t i = 0; i < b; ++i) {
-      if (batch.inverse[t][i] >= unique)
+  }
+  for (size_t f = 0; f < features; ++f) {
+    const auto t = static_cast<size_t>(schema_.table_of(static_cast<int>(f)));
+    const size_t unique = batch.unique_ids[t].size();
+    const auto& offsets = batch.offsets[f];
+    const size_t lookups = batch.inverse[f].size();
+    if (offsets.size() != b + 1 || offsets[0] != 0 || static_cast<size_t>(offsets[b]) != lookups)
+      return Status::InvalidArgument("batch bag offsets do not match its ids");
+    auto& inv = inverse64_[f];
+    inv.resize(lookups);
+    for (size_t k = 0; k < lookups; ++k) {
+      if (batch.inverse[f][k] >= unique)
         return Status::InvalidArgument("batch inverse index out of range");
-      inv[i] = batch.inverse[t][i];
+      inv[k] = batch.inverse[f][k];
     }
-    hb.rows[t] = rows[t].data();
-    hb.num_unique[t] = static_cast<int64_t>(unique);
-    hb.offsets[t] = offsets_.data();
-    hb.inverse[t] = inv.data();
+    hb.rows[f] = rows[t].data();
+    hb.num_unique[f] = static_cast<int64_t>(unique);
+    hb.offsets[f] = offsets.data();
+    hb.inverse[f] = inv.data();
   }
   return Status::Ok();
+}
+
+void Trainer::SumSharedTableGrads() {
+  std::vector<bool> started(row_grads_.size(), false);
+  for (size_t f = 0; f < feature_grads_.size(); ++f) {
+    const auto t = static_cast<size_t>(schema_.table_of(static_cast<int>(f)));
+    if (features_of_table_[t] == 1) continue;
+    auto& out = row_grads_[t];
+    const auto& in = feature_grads_[f];
+    if (!started[t]) {
+      std::copy(in.begin(), in.end(), out.begin());
+      started[t] = true;
+    } else {
+      for (size_t i = 0; i < out.size(); ++i) out[i] += in[i];
+    }
+  }
 }
 
 StatusOr<StepStats> Trainer::Step(const data::Batch& batch) {
@@ -121,16 +155,23 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   StepStats st;
   collective_failed_ = false;
   const size_t tables = row_grads_.size();
-  const size_t d = static_cast<size_t>(dim_);
   const int64_t step = batch.step;
   device::Backend* be = options_.backend;
   collective::Collective* coll = options_.collective;
   const bool device_reduce = coll != nullptr && coll->device_memory();
   auto t0 = Clock::now();
   TANDEM_RETURN_IF_ERROR(Describe(batch, rows));
-  for (size_t t = 0; t < tables; ++t) {
-    row_grads_[t].resize(batch.unique_ids[t].size() * d);
-    row_grad_ptrs_[t] = row_grads_[t].data();
+  for (size_t t = 0; t < tables; ++t) row_grads_[t].resize(batch.unique_ids[t].size() * table_dims_[t]);
+  // A table looked up by one feature takes that feature's row gradients as they are; a shared
+  // table sums its features' gradients after the step, in feature order.
+  for (size_t f = 0; f < row_grad_ptrs_.size(); ++f) {
+    const auto t = static_cast<size_t>(schema_.table_of(static_cast<int>(f)));
+    if (features_of_table_[t] == 1) {
+      row_grad_ptrs_[f] = row_grads_[t].data();
+    } else {
+      feature_grads_[f].resize(row_grads_[t].size());
+      row_grad_ptrs_[f] = feature_grads_[f].data();
+    }
   }
   // Losses and gradients are divided by the nominal global batch M*b (DESIGN §2).
   const float normaliser = static_cast<float>(options_.world) * static_cast<float>(batch.size);
@@ -139,6 +180,7 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   const float loss = model_->TrainStep(host_batch_, normaliser, st.loss_scale,
                                        row_grad_ptrs_.data(), /*grads_to_host=*/!device_reduce);
   TANDEM_RETURN_IF_ERROR(be->status().WithContext("device, step " + std::to_string(step)));
+  SumSharedTableGrads();
   float overflow = 0.0f;
   if (fp16_) {
     // Sparse gradients are unscaled and checked here, before they are pushed (PROTOCOLS §2.7);
@@ -348,7 +390,7 @@ ModelChecksum Trainer::DenseChecksum() const {
 Status Trainer::Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs) {
   TANDEM_RETURN_IF_ERROR(PullBatchRows(options_.embeddings, step, batch, &rows_));
   TANDEM_RETURN_IF_ERROR(Describe(batch, rows_));
-  probs->resize(static_cast<size_t>(batch.size));
+  probs->resize(static_cast<size_t>(batch.size) * schema_.num_labels);
   // A score must not depend on the batch it was scored in (backend.h): eval, predict and serve
   // agree bit for bit on every record.
   options_.backend->SetRowStableForward(true);

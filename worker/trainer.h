@@ -96,8 +96,8 @@ class Trainer {
   // kInvalidArgument (changing nothing) for a buffer of the wrong size or a bad scaler state.
   Status ImportDenseState(std::span<const float> state);
 
-  // Click probabilities of a batch at the embedding version a pull for `step` sees; changes
-  // nothing.
+  // Probabilities of a batch (batch x labels, sample-major) at the embedding version a pull for
+  // `step` sees; changes nothing.
   Status Predict(int64_t step, const data::Batch& batch, std::vector<float>* probs);
 
   // The dense part of model_checksum (DESIGN §12): every tensor with its optimizer slots, and
@@ -122,6 +122,9 @@ class Trainer {
   // The per-row gradients of the last TrainStep as one push per table (fp16: unscaled; an
   // overflowed step pushes no rows: a skip push).
   std::vector<TableGrads> MakePush(const data::Batch& batch, bool skip) const;
+  // Row gradients of tables that several features look up: the sum of the features' gradients,
+  // in feature order (fixed, so the push is the same on every run).
+  void SumSharedTableGrads();
   // The reduced gradients are in the model: the fp16 scaler update and unscaling, then the
   // optimizer step unless `skip` (fp16 overflow anywhere).
   void ApplyUpdate(int64_t step, bool skip, StepStats* st);
@@ -131,16 +134,18 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<model::Dlrm> model_;
   std::unique_ptr<model::DenseOptimizer> optimizer_;
-  int64_t dim_ = 0;
+  data::Schema schema_;
+  std::vector<size_t> table_dims_;       // per table
+  std::vector<int> features_of_table_;  // per table: how many features look it up
   bool fp16_ = false;
   model::LossScaler scaler_;
   // Scratch reused across steps.
   BatchRows rows_;  // per table: unique rows (Step, Predict)
   model::HostBatch host_batch_;
-  std::vector<int64_t> offsets_;                 // 0..b: one lookup per field and sample
-  std::vector<std::vector<int64_t>> inverse64_;  // per table: batch.inverse widened
-  std::vector<std::vector<float>> row_grads_;
-  std::vector<float*> row_grad_ptrs_;
+  std::vector<std::vector<int64_t>> inverse64_;  // per feature: batch.inverse widened
+  std::vector<std::vector<float>> row_grads_;    // per table: what is pushed
+  std::vector<std::vector<float>> feature_grads_;  // per feature of a shared table
+  std::vector<float*> row_grad_ptrs_;            // per feature: where TrainStep writes
   std::vector<float> bucket_;  // dense gradients + loss, votes, overflow: all-reduced together
   bool collective_failed_ = false;
   // retain_last_step: the last completed step's local bucket and the state before its update.

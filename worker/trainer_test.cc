@@ -53,7 +53,7 @@ TrainRun MakeRun(const config::JobConfig& job) {
 }
 
 void Train(const config::JobConfig& job, TrainRun* run, int64_t steps) {
-  auto source = std::move(data::OpenSource(job.data, job.train.seed, /*eval=*/false)).value();
+  auto source = std::move(data::OpenSource(job, job.train.seed, /*eval=*/false)).value();
   data::PipelineOptions po;
   po.batch = static_cast<int>(job.train.batch_size);
   data::BatchReader reader(source.get(), job.train.seed, po);
@@ -86,7 +86,7 @@ std::pair<double, double> EvalAuc(const config::JobConfig& job, TrainRun* run, i
       double p = 0;
       gen.Generate(off + i, &sample, &p);
       batch.Set(i, sample);
-      labels.push_back(sample.label);
+      labels.push_back(sample.label());
       teacher.push_back(p);
     }
     batch.Dedup();
@@ -142,7 +142,7 @@ TEST(TrainerTest, SameConfigAndSeedGiveBitIdenticalParameters) {
 std::string TrainAndChecksum(int threads, int64_t steps) {
   const auto job = SmallJob();
   TrainRun run = MakeRun(job);
-  auto source = std::move(data::OpenSource(job.data, job.train.seed, /*eval=*/false)).value();
+  auto source = std::move(data::OpenSource(job, job.train.seed, /*eval=*/false)).value();
   data::PipelineOptions po;
   po.batch = static_cast<int>(job.train.batch_size);
   po.threads = threads;
@@ -230,7 +230,7 @@ TEST(TrainerTest, CriteoFileWithOneBadLineTrainsAndReportsIt) {
   job.data.max_bad_fraction = 0.01;
   job.train.batch_size = 100;
   TrainRun run = MakeRun(job);
-  auto source = data::OpenSource(job.data, job.train.seed, /*eval=*/false);
+  auto source = data::OpenSource(job, job.train.seed, /*eval=*/false);
   ASSERT_TRUE(source.ok()) << source.status();
   data::PipelineOptions po;
   po.batch = 100;

@@ -72,7 +72,7 @@ inline std::unique_ptr<TrainerRun> MakeTrainerRun(const config::JobConfig& job,
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return nullptr;
   r->trainer = std::move(trainer).value();
-  r->source = std::move(data::OpenSource(r->job.data, r->job.train.seed, false)).value();
+  r->source = std::move(data::OpenSource(r->job, r->job.train.seed, false)).value();
   data::PipelineOptions po;
   po.batch = static_cast<int>(r->job.train.batch_size);
   r->reader = std::make_unique<data::BatchReader>(r->source.get(), r->job.train.seed, po);

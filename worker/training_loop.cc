@@ -361,7 +361,7 @@ Status TrainingLoop::Evaluate(int64_t next_step) {
 }
 
 Status TrainingLoop::StartPipeline() {
-  TANDEM_ASSIGN_OR_RETURN(auto source, data::OpenSource(job_.data, job_.train.seed, false));
+  TANDEM_ASSIGN_OR_RETURN(auto source, data::OpenSource(job_, job_.train.seed, false));
   data::PipelineOptions po;
   po.world = o_.world;
   po.rank = o_.rank;

@@ -8,6 +8,7 @@
 
 #include "common/checkpoint_layout.h"
 #include "common/daemon/member.h"
+#include "common/embedding/table_spec.h"
 #include "common/daemon/stop_signals.h"
 #include "common/determinism_class.h"
 #include "common/exit_codes.h"
@@ -155,8 +156,8 @@ class WorkerRun {
   std::optional<int> Connect(const ClusterView& view) {
     self_ = chief_->identity();
     for (const MemberView* m : view.Of(config::Role::kPs)) po_.shards.push_back(m->address);
-    po_.dims.assign(static_cast<size_t>(job_.data.num_categorical),
-                    static_cast<uint32_t>(job_.model.embedding_dim));
+    po_.dims.clear();
+    for (const auto& spec : embedding::TableSpecsFromConfig(job_)) po_.dims.push_back(spec.dim);
     po_.timeout =
         std::chrono::milliseconds(std::max<int64_t>(120000, job_.recovery.max_wait_s * 1000));
     // Validated with the config (OneOf), so the parse cannot fail here.

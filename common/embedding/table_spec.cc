@@ -72,16 +72,16 @@ uint32_t TableSpec::row_bytes() const {
 }
 
 std::vector<TableSpec> TableSpecsFromConfig(const config::JobConfig& job) {
-  const auto n = static_cast<uint32_t>(job.data.num_categorical);
-  const auto dim = static_cast<uint32_t>(job.model.embedding_dim);
+  const std::vector<std::string> names = config::TableNames(job);
   std::vector<TableSpec> specs;
-  specs.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    std::string name = "C" + std::to_string(i + 1);
-    auto it = job.tables.find(name);
-    // The loader fills tables C1..Cn; a missing one is a loader bug, not bad input.
-    TANDEM_CHECK(it != job.tables.end()) << "no table " << name << " (config not validated?)";
-    specs.push_back(SpecFromTableConfig(i, std::move(name), dim, it->second));
+  specs.reserve(names.size());
+  for (uint32_t i = 0; i < names.size(); ++i) {
+    auto it = job.tables.find(names[i]);
+    // The loader fills every table; a missing one is a loader bug, not bad input.
+    TANDEM_CHECK(it != job.tables.end()) << "no table " << names[i] << " (config not validated?)";
+    const auto dim =
+        static_cast<uint32_t>(it->second.dim > 0 ? it->second.dim : job.model.embedding_dim);
+    specs.push_back(SpecFromTableConfig(i, names[i], dim, it->second));
   }
   return specs;
 }

@@ -1,5 +1,6 @@
 // One embedding table as the PS and the worker see it: its id, dim, initializer and sparse
-// optimizer, resolved from the job config. Tables are C1..Cn (data.num_categorical), ids 0..n-1.
+// optimizer, resolved from the job config. Tables are config::TableNames (C1..Cn by default),
+// ids 0..n-1; a table's dim is tables.<name>.dim, else model.embedding_dim.
 #pragma once
 
 #include <cstdint>

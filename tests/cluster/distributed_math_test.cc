@@ -164,7 +164,7 @@ TrainedCluster Train(const config::JobConfig& job, const std::string& store_dir)
 
 // Every id the first `steps` global batches touch, per table.
 std::vector<std::vector<uint64_t>> TouchedIds(const config::JobConfig& job, int64_t steps) {
-  auto source = data::OpenSource(job.data, job.train.seed, false);
+  auto source = data::OpenSource(job, job.train.seed, false);
   EXPECT_TRUE(source.ok());
   data::PipelineOptions po;
   po.batch = static_cast<int>(job.train.batch_size * job.cluster.workers.size());

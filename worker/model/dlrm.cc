@@ -6,10 +6,19 @@
 namespace tandem::model {
 namespace {
 
-Status ValidateShape(const ModelConfig& config, int64_t num_dense, int64_t num_tables) {
-  if (num_dense < 1) return Status::InvalidArgument("dlrm: num_dense must be >= 1");
-  if (num_tables < 1) return Status::InvalidArgument("dlrm: num_tables must be >= 1");
-  if (config.embedding_dim < 1) return Status::InvalidArgument("dlrm: embedding_dim must be >= 1");
+Status ValidateShape(const ModelConfig& config, const DlrmInputs& in) {
+  if (in.num_dense < 1) return Status::InvalidArgument("dlrm: num_dense must be >= 1");
+  if (in.dims.empty()) return Status::InvalidArgument("dlrm: num_tables must be >= 1");
+  for (int64_t d : in.dims) {
+    if (d < 1) return Status::InvalidArgument("dlrm: embedding_dim must be >= 1");
+  }
+  if (!in.mean.empty() && in.mean.size() != in.dims.size()) {
+    return Status::InvalidArgument("dlrm: one pooling per feature");
+  }
+  if (in.num_labels < 1 ||
+      (!in.loss_weights.empty() && static_cast<int64_t>(in.loss_weights.size()) != in.num_labels)) {
+    return Status::InvalidArgument("dlrm: num_labels >= 1 with one loss weight each");
+  }
   if (config.bottom_mlp.empty() || config.top_mlp.empty()) {
     return Status::InvalidArgument("dlrm: bottom_mlp and top_mlp must be non-empty");
   }
@@ -18,8 +27,8 @@ Status ValidateShape(const ModelConfig& config, int64_t num_dense, int64_t num_t
       if (size < 1) return Status::InvalidArgument("dlrm: MLP layer sizes must be >= 1");
     }
   }
-  if (config.top_mlp.back() != 1) {
-    return Status::InvalidArgument("dlrm: the last top_mlp size must be 1 (one logit)");
+  if (config.top_mlp.back() != in.num_labels) {
+    return Status::InvalidArgument("dlrm: the last top_mlp size must be num_labels (a logit each)");
   }
   return Status::Ok();
 }
@@ -39,26 +48,38 @@ void AppendLayerInfo(const std::string& prefix, const Mlp& mlp, int64_t* offset,
 
 }  // namespace
 
+DlrmInputs DlrmInputs::Uniform(int64_t num_dense, int64_t num_features, int64_t dim) {
+  DlrmInputs in;
+  in.num_dense = num_dense;
+  in.dims.assign(static_cast<size_t>(std::max<int64_t>(num_features, 0)), dim);
+  return in;
+}
+
 StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelConfig& config, int64_t num_dense,
                                              int64_t num_tables, uint64_t seed, Backend* backend) {
+  if (num_tables < 1) return Status::InvalidArgument("dlrm: num_tables must be >= 1");
+  return Create(config, DlrmInputs::Uniform(num_dense, num_tables, config.embedding_dim), seed,
+                backend);
+}
+
+StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelConfig& config, const DlrmInputs& inputs,
+                                             uint64_t seed, Backend* backend) {
   if (backend == nullptr) return Status::InvalidArgument("dlrm: null backend");
-  TANDEM_RETURN_IF_ERROR(ValidateShape(config, num_dense, num_tables));
+  TANDEM_RETURN_IF_ERROR(ValidateShape(config, inputs));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Interaction> interaction,
-                          MakeInteraction(config.interaction, config.bottom_mlp.back(), num_tables,
-                                          config.embedding_dim));
-  std::unique_ptr<Dlrm> model(
-      new Dlrm(config, num_dense, num_tables, std::move(interaction), backend));
+                          MakeInteraction(config.interaction, config.bottom_mlp.back(), inputs.dims));
+  std::unique_ptr<Dlrm> model(new Dlrm(config, inputs, std::move(interaction), backend));
   model->Initialize(seed);
   return model;
 }
 
-Dlrm::Dlrm(const ModelConfig& config, int64_t num_dense, int64_t num_tables,
+Dlrm::Dlrm(const ModelConfig& config, const DlrmInputs& inputs,
            std::unique_ptr<Interaction> interaction, Backend* backend)
     : backend_(backend),
-      num_dense_(num_dense),
-      num_tables_(num_tables),
-      dim_(config.embedding_dim),
-      bottom_(num_dense, config.bottom_mlp, /*relu_last=*/true),
+      num_dense_(inputs.num_dense),
+      num_tables_(static_cast<int64_t>(inputs.dims.size())),
+      inputs_(inputs),
+      bottom_(inputs.num_dense, config.bottom_mlp, /*relu_last=*/true),
       interaction_(std::move(interaction)),
       top_(interaction_->output_width(), config.top_mlp, /*relu_last=*/false) {
   BuildLayout();
@@ -95,7 +116,12 @@ void Dlrm::Reserve(int64_t batch) {
   inter_out_.Reset(backend_, width);
   d_inter_.Reset(backend_, width);
   d_bottom_.Reset(backend_, batch * bottom_.out());
-  d_logits_.Reset(backend_, batch);
+  d_logits_.Reset(backend_, batch * inputs_.num_labels);
+  if (inputs_.num_labels > 1) {
+    task_logits_.Reset(backend_, batch);
+    task_labels_.Reset(backend_, batch);
+    task_d_.Reset(backend_, batch);
+  }
   capacity_ = batch;
 }
 
@@ -122,18 +148,43 @@ float Dlrm::ForwardBackward(int64_t batch, const float* dense, const float* cons
                             const float* labels, const float* weights, float normaliser,
                             float* const* d_pooled) {
   const float* logits = ForwardLogits(batch, dense, pooled);
-  const float loss =
-      BceWithLogitsLoss(backend_, batch, logits, labels, weights, normaliser, d_logits_.data());
-  if (loss_scale_ != 1.0f) backend_->Scale(batch, loss_scale_, d_logits_.data());
+  const float loss = Loss(batch, logits, labels, weights, normaliser);
+  if (loss_scale_ != 1.0f) backend_->Scale(batch * inputs_.num_labels, loss_scale_, d_logits_.data());
   top_.Backward(backend_, batch, inter_out_.data(), d_logits_.data(), d_inter_.data());
   interaction_->Backward(backend_, batch, d_inter_.data(), d_bottom_.data(), d_pooled);
   bottom_.Backward(backend_, batch, dense, d_bottom_.data(), /*dx=*/nullptr);
   return loss;
 }
 
+float Dlrm::Loss(int64_t batch, const float* logits, const float* labels, const float* weights,
+                 float normaliser) {
+  const int64_t tasks = inputs_.num_labels;
+  if (tasks == 1 && inputs_.loss_weights.empty()) {
+    return BceWithLogitsLoss(backend_, batch, logits, labels, weights, normaliser,
+                             d_logits_.data());
+  }
+  // Task by task on its own column, each in the backend's fixed order; the task weight divides
+  // the normaliser, so it scales the loss and every gradient of that task.
+  float loss = 0;
+  for (int64_t k = 0; k < tasks; ++k) {
+    const float w = inputs_.loss_weights.empty() ? 1.0f : inputs_.loss_weights[k];
+    if (tasks == 1) {
+      loss += BceWithLogitsLoss(backend_, batch, logits, labels, weights, normaliser / w,
+                                d_logits_.data());
+      continue;
+    }
+    backend_->CopyStrided(batch, 1, logits + k, tasks, task_logits_.data(), 1, false);
+    backend_->CopyStrided(batch, 1, labels + k, tasks, task_labels_.data(), 1, false);
+    loss += BceWithLogitsLoss(backend_, batch, task_logits_.data(), task_labels_.data(), weights,
+                              normaliser / w, task_d_.data());
+    backend_->CopyStrided(batch, 1, task_d_.data(), 1, d_logits_.data() + k, tasks, false);
+  }
+  return loss;
+}
+
 void Dlrm::Predict(int64_t batch, const float* dense, const float* const* pooled, float* probs) {
   const float* logits = ForwardLogits(batch, dense, pooled);
-  Sigmoid::Forward(backend_, batch, logits, probs);
+  Sigmoid::Forward(backend_, batch * inputs_.num_labels, logits, probs);
 }
 
 template <typename T>
@@ -156,14 +207,22 @@ void Dlrm::StageAndPool(const HostBatch& in) {
   d_pooled_ptrs_.resize(tables);
   staged_offsets_.resize(tables);
   staged_inverse_.resize(tables);
+  staged_rows_.resize(tables);
   for (size_t t = 0; t < tables; ++t) {
+    const int64_t dim = inputs_.dims[t];
     const int64_t lookups = in.offsets[t][in.batch];
-    const float* rows = Stage(in.rows[t], in.num_unique[t] * dim_, &rows_in_[t]);
+    // Features sharing a table share its rows: stage them once.
+    const float* rows = nullptr;
+    for (size_t u = 0; u < t && !rows; ++u) {
+      if (in.rows[u] == in.rows[t] && in.rows[t] != nullptr) rows = staged_rows_[u];
+    }
+    if (!rows) rows = Stage(in.rows[t], in.num_unique[t] * dim, &rows_in_[t]);
+    staged_rows_[t] = rows;
     const int64_t* offsets = Stage(in.offsets[t], in.batch + 1, &offsets_in_[t]);
     const int64_t* inverse = Stage(in.inverse[t], lookups, &inverse_in_[t]);
-    pooled_[t].Reserve(backend_, in.batch * dim_);
-    d_pooled_[t].Reserve(backend_, in.batch * dim_);
-    backend_->EmbeddingBagForward(in.batch, dim_, rows, offsets, inverse, /*mean=*/false,
+    pooled_[t].Reserve(backend_, std::max<int64_t>(in.batch * dim, 1));
+    d_pooled_[t].Reserve(backend_, std::max<int64_t>(in.batch * dim, 1));
+    backend_->EmbeddingBagForward(in.batch, dim, rows, offsets, inverse, mean(t),
                                   pooled_[t].data());
     pooled_ptrs_[t] = pooled_[t].data();
     staged_offsets_[t] = offsets;
@@ -175,7 +234,7 @@ void Dlrm::StageAndPool(const HostBatch& in) {
 float Dlrm::TrainStep(const HostBatch& in, float normaliser, float loss_scale, float* const* d_rows,
                       bool grads_to_host) {
   const float* dense = Stage(in.dense, in.batch * num_dense_, &dense_in_);
-  const float* labels = Stage(in.labels, in.batch, &labels_in_);
+  const float* labels = Stage(in.labels, in.batch * inputs_.num_labels, &labels_in_);
   const float* weights = Stage(in.weights, in.batch, &weights_in_);
   StageAndPool(in);
   loss_scale_ = loss_scale;
@@ -183,14 +242,15 @@ float Dlrm::TrainStep(const HostBatch& in, float normaliser, float loss_scale, f
                                      normaliser, d_pooled_ptrs_.data());
   loss_scale_ = 1.0f;
   for (size_t t = 0; t < static_cast<size_t>(num_tables_); ++t) {
-    const int64_t n = in.num_unique[t] * dim_;
+    const int64_t dim = inputs_.dims[t];
+    const int64_t n = in.num_unique[t] * dim;
     float* out = d_rows[t];
     if (!backend_->host_memory()) {
       d_rows_[t].Reserve(backend_, std::max<int64_t>(n, 1));
       out = d_rows_[t].data();
     }
-    backend_->EmbeddingBagBackward(in.batch, dim_, in.num_unique[t], d_pooled_ptrs_[t],
-                                   staged_offsets_[t], staged_inverse_[t], /*mean=*/false, out);
+    backend_->EmbeddingBagBackward(in.batch, dim, in.num_unique[t], d_pooled_ptrs_[t],
+                                   staged_offsets_[t], staged_inverse_[t], mean(t), out);
     if (!backend_->host_memory() && n > 0) {
       backend_->CopyToHost(d_rows[t], out, static_cast<size_t>(n) * sizeof(float));
     }
@@ -205,9 +265,10 @@ void Dlrm::PredictStep(const HostBatch& in, float* probs) {
   const float* dense = Stage(in.dense, in.batch * num_dense_, &dense_in_);
   StageAndPool(in);
   if (backend_->host_memory()) return Predict(in.batch, dense, pooled_ptrs_.data(), probs);
-  probs_.Reserve(backend_, in.batch);
+  probs_.Reserve(backend_, in.batch * inputs_.num_labels);
   Predict(in.batch, dense, pooled_ptrs_.data(), probs_.data());
-  backend_->CopyToHost(probs, probs_.data(), static_cast<size_t>(in.batch) * sizeof(float));
+  backend_->CopyToHost(probs, probs_.data(),
+                       static_cast<size_t>(in.batch * inputs_.num_labels) * sizeof(float));
 }
 
 float* Dlrm::device_grad_bucket() { return dev_grads_.data(); }

@@ -44,15 +44,28 @@ struct ParamInfo {
   int64_t size = 0;            // floats
 };
 
+// What the model's inputs look like (issue 18): the dense count, each sparse feature's pooled
+// width (its table's dim) and pooling, and the labels with their loss weights.
+struct DlrmInputs {
+  int64_t num_dense = 13;
+  std::vector<int64_t> dims;        // per feature
+  std::vector<bool> mean;           // per feature: mean pooling; empty = all sum
+  int64_t num_labels = 1;           // logits, one binary task each
+  std::vector<float> loss_weights;  // per label; empty = all 1
+  // num_features features of width dim, sum pooling, one label: the Criteo shape.
+  static DlrmInputs Uniform(int64_t num_dense, int64_t num_features, int64_t dim);
+};
+
 // One batch in host memory for TrainStep / PredictStep: the embedding rows arrive as the
-// unique rows of each table (as pulled) and are pooled on the backend (embedding_bag.h).
+// unique rows of each feature's table (as pulled; features sharing a table point at the same
+// rows) and are pooled on the backend (embedding_bag.h).
 struct HostBatch {
   int64_t batch = 0;
   const float* dense = nullptr;    // batch x num_dense
-  const float* labels = nullptr;   // batch (TrainStep only)
+  const float* labels = nullptr;   // batch x num_labels (TrainStep only)
   const float* weights = nullptr;  // batch, or null for all 1
-  // Per table:
-  std::vector<const float*> rows;       // num_unique[t] x d
+  // Per feature:
+  std::vector<const float*> rows;       // num_unique[f] x dims[f]
   std::vector<int64_t> num_unique;      //
   std::vector<const int64_t*> offsets;  // batch + 1: sample s looks up [offsets[s], offsets[s+1])
   std::vector<const int64_t*> inverse;  // offsets[batch] indexes into the table's unique rows
@@ -72,33 +85,38 @@ class Dlrm {
   static StatusOr<std::unique_ptr<Dlrm>> Create(const ModelConfig& config, int64_t num_dense,
                                                 int64_t num_tables, uint64_t seed,
                                                 Backend* backend);
+  // Any feature widths, poolings and labels; the last top_mlp size must be num_labels.
+  static StatusOr<std::unique_ptr<Dlrm>> Create(const ModelConfig& config,
+                                                const DlrmInputs& inputs, uint64_t seed,
+                                                Backend* backend);
 
   Dlrm(const Dlrm&) = delete;
   Dlrm& operator=(const Dlrm&) = delete;
 
-  // One training forward+backward on a batch: dense is batch x num_dense, pooled[t] is
-  // batch x d, labels/weights have batch entries (weights null = all 1). Overwrites grads() and
-  // every d_pooled[t] (batch x d) with gradients of the returned loss,
-  // sum_i w_i * bce_i / normaliser (normaliser = nominal global batch, DESIGN §2).
+  // One training forward+backward on a batch: dense is batch x num_dense, pooled[f] is
+  // batch x dims[f], labels batch x num_labels, weights batch entries (null = all 1). Overwrites
+  // grads() and every d_pooled[f] with gradients of the returned loss,
+  // sum over tasks k of loss_weight_k * sum_i w_i * bce_ik / normaliser (normaliser = nominal
+  // global batch, DESIGN §2).
   float ForwardBackward(int64_t batch, const float* dense, const float* const* pooled,
                         const float* labels, const float* weights, float normaliser,
                         float* const* d_pooled);
 
-  // Click probabilities (batch entries) for a batch; does not touch grads().
+  // Probabilities (batch x num_labels) for a batch; does not touch grads().
   void Predict(int64_t batch, const float* dense, const float* const* pooled, float* probs);
 
   // ForwardBackward and Predict above take backend memory (host memory on the CPU backend).
   // The step functions below take host memory on every backend.
 
-  // A training forward+backward on host inputs: pools the rows, and writes each table's per-row
-  // gradients (num_unique[t] x d, host) to d_rows[t], summed in lookup (= sample) order. The
+  // A training forward+backward on host inputs: pools the rows, and writes each feature's per-row
+  // gradients (num_unique[f] x dims[f], host) to d_rows[f], summed in lookup (= sample) order. The
   // loss gradient is multiplied by loss_scale (fp16 loss scaling; 1 otherwise), so every
   // gradient is scaled by it; the returned loss is not. Dense gradients go to grads() when
   // grads_to_host, else they stay in device_grad_bucket() (a device all-reduce; then
   // DownloadGradBucket). Check backend status() after it.
   float TrainStep(const HostBatch& in, float normaliser, float loss_scale, float* const* d_rows,
                   bool grads_to_host);
-  // Click probabilities (host, batch entries) on host inputs.
+  // Probabilities (host, batch x num_labels) on host inputs.
   void PredictStep(const HostBatch& in, float* probs);
   // The device gradients, followed by kGradBucketTail spare floats (device memory; on a
   // host-memory backend, null: grads() is the gradient buffer).
@@ -121,13 +139,17 @@ class Dlrm {
   const std::vector<ParamInfo>& param_info() const { return param_info_; }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   int64_t num_dense() const { return num_dense_; }
-  int64_t num_tables() const { return num_tables_; }
-  int64_t embedding_dim() const { return dim_; }
+  int64_t num_tables() const { return num_tables_; }  // sparse features
+  int64_t num_labels() const { return inputs_.num_labels; }
+  const std::vector<int64_t>& dims() const { return inputs_.dims; }
   int64_t interaction_width() const { return interaction_->output_width(); }
 
  private:
-  Dlrm(const ModelConfig& config, int64_t num_dense, int64_t num_tables,
+  Dlrm(const ModelConfig& config, const DlrmInputs& inputs,
        std::unique_ptr<Interaction> interaction, Backend* backend);
+  // The loss over every task from logits (batch x num_labels); writes d_logits_.
+  float Loss(int64_t batch, const float* logits, const float* labels, const float* weights,
+             float normaliser);
 
   void BuildLayout();
   void Initialize(uint64_t seed);
@@ -145,7 +167,7 @@ class Dlrm {
   Backend* backend_;
   int64_t num_dense_;
   int64_t num_tables_;
-  int64_t dim_;
+  DlrmInputs inputs_;
   Mlp bottom_;
   std::unique_ptr<Interaction> interaction_;
   Mlp top_;
@@ -156,8 +178,9 @@ class Dlrm {
   device::Buffer<float> inter_out_;  // batch x interaction width
   device::Buffer<float> d_inter_;    // batch x interaction width
   device::Buffer<float> d_bottom_;   // batch x bottom_mlp.back()
-  device::Buffer<float> d_logits_;   // batch
-  device::Buffer<float> probs_;      // batch (PredictStep on a device)
+  device::Buffer<float> d_logits_;   // batch x num_labels
+  device::Buffer<float> task_logits_, task_labels_, task_d_;  // batch: one task's column
+  device::Buffer<float> probs_;      // batch x num_labels (PredictStep on a device)
   // Device copies of params_ and grads_ (+ the bucket tail); empty on a host-memory backend.
   device::Buffer<float> dev_params_;
   device::Buffer<float> dev_grads_;
@@ -170,6 +193,8 @@ class Dlrm {
   std::vector<const float*> pooled_ptrs_;
   std::vector<float*> d_pooled_ptrs_;
   std::vector<const int64_t*> staged_offsets_, staged_inverse_;  // backend memory
+  std::vector<const float*> staged_rows_;
+  bool mean(size_t f) const { return !inputs_.mean.empty() && inputs_.mean[f]; }
 };
 
 }  // namespace tandem::model

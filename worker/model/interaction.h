@@ -50,13 +50,13 @@ class DotInteraction final : public Interaction {
   device::Buffer<float> d_stacked_;  // the same shape, for Backward
 };
 
-// Wide&Deep-style concatenation: [bottom, pooled_0, ..., pooled_{T-1}], width bottom_dim + T*d.
+// Wide&Deep-style concatenation: [bottom, pooled_0, ..., pooled_{T-1}], width bottom_dim plus
+// the sum of the pooled widths (which may differ: mixed-width tables).
 class ConcatInteraction final : public Interaction {
  public:
-  ConcatInteraction(int64_t bottom_dim, int64_t num_tables, int64_t dim)
-      : bottom_dim_(bottom_dim), num_tables_(num_tables), dim_(dim) {}
+  ConcatInteraction(int64_t bottom_dim, std::vector<int64_t> dims);
 
-  int64_t output_width() const override { return bottom_dim_ + num_tables_ * dim_; }
+  int64_t output_width() const override { return width_; }
   void Forward(Backend* be, int64_t batch, const float* bottom, const float* const* pooled,
                float* out) override;
   void Backward(Backend* be, int64_t batch, const float* d_out, float* d_bottom,
@@ -64,12 +64,13 @@ class ConcatInteraction final : public Interaction {
 
  private:
   int64_t bottom_dim_;
-  int64_t num_tables_;
-  int64_t dim_;
+  std::vector<int64_t> dims_;
+  int64_t width_;
 };
 
-// "dot" (requires bottom_dim == dim) or "concat"; InvalidArgument otherwise.
+// "dot" (requires bottom_dim and every dim equal) or "concat" over pooled inputs of widths
+// `dims`; InvalidArgument otherwise.
 StatusOr<std::unique_ptr<Interaction>> MakeInteraction(const std::string& kind, int64_t bottom_dim,
-                                                       int64_t num_tables, int64_t dim);
+                                                       const std::vector<int64_t>& dims);
 
 }  // namespace tandem::model

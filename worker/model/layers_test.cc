@@ -149,16 +149,17 @@ TEST(MlpTest, InitIsGlorotBoundedDeterministicAndKeyedBySeedAndLayer) {
 
 // Runs an interaction forward, projects the output on r and checks both input gradients.
 // `be` must outlive `inter`: its workspaces are the backend's memory.
-void CheckInteractionGradients(Backend* be, Interaction* inter, int64_t bottom_dim, int64_t tables,
-                               int64_t dim) {
+void CheckInteractionGradients(Backend* be, Interaction* inter, int64_t bottom_dim,
+                               const std::vector<int64_t>& dims) {
+  const auto tables = static_cast<int64_t>(dims.size());
   constexpr int64_t kBatch = 3;
   std::vector<float> bottom = RandomVector(kBatch * bottom_dim, 21);
   std::vector<std::vector<float>> pooled, d_pooled;
   std::vector<const float*> pooled_ptrs;
   std::vector<float*> d_pooled_ptrs;
   for (int64_t t = 0; t < tables; ++t) {
-    pooled.push_back(RandomVector(kBatch * dim, 22 + t));
-    d_pooled.emplace_back(kBatch * dim);
+    pooled.push_back(RandomVector(kBatch * dims[t], 22 + t));
+    d_pooled.emplace_back(kBatch * dims[t]);
   }
   for (int64_t t = 0; t < tables; ++t) {
     pooled_ptrs.push_back(pooled[t].data());
@@ -178,11 +179,18 @@ void CheckInteractionGradients(Backend* be, Interaction* inter, int64_t bottom_d
   }
 }
 
+TEST(ConcatInteractionTest, MixedWidthsGradientsMatchFiniteDifferences) {
+  auto be = MakeCpuBackend();
+  ConcatInteraction inter(4, {2, 5, 3});
+  EXPECT_EQ(inter.output_width(), 4 + 10);
+  CheckInteractionGradients(be.get(), &inter, 4, {2, 5, 3});
+}
+
 TEST(DotInteractionTest, GradientsMatchFiniteDifferences) {
   auto be = MakeCpuBackend();
   DotInteraction inter(3, 4);
   EXPECT_EQ(inter.output_width(), 4 + 6);
-  CheckInteractionGradients(be.get(), &inter, 4, 3, 4);
+  CheckInteractionGradients(be.get(), &inter, 4, std::vector<int64_t>(3, 4));
 }
 
 TEST(DotInteractionTest, OutputIsBottomThenUpperTriangleDots) {
@@ -200,15 +208,15 @@ TEST(DotInteractionTest, OutputIsBottomThenUpperTriangleDots) {
 
 TEST(ConcatInteractionTest, GradientsMatchFiniteDifferences) {
   auto be = MakeCpuBackend();
-  ConcatInteraction inter(5, 2, 3);
+  ConcatInteraction inter(5, {3, 3});
   EXPECT_EQ(inter.output_width(), 5 + 6);
-  CheckInteractionGradients(be.get(), &inter, 5, 2, 3);
+  CheckInteractionGradients(be.get(), &inter, 5, std::vector<int64_t>(2, 3));
 }
 
 TEST(InteractionTest, MakeRejectsBadShapesAndKinds) {
-  EXPECT_TRUE(MakeInteraction("dot", 8, 2, 4).status().IsInvalidArgument());
-  EXPECT_TRUE(MakeInteraction("dcn", 4, 2, 4).status().IsInvalidArgument());
-  EXPECT_TRUE(MakeInteraction("concat", 8, 2, 4).ok());
+  EXPECT_TRUE(MakeInteraction("dot", 8, {4, 4}).status().IsInvalidArgument());
+  EXPECT_TRUE(MakeInteraction("dcn", 4, {4, 4}).status().IsInvalidArgument());
+  EXPECT_TRUE(MakeInteraction("concat", 8, {4, 4}).ok());
 }
 
 }  // namespace

@@ -175,7 +175,7 @@ struct Replica {
     o.collective = collective;
     o.retain_last_step = retain;
     trainer = std::move(Trainer::Create(o)).value();
-    source = std::move(data::OpenSource(job.data, job.train.seed, false)).value();
+    source = std::move(data::OpenSource(job, job.train.seed, false)).value();
     data::PipelineOptions po;
     po.world = o.world;
     po.rank = o.rank;
