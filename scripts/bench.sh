@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
 # Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
-# ps_replay recovery serve scale torch; default: all but scale and torch). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
+# ps_replay recovery serve scale torch bag; default: all but scale, torch and bag). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
 # 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
 # `serve` (bench/serve_bench.cc: `tandem serve` over HTTP against in-process scoring, and a
 # `tandem local` job's checkpoints applied as deltas while serving) takes about 1 to 1.5 minutes
@@ -16,6 +16,11 @@
 # either: it needs python3-torch, which only `scripts/setup.sh bench` installs (done here when
 # `torch` is named). About 50 s per rep, 3 reps by default:
 # `scripts/bench.sh torch -- --steps 300 --reps 3`.
+# `bag` (bench/embedding_bag_vs_torch.sh: the CPU backend's embedding-bag forward + backward of
+# multi-hot bags, batch 2048 x 8 features, mean bag length 20, dim 32, one core, against
+# PyTorch's nn.EmbeddingBag on the same bags, sum and mean; target ratio 1.5) wants
+# python3-torch too, and asks for it here; when it cannot be installed, it prints tandem's
+# figures alone and says so. About 30 s: `scripts/bench.sh bag -- --reps 3 --runs 5`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=(rpc ps data dense train checkpoint ps_replay recovery serve)
@@ -25,8 +30,17 @@ if (($# > 0)); then shift; fi  # the --
 bench_args=("$@")
 if ((${#names[@]} == 0)); then names=("${ALL[@]}"); fi
 setup_groups=()
-for n in "${names[@]}"; do if [[ $n == torch ]]; then setup_groups=(bench); fi; done
+want_torch=0
+for n in "${names[@]}"; do
+  if [[ $n == torch ]]; then setup_groups=(bench); fi
+  if [[ $n == bag ]]; then want_torch=1; fi
+done
 scripts/setup.sh ${setup_groups[@]+"${setup_groups[@]}"}
+# `bag` runs without torch (its PyTorch figure is then skipped), so a failed install is no error.
+if ((want_torch)) && ((${#setup_groups[@]} == 0)); then
+  scripts/setup.sh bench ||
+    echo "bench.sh: could not install python3-torch; 'bag' will skip its PyTorch figure" >&2
+fi
 scripts/build.sh "${BUILD_DIR:-build}" >/dev/null
 # OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to SSE3 kernels (tandem
 # itself then pins a better set, worker/device/cpu/blas_kernels.h); the benchmarks pin one set by
@@ -44,9 +58,13 @@ for n in "${names[@]}"; do
     TANDEM="${BUILD_DIR:-build}/cli/tandem" bench/dlrm_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
     continue
   fi
+  if [[ $n == bag ]]; then
+    BAG_BENCH="${BUILD_DIR:-build}/bench/embedding_bag_bench" bench/embedding_bag_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
+    continue
+  fi
   bin="${BUILD_DIR:-build}/bench/${n}_bench"
   if [[ ! -x "$bin" ]]; then
-    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch)" >&2
+    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch bag)" >&2
     exit 2
   fi
   "$bin" ${bench_args[@]+"${bench_args[@]}"}
