@@ -22,6 +22,7 @@
 #include "common/exit_codes.h"
 #include "common/job_id.h"
 #include "common/subprocess.h"
+#include "worker/bad_line_report.h"
 #include "worker/device/device_info.h"
 
 namespace tandem::cli {
@@ -501,8 +502,31 @@ class JobAttempt {
     } else if (!v.detail.empty()) {
       std::printf("  %s\n", v.detail.c_str());
     }
+    PrintBadLines(v);
     std::printf("  outputs: %s/metrics.jsonl, %s/tensorboard, logs in %s/logs\n", out_.c_str(),
                 out_.c_str(), out_.c_str());
+  }
+
+  // Malformed lines are skipped below data.max_bad_fraction: said here, or a dirty file would go
+  // unnoticed (issue 18). The count is the chief's (every worker's heartbeats); the reports are
+  // in the files the workers keep under output.dir/bad_lines. A worker that failed may not have
+  // told the chief its last count, so the larger of the two is shown.
+  void PrintBadLines(const ClusterView& v) const {
+    const std::vector<worker::BadLinesFile> files = worker::ReadAllBadLinesFiles(out_);
+    int64_t in_files = 0;
+    for (const auto& f : files) in_files += f.count;
+    const int64_t count = std::max(v.bad_lines, in_files);
+    std::printf("  malformed lines %lld", static_cast<long long>(count));
+    if (count > 0)
+      std::printf(
+          " (skipped, below data.max_bad_fraction %g; reports in %s/bad_lines and the "
+          "worker logs)",
+          job_.data.max_bad_fraction, out_.c_str());
+    std::printf("\n");
+    size_t shown = 0;
+    for (const auto& f : files)
+      for (const auto& r : f.reports)
+        if (shown++ < worker::kShownBadReports) std::printf("    %s\n", r.c_str());
   }
 
   const LocalArgs& args_;

@@ -84,7 +84,8 @@ nlohmann::json ToJson(const std::string& job_id, const std::string& chief, const
                        {"address", m.address},
                        {"ms_since_heartbeat", m.ms_since_heartbeat},
                        {"lost_reason", m.lost_reason},
-                       {"determinism_class", m.determinism_class}});
+                       {"determinism_class", m.determinism_class},
+                       {"bad_lines", m.bad_lines}});
   }
   return {{"job_id", job_id},
           {"chief", chief},
@@ -104,6 +105,7 @@ nlohmann::json ToJson(const std::string& job_id, const std::string& chief, const
           {"last_checkpoint_step", v.last_checkpoint_step},
           {"elapsed_ms", v.elapsed_ms},
           {"config_hash", v.config_hash},
+          {"bad_lines", v.bad_lines},
           {"members", members},
           {"up", up},
           {"expected", v.members.size()}};
@@ -127,6 +129,11 @@ void PrintText(const std::string& job_id, const ClusterView& v) {
       v.last_checkpoint_step < 0 ? "none" : std::to_string(v.last_checkpoint_step).c_str());
   if (!v.detail.empty()) std::printf("  %s\n", v.detail.c_str());
   if (!v.model_checksum.empty()) std::printf("  model checksum %s\n", v.model_checksum.c_str());
+  // Only when there are some: they are skipped below data.max_bad_fraction, and said here so
+  // that a dirty file does not go unnoticed (issue 18).
+  if (v.bad_lines > 0)
+    std::printf("  malformed data lines skipped %lld (see the workers' logs)\n",
+                static_cast<long long>(v.bad_lines));
   std::printf("%-7s %5s %-10s %8s %4s %6s %10s %8s  %s\n", "ROLE", "INDEX", "STATE", "STEP", "GEN",
               "INC", "SAMPLES/S", "PID", "ADDRESS");
   for (const auto& m : v.members) {

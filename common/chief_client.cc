@@ -67,6 +67,7 @@ StatusOr<MemberView> ReadMember(wire::Member::Reader m) {
   v.lost_reason = m.getLostReason();
   v.ms_since_heartbeat = m.getMsSinceHeartbeat();
   v.determinism_class = m.getDeterminismClass();
+  v.bad_lines = m.getBadLines();
   return v;
 }
 
@@ -89,6 +90,7 @@ StatusOr<ClusterView> ReadView(wire::ClusterStatusReply::Reader r) {
   v.detail = r.getDetail();
   v.elapsed_ms = r.getElapsedMs();
   v.config_hash = r.getConfigHash();
+  v.bad_lines = r.getBadLines();
   v.resume_step = r.getResumeStep();
   for (auto m : r.getMembers()) {
     auto member = ReadMember(m);
@@ -344,6 +346,7 @@ Status ChiefClient::SendHeartbeat(wire::RpcClient* client, int handle, milliseco
   hb.setTeacherAuc(p.teacher_auc);
   hb.setModelChecksum(Text(p.model_checksum));
   hb.setDetail(Text(p.detail));
+  hb.setBadLines(p.bad_lines);
   client->SetIdentity(id);
   auto reply = client->Call(handle, std::move(m), std::max(budget, milliseconds(1)));
   if (!reply.ok()) return reply.status();

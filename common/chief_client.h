@@ -40,6 +40,7 @@ struct MemberView {
   std::string lost_reason;
   int64_t ms_since_heartbeat = -1;
   std::string determinism_class;
+  int64_t bad_lines = 0;  // a worker: malformed data lines it trained on (skipped)
 };
 
 struct ClusterView {
@@ -56,6 +57,7 @@ struct ClusterView {
   std::string detail;
   int64_t elapsed_ms = 0;
   std::string config_hash;
+  int64_t bad_lines = 0;  // malformed data lines skipped, summed over workers
   // The committed checkpoint the job resumes from (-1: from scratch); a PS asks before it opens
   // its shard, so that it restores that checkpoint before serving.
   int64_t resume_step = -1;
@@ -84,6 +86,7 @@ struct Progress {
   double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
   std::string model_checksum;
   std::string detail;
+  int64_t bad_lines = 0;  // a worker: malformed data lines it trained on (skipped)
 };
 
 struct ChiefClientOptions {

@@ -73,6 +73,7 @@ struct Heartbeat {
   detail @7 :Text;               # a failure's reason, or where outputs are
   teacherAuc @8 :Float64 = nan;  # synthetic data: the best achievable AUC
   state @9 :MemberState;
+  badLines @10 :Int64;           # a worker: malformed data lines it trained on (skipped) this run
 }
 
 struct HeartbeatReply {
@@ -102,6 +103,7 @@ struct Member {
   determinismClass @12 :Text;
   role @13 :Role;
   state @14 :MemberState;        # up | lost | starting (never registered) | left, or the reported
+  badLines @15 :Int64;           # a worker's last reported Heartbeat.badLines
 }
 
 struct ClusterStatusReply {
@@ -126,6 +128,7 @@ struct ClusterStatusReply {
   generationPending @18 :Bool;   # a worker was lost: the generation rises again once every rank
                                  # is back and heard from (an all-reduce group waits for that)
   jobState @19 :JobState;
+  badLines @20 :Int64;           # malformed data lines skipped: the sum over workers
 }
 
 # Named barrier: answered once `count` distinct (role, index) have entered `name`; parked until

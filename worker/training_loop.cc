@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/sync.h"
+#include "worker/bad_line_report.h"
 #include "worker/collective/collective.h"
 #include "worker/data/pipeline.h"
 #include "worker/data/record_source.h"
@@ -135,6 +136,7 @@ class TrainingLoop {
         k_(job_.train.embedding_staleness),
         global_batch_(int64_t{options.world} * job_.train.batch_size),
         every_ckpt_(job_.checkpoint.every_steps),
+        bad_lines_(job_.train.log_every_steps),
         start_step_(options.start_step) {
     result_.steps_done = options.start_step;
   }
@@ -156,6 +158,7 @@ class TrainingLoop {
     double pull_s = 0;       // waiting on the prefetcher (k >= 1), then the step's own pulls
     bool scheduled = false;  // checkpoint.every_steps falls on this step
     bool timed = false;      // the checkpoint.every_seconds step announced earlier
+    int64_t bad = 0;         // malformed samples in this worker's slice of the batch
   };
 
   // Before the first step: a resume restores the dense state, a rejoin learns its first step
@@ -178,6 +181,9 @@ class TrainingLoop {
   StatusOr<StepStats> TrainStep(int64_t step, StepInput* in, bool vote, bool checkpoint_vote);
   Status RecordStep(int64_t step, const StepInput& in, const StepStats& st);
   Status WriteStepMetrics(int64_t step, const StepStats& st);
+  void ReportBadLines(int64_t step);
+  void FinishBadLines();
+  void SaveBadLines();
   Status HandleCheckpoint(int64_t step, const StepInput& in, const StepStats& st);
   Status PeriodicEval(int64_t step);
   // After the last step or an agreed stop: the result, the dense state file, and when
@@ -192,6 +198,7 @@ class TrainingLoop {
   const int64_t k_;      // train.embedding_staleness
   const int64_t global_batch_;
   const int64_t every_ckpt_;  // checkpoint.every_steps
+  BadLineReporter bad_lines_;
 
   // Declared in the order they are built: destroyed prefetcher first (it stops the pipeline it
   // reads from), the trainer last.
@@ -216,6 +223,10 @@ class TrainingLoop {
   // the step before, so every rank announces it to the shards with its push (PROTOCOLS §7,
   // scenario 18: processes whose clocks or rates differ still cut at one step).
   int64_t announced_ = -1;
+  // Counted from the batches trained, not from what the pipeline read ahead, so that the count
+  // at a step is the same in every run over the same data.
+  int64_t bad_count_ = 0;
+  std::vector<std::string> bad_reports_;  // the pipeline's, kept once it is gone
 };
 
 Status TrainingLoop::Start() {
@@ -350,7 +361,8 @@ Status TrainingLoop::Evaluate(int64_t next_step) {
   // The final eval's numbers go out with the model_checksum (WriteFinal).
   if (o_.rank == 0 && next_step < total_) {
     if (o_.metrics)
-      TANDEM_RETURN_IF_ERROR(o_.metrics->WriteEval({next_step - 1, o_.timeline, e.auc, e.logloss}));
+      TANDEM_RETURN_IF_ERROR(
+          o_.metrics->WriteEval({next_step - 1, o_.timeline, e.auc, e.logloss, bad_count_}));
     if (o_.tensorboard) {
       metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(e.auc)},
                              {metrics::kTagLogloss, AsScalar(e.logloss)}};
@@ -372,6 +384,11 @@ Status TrainingLoop::StartPipeline() {
   po.threads = o_.data_threads;
   pipeline_ = std::make_unique<data::Pipeline>(std::move(source), job_.train.seed, po);
   pipeline_->Start();
+  if (!o_.bad_lines_path.empty()) {
+    // A stale count would be shown as this run's; the report is advisory, so not fatal.
+    Status removed = RemoveBadLinesFile(o_.bad_lines_path);
+    if (!removed.ok()) TLOG_WARN("{}", removed.ToString());
+  }
   if (k_ >= 1) {
     if (o_.prefetch_embeddings == nullptr)
       return Status::InvalidArgument("k >= 1 needs a prefetch embedding client");
@@ -394,6 +411,7 @@ Status TrainingLoop::TrainSteps() {
   result_.samples_per_sec =
       run_s > 0 ? static_cast<double>((result_.steps_done - start_step_) * global_batch_) / run_s
                 : 0;
+  FinishBadLines();
   // The data threads end here, before the final eval: the prefetcher first, as it stops the
   // pipeline it reads from.
   prefetcher_.reset();
@@ -447,6 +465,7 @@ Status TrainingLoop::NextBatch(int64_t step, StepInput* in) {
     in->batch = std::move(next).value();
     in->data_s = Since(in->t0);
   }
+  in->bad = in->batch->bad_count;
   if (in->batch->step != step)
     return Status::Internal("the pipeline delivered step " + std::to_string(in->batch->step) +
                             " for step " + std::to_string(step));
@@ -504,6 +523,10 @@ Status TrainingLoop::RecordStep(int64_t step, const StepInput& in, const StepSta
   result_.last_loss = st.loss;
   progress_.step = step;
   progress_.loss = st.loss;
+  bad_count_ += in.bad;
+  result_.bad_lines = bad_count_;
+  progress_.bad_lines = bad_count_;
+  ReportBadLines(step);
   const bool log_now =
       (step + 1) % job_.train.log_every_steps == 0 || step + 1 == total_ || st.stop_agreed;
   if (!log_now) return Status::Ok();
@@ -525,6 +548,7 @@ Status TrainingLoop::WriteStepMetrics(int64_t step, const StepStats& st) {
   m.timeline = o_.timeline;
   m.loss = st.loss;
   m.samples_per_sec = progress_.samples_per_sec;
+  m.bad_lines = bad_count_;
   if (trainer_->loss_scaler() != nullptr) {
     m.loss_scale = trainer_->loss_scaler()->scale();
     m.skipped_steps = window_skipped_;
@@ -539,6 +563,31 @@ Status TrainingLoop::WriteStepMetrics(int64_t step, const StepStats& st) {
     TANDEM_RETURN_IF_ERROR(o_.tensorboard->WriteScalars(step, s));
   }
   return Status::Ok();
+}
+
+// Malformed lines are skipped below data.max_bad_fraction; without these lines nobody would
+// learn that a file has some (issue 18).
+void TrainingLoop::ReportBadLines(int64_t step) {
+  if (bad_count_ <= bad_lines_.logged()) return;  // the pipeline's lock only when there is news
+  bad_reports_ = pipeline_->bad_reports();
+  if (auto line = bad_lines_.AfterStep(step, bad_count_, bad_reports_)) {
+    TLOG_WARN("{}", *line);
+    SaveBadLines();
+  }
+}
+
+void TrainingLoop::FinishBadLines() {
+  if (bad_count_ == 0) return;
+  bad_reports_ = pipeline_->bad_reports();
+  if (auto line = bad_lines_.AtEnd(bad_count_, bad_reports_)) TLOG_WARN("{}", *line);
+  SaveBadLines();
+}
+
+void TrainingLoop::SaveBadLines() {
+  if (o_.bad_lines_path.empty()) return;
+  BadLinesFile f{o_.rank, bad_count_, bad_reports_};
+  // Training goes on without the file: the log and the heartbeats still carry the count.
+  if (Status s = WriteBadLinesFile(o_.bad_lines_path, f); !s.ok()) TLOG_WARN("{}", s.ToString());
 }
 
 Status TrainingLoop::HandleCheckpoint(int64_t step, const StepInput& in, const StepStats& st) {
@@ -607,8 +656,9 @@ Status TrainingLoop::WriteFinal() {
   sum.Merge(result_.dense_checksum);
   result_.model_checksum = sum.Hex();
   if (o_.metrics)
-    TANDEM_RETURN_IF_ERROR(o_.metrics->WriteFinal(
-        {result_.auc, result_.logloss, result_.model_checksum, result_.teacher_auc, total_ - 1}));
+    TANDEM_RETURN_IF_ERROR(
+        o_.metrics->WriteFinal({result_.auc, result_.logloss, result_.model_checksum,
+                                result_.teacher_auc, total_ - 1, bad_count_}));
   if (o_.tensorboard) {
     metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(result_.auc)},
                            {metrics::kTagLogloss, AsScalar(result_.logloss)}};

@@ -35,6 +35,7 @@ struct LoopProgress {
   double loss = NAN;
   double auc = NAN, logloss = NAN, teacher_auc = NAN;
   bool evaluating = false;
+  int64_t bad_lines = 0;  // malformed data lines this worker trained on so far (skipped samples)
 };
 
 struct TrainingLoopOptions {
@@ -60,6 +61,9 @@ struct TrainingLoopOptions {
   // Rank 0, when non-empty: the dense state (dense_state.h) is written here once the loop ends,
   // completed or stopped, with step = steps_done - 1.
   std::string dense_state_path;
+  // When non-empty: this worker's malformed-line count and first reports are kept in this file
+  // (bad_line_report.h) while it trains; one left by an earlier run is removed at the start.
+  std::string bad_lines_path;
   // Rank 0: takes checkpoint `step` (called right after the step, before the next one starts, at
   // every checkpoint.every_steps, at steps announced for checkpoint.every_seconds, at the step a
   // stop was agreed on and at the last step). The shards cut their restore points in the apply
@@ -92,6 +96,7 @@ struct TrainingResult {
   ModelChecksum dense_checksum;     // every rank
   std::vector<float> dense_params;  // every rank: the dense model at the end (tests, export)
   int recoveries = 0;               // roll-forward recoveries this process took part in
+  int64_t bad_lines = 0;            // malformed data lines this worker trained on
 };
 
 // Runs until train.steps or an agreed stop. Errors name the step. Every callback in `options`

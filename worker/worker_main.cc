@@ -17,6 +17,7 @@
 #include "common/metrics/tensorboard_writer.h"
 #include "common/ps_client.h"
 #include "worker/background_checkpointer.h"
+#include "worker/bad_line_report.h"
 #include "worker/collective/chief_store.h"
 #include "worker/dense_state.h"
 #include "worker/device/backend_factory.h"
@@ -230,6 +231,7 @@ class WorkerRun {
     o.tensorboard = tensorboard_.get();
     if (rank_ == 0) o.sparse_checksum = [this](int64_t last) { return ps_->Checksum(last); };
     if (rank_ == 0) o.dense_state_path = job_.output.dir + "/model/dense.ckpt";  // creates model/
+    o.bad_lines_path = BadLinesPath(job_.output.dir, rank_);
     o.on_progress = [this](const LoopProgress& p) { ReportProgress(p); };
     o.stop_requested = [this] {
       return stop_signal_.load() || chief_->stop_requested() || chief_->fenced();
@@ -283,6 +285,7 @@ class WorkerRun {
     progress_.auc = p.auc;
     progress_.logloss = p.logloss;
     progress_.teacher_auc = p.teacher_auc;
+    progress_.bad_lines = p.bad_lines;
     chief_->SetProgress(progress_);
   }
 
@@ -333,6 +336,7 @@ class WorkerRun {
     progress_.loss = result.last_loss;
     progress_.samples_per_sec = result.samples_per_sec / world_;
     progress_.model_checksum = result.model_checksum;
+    progress_.bad_lines = result.bad_lines;
     progress_.state = result.completed ? MemberState::kDone : MemberState::kStopped;
     if (rank_ == 0 && metrics_) progress_.detail = "metrics in " + metrics_->path();
     chief_->SetProgress(progress_);

@@ -157,6 +157,32 @@ TEST(MetricsWriterTest, FinalLineIsExactlyOneAndLast) {
   EXPECT_EQ(lines.back()["model_checksum"], "0123456789abcdef0123456789abcdef");
 }
 
+// Scripts read metrics.jsonl from older runs too: "bad_lines" is added only when the writer is
+// given a count, and every line kind carries it then.
+TEST(MetricsWriterTest, BadLinesOnlyWhenGiven) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  auto writer = OpenOrDie(path);
+  ASSERT_TRUE(writer->WriteStep(Step(1, 0.7)).ok());
+  StepMetrics step = Step(2, 0.6);
+  step.bad_lines = 4;
+  ASSERT_TRUE(writer->WriteStep(step).ok());
+  EvalMetrics eval = Eval(2, 0.6);
+  eval.bad_lines = 4;
+  ASSERT_TRUE(writer->WriteEval(eval).ok());
+  FinalMetrics final_line{0.79, 0.44, "0123456789abcdef0123456789abcdef"};
+  final_line.bad_lines = 9;
+  ASSERT_TRUE(writer->WriteFinal(final_line).ok());
+  const std::vector<json> lines = ReadJsonLines(path);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_FALSE(lines[0].contains("bad_lines"));
+  EXPECT_EQ(lines[1]["bad_lines"], 4);
+  EXPECT_TRUE(lines[1].contains("samples_per_sec"));
+  EXPECT_EQ(lines[2]["bad_lines"], 4);
+  EXPECT_EQ(lines[3]["bad_lines"], 9);
+  EXPECT_EQ(lines[3]["final"], true);
+}
+
 TEST(MetricsWriterTest, WritesAfterFinalAreRefused) {
   TempDir dir;
   const std::string path = dir.path() + "/metrics.jsonl";

@@ -119,16 +119,18 @@ Status MetricsWriter::WriteStep(const StepMetrics& m) {
     json["loss_scale"] = m.loss_scale;
     json["skipped_steps"] = m.skipped_steps;
   }
+  if (m.bad_lines >= 0) json["bad_lines"] = m.bad_lines;
   MutexLock lock(&mu_);
   return WriteLine(Dump(json));
 }
 
 Status MetricsWriter::WriteEval(const EvalMetrics& m) {
-  const Json json = {{"step", m.step},
-                     {"timeline", m.timeline},
-                     {"auc", m.auc},
-                     {"logloss", m.logloss},
-                     {"wall_time", WallTimeSeconds()}};
+  Json json = {{"step", m.step},
+               {"timeline", m.timeline},
+               {"auc", m.auc},
+               {"logloss", m.logloss},
+               {"wall_time", WallTimeSeconds()}};
+  if (m.bad_lines >= 0) json["bad_lines"] = m.bad_lines;
   MutexLock lock(&mu_);
   return WriteLine(Dump(json));
 }
@@ -142,6 +144,7 @@ Status MetricsWriter::WriteFinal(const FinalMetrics& m) {
   Json line = json;
   if (std::isfinite(m.teacher_auc)) line["teacher_auc"] = m.teacher_auc;
   if (m.step >= 0) line["step"] = m.step;
+  if (m.bad_lines >= 0) line["bad_lines"] = m.bad_lines;
   MutexLock lock(&mu_);
   TANDEM_RETURN_IF_ERROR(WriteLine(Dump(line)));
   finished_ = true;

@@ -36,6 +36,8 @@ struct StepMetrics {
   // the last logged one were skipped on overflow (PROTOCOLS §2.7).
   double loss_scale = 0;
   int64_t skipped_steps = 0;
+  // Malformed data lines rank 0 has trained on so far in this run (written when >= 0).
+  int64_t bad_lines = -1;
 };
 
 struct EvalMetrics {
@@ -43,6 +45,7 @@ struct EvalMetrics {
   uint64_t timeline = 0;
   double auc = 0;
   double logloss = 0;
+  int64_t bad_lines = -1;  // as in StepMetrics
 };
 
 struct FinalMetrics {
@@ -51,6 +54,7 @@ struct FinalMetrics {
   std::string model_checksum;  // ModelChecksum::Hex()
   double teacher_auc = NAN;    // synthetic data: the best achievable AUC (written when finite)
   int64_t step = -1;           // the last trained step (written when >= 0)
+  int64_t bad_lines = -1;      // as in StepMetrics
 };
 
 // Safe for concurrent use (the trainer and an eval thread may both write).

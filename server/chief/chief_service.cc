@@ -405,6 +405,7 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
   p.teacher_auc = hb.getTeacherAuc();
   p.model_checksum = hb.getModelChecksum();
   p.detail = hb.getDetail();
+  p.bad_lines = hb.getBadLines();
   StatusOr<HeartbeatResult> result = Status::Internal("unset");
   {
     MutexLock lock(&mu_);
@@ -468,6 +469,7 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
     out.setLostReason(Text(s.lost_reason));
     out.setMsSinceHeartbeat(s.ms_since_heartbeat);
     out.setDeterminismClass(Text(s.determinism_class));
+    out.setBadLines(s.bad_lines);
   }
   body.setTerm(j.term);
   body.setGeneration(j.generation);
@@ -486,6 +488,7 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
   body.setDetail(Text(j.detail));
   body.setElapsedMs(j.elapsed_ms);
   body.setConfigHash(Text(j.config_hash));
+  body.setBadLines(j.bad_lines);
   {
     // A PS asks before it opens its shard, to restore this checkpoint before serving.
     MutexLock lock(&mu_);

@@ -30,7 +30,8 @@ std::string EncodeResult(const MemberProgress& p) {
                          {"logloss", Number(p.logloss)},
                          {"teacher_auc", Number(p.teacher_auc)},
                          {"model_checksum", p.model_checksum},
-                         {"detail", p.detail}})
+                         {"detail", p.detail},
+                         {"bad_lines", p.bad_lines}})
       .dump();
 }
 
@@ -49,6 +50,7 @@ MemberProgress DecodeResult(const std::string& text) {
   p.teacher_auc = NumberOf(j, "teacher_auc");
   p.model_checksum = j.value("model_checksum", std::string());
   p.detail = j.value("detail", std::string());
+  p.bad_lines = j.value("bad_lines", int64_t{0});
   return p;
 }
 
@@ -434,6 +436,9 @@ void Membership::UpdateJobState(Clock::time_point now) {
     const MemberProgress& r0 = workers_[0].progress;
     std::string detail = r0.detail;
     final_result_ = r0;
+    // Persisted with the result, so that a chief restarted after the end still has the total.
+    final_result_.bad_lines = 0;
+    for (const Member& w : workers_) final_result_.bad_lines += w.progress.bad_lines;
     end(JobState::kDone, std::move(detail));
     return;
   }
@@ -575,6 +580,7 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
       s.lost_reason = m.lost_reason;
       s.ms_since_heartbeat = MsBetween(m.last_heartbeat, now);
       s.determinism_class = m.determinism_class;
+      s.bad_lines = m.progress.bad_lines;
       const bool up = !m.lost && !m.left && !Terminal(m);
       // A worker that finished reports its mean rate over the run: the job's figure then.
       s.samples_per_sec =
@@ -590,6 +596,7 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
       if (role == Role::kWorker) {
         j.step = j.step < 0 ? s.step : std::min(j.step, s.step);
         j.samples_per_sec += s.samples_per_sec;
+        j.bad_lines += s.bad_lines;
       }
       j.members.push_back(std::move(s));
     }
@@ -606,6 +613,7 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
     j.teacher_auc = result->teacher_auc;
     j.model_checksum = result->model_checksum;
   }
+  if (job_state_ == JobState::kDone) j.bad_lines = final_result_.bad_lines;
   if (job_state_ == JobState::kDone && j.step < 0) {
     // A chief restarted after the end: the workers are gone, their last report is the result.
     j.step = final_result_.step;

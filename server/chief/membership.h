@@ -74,6 +74,8 @@ struct MemberProgress {
   double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
   std::string model_checksum;
   std::string detail;
+  // A worker's malformed data lines; in the job's result (kDone), the sum over workers.
+  int64_t bad_lines = 0;
 };
 
 enum class HeartbeatVerdict {
@@ -120,6 +122,7 @@ struct MemberSnapshot {
   std::string lost_reason;
   int64_t ms_since_heartbeat = -1;
   std::string determinism_class;
+  int64_t bad_lines = 0;
 };
 
 struct JobSnapshot {
@@ -135,6 +138,7 @@ struct JobSnapshot {
   std::string detail;
   int64_t elapsed_ms = 0;  // since the job became "training"
   std::string config_hash;
+  int64_t bad_lines = 0;                // malformed data lines skipped, summed over workers
   std::vector<MemberSnapshot> members;  // ps 0.., then workers 0..
 };
 

@@ -420,6 +420,38 @@ TEST_F(MembershipTest, JobTrainsOnceEveryoneRegisteredAndIsDoneWithRankZerosResu
   EXPECT_EQ(snap.elapsed_ms, 30) << "frozen once the job ended";
 }
 
+// Each worker reads its own share of the data: the job's malformed-line count is their sum,
+// kept with the result so that a chief restarted after the end still shows it.
+TEST_F(MembershipTest, MalformedLinesAreSummedOverWorkersAndKeptWithTheResult) {
+  ASSERT_TRUE(members_->OpenRun(-1).ok());
+  RegisterAll();
+  MemberProgress p0;
+  p0.state = MemberState::kTraining;
+  p0.step = 10;
+  p0.bad_lines = 2;
+  MemberProgress p1 = p0;
+  p1.bad_lines = 3;
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 0, w0_, p0, now_).ok());
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 1, w1_, p1, now_).ok());
+  auto snap = members_->Snapshot(now_);
+  EXPECT_EQ(snap.bad_lines, 5);
+  for (const auto& m : snap.members) {
+    if (m.role == Role::kWorker) {
+      EXPECT_EQ(m.bad_lines, m.index == 0 ? 2 : 3);
+    }
+  }
+  p0.state = p1.state = MemberState::kDone;
+  p1.bad_lines = 4;
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 0, w0_, p0, now_).ok());
+  ASSERT_TRUE(members_->Heartbeat(Role::kWorker, 1, w1_, p1, now_).ok());
+  ASSERT_EQ(Name(members_->job_state()), "done");
+  EXPECT_EQ(members_->Snapshot(now_).bad_lines, 6);
+  Restart();  // the workers are gone
+  members_->RejoinRun(now_);
+  ASSERT_EQ(Name(members_->job_state()), "done");
+  EXPECT_EQ(members_->Snapshot(now_).bad_lines, 6);
+}
+
 TEST_F(MembershipTest, StopGoesThroughStoppingToStopped) {
   RegisterAll();
   EXPECT_EQ(Name(members_->RequestStop("SIGTERM to the chief", now_)), "stopping");
