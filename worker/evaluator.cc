@@ -46,7 +46,8 @@ StatusOr<EvalResult> Evaluator::Run(Trainer* trainer, collective::Collective* co
       if (teacher_) {
         teacher_->GenerateRaw(off + i, &raw);
         data::ToSample(schema_, raw, &sample);
-        for (int k = 0; k < tasks; ++k) teacher_hist_[k].Add(raw.p[k], sample.labels[k], sample.weight);
+        for (int k = 0; k < tasks; ++k)
+          teacher_hist_[k].Add(raw.p[k], sample.labels[k], sample.weight);
       } else {
         TANDEM_RETURN_IF_ERROR(source_->Read(off + i, &sample));
       }

@@ -29,14 +29,14 @@ struct TaskEval {
 struct EvalResult {
   double auc = NAN;
   double logloss = NAN;
-  double teacher_auc = NAN;  // synthetic data only
-  int64_t samples = 0;       // over all ranks
+  double teacher_auc = NAN;     // synthetic data only
+  int64_t samples = 0;          // over all ranks
   std::vector<TaskEval> tasks;  // one per label
 };
 
 // One evaluated batch, in record order: what `tandem predict` writes out per record.
 struct ScoredBatch {
-  int64_t first_record = 0;        // index of probs[0] in the eval source (file order)
+  int64_t first_record = 0;  // index of probs[0] in the eval source (file order)
   int num_labels = 1;
   std::span<const float> probs;    // the model's probabilities, sample-major x num_labels
   std::span<const float> labels;   // 0 or 1, sample-major x num_labels
@@ -71,7 +71,7 @@ class Evaluator {
   int batch_ = 2048;
   int64_t begin_ = 0, end_ = 0;  // this rank's records
   std::unique_ptr<data::RecordSource> source_;
-  std::unique_ptr<data::SyntheticGenerator> teacher_;  // synthetic data only
+  std::unique_ptr<data::SyntheticGenerator> teacher_;          // synthetic data only
   std::vector<data::AucHistogram> model_hist_, teacher_hist_;  // per label
   std::vector<float> bucket_;
   ScoreSink sink_;

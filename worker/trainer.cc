@@ -58,7 +58,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   t->feature_grads_.resize(features);
   t->row_grad_ptrs_.resize(features);
   t->features_of_table_.assign(tables, 0);
-  for (size_t f = 0; f < features; ++f) ++t->features_of_table_[t->schema_.table_of(static_cast<int>(f))];
+  for (size_t f = 0; f < features; ++f)
+    ++t->features_of_table_[t->schema_.table_of(static_cast<int>(f))];
   auto& hb = t->host_batch_;
   hb.rows.resize(features);
   hb.num_unique.resize(features);
@@ -161,7 +162,8 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   const bool device_reduce = coll != nullptr && coll->device_memory();
   auto t0 = Clock::now();
   TANDEM_RETURN_IF_ERROR(Describe(batch, rows));
-  for (size_t t = 0; t < tables; ++t) row_grads_[t].resize(batch.unique_ids[t].size() * table_dims_[t]);
+  for (size_t t = 0; t < tables; ++t)
+    row_grads_[t].resize(batch.unique_ids[t].size() * table_dims_[t]);
   // A table looked up by one feature takes that feature's row gradients as they are; a shared
   // table sums its features' gradients after the step, in feature order.
   for (size_t f = 0; f < row_grad_ptrs_.size(); ++f) {

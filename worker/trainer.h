@@ -135,17 +135,17 @@ class Trainer {
   std::unique_ptr<model::Dlrm> model_;
   std::unique_ptr<model::DenseOptimizer> optimizer_;
   data::Schema schema_;
-  std::vector<size_t> table_dims_;       // per table
+  std::vector<size_t> table_dims_;      // per table
   std::vector<int> features_of_table_;  // per table: how many features look it up
   bool fp16_ = false;
   model::LossScaler scaler_;
   // Scratch reused across steps.
   BatchRows rows_;  // per table: unique rows (Step, Predict)
   model::HostBatch host_batch_;
-  std::vector<std::vector<int64_t>> inverse64_;  // per feature: batch.inverse widened
-  std::vector<std::vector<float>> row_grads_;    // per table: what is pushed
+  std::vector<std::vector<int64_t>> inverse64_;    // per feature: batch.inverse widened
+  std::vector<std::vector<float>> row_grads_;      // per table: what is pushed
   std::vector<std::vector<float>> feature_grads_;  // per feature of a shared table
-  std::vector<float*> row_grad_ptrs_;            // per feature: where TrainStep writes
+  std::vector<float*> row_grad_ptrs_;              // per feature: where TrainStep writes
   std::vector<float> bucket_;  // dense gradients + loss, votes, overflow: all-reduced together
   bool collective_failed_ = false;
   // retain_last_step: the last completed step's local bucket and the state before its update.

@@ -8,9 +8,9 @@
 
 #include "common/checkpoint_layout.h"
 #include "common/daemon/member.h"
-#include "common/embedding/table_spec.h"
 #include "common/daemon/stop_signals.h"
 #include "common/determinism_class.h"
+#include "common/embedding/table_spec.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
 #include "common/metrics/metrics_writer.h"

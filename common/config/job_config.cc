@@ -44,9 +44,9 @@ using internal::Within;
 // Schema
 
 // A typed pointer to the field a key is bound to. The alternative held is the key's type.
-using FieldRef = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*,
-                              std::vector<int64_t>*, std::vector<double>*,
-                              std::vector<std::string>*>;
+using FieldRef =
+    std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
+                 std::vector<double>*, std::vector<std::string>*>;
 
 // One key: its path (relative to `tables.<name>` for table keys), its field and its rule.
 template <typename Root>
@@ -365,7 +365,6 @@ class YamlWriter {
   std::ostringstream out_;
   std::vector<std::string> open_;  // the maps the last key was written in
 };
-
 
 // ---------------------------------------------------------------------------------------------
 // Overrides: `--set key.path=value` edits the YAML tree before validation.
@@ -687,11 +686,10 @@ class Builder {
       if (it == job_.tables.end()) {
         std::string path = "tables." + name;
         return Fail(where_[path], path,
-                    job_.features.empty()
-                        ? "unknown table (tables are default and C1..C" +
-                              std::to_string(job_.data.num_categorical) +
-                              ", from data.num_categorical)"
-                        : "unknown table (no feature looks it up)");
+                    job_.features.empty() ? "unknown table (tables are default and C1..C" +
+                                                std::to_string(job_.data.num_categorical) +
+                                                ", from data.num_categorical)"
+                                          : "unknown table (no feature looks it up)");
       }
       it->second = table;
     }
@@ -729,8 +727,8 @@ Status Builder::CheckCrossField() const {
   if (!c.train.loss_weights.empty() &&
       static_cast<int64_t>(c.train.loss_weights.size()) != num_labels) {
     return Fail(WhereAny({"train.loss_weights"}), "train.loss_weights",
-                "needs one weight per data.labels entry (" + std::to_string(num_labels) + "), got " +
-                    std::to_string(c.train.loss_weights.size()));
+                "needs one weight per data.labels entry (" + std::to_string(num_labels) +
+                    "), got " + std::to_string(c.train.loss_weights.size()));
   }
   TANDEM_RETURN_IF_ERROR(CheckSchema());
   if (c.chief.heartbeat_timeout_ms <= c.chief.heartbeat_interval_ms) {
@@ -773,11 +771,12 @@ Status Builder::CheckSchema() const {
   if (c.model.interaction == "dot") {
     for (const auto& [name, table] : c.tables) {
       if (table.dim != 0 && table.dim != c.model.embedding_dim) {
-        return Fail(WhereAny({"tables." + name + ".dim", "tables.default.dim", "model.interaction"}),
-                    "tables." + name + ".dim",
-                    std::to_string(table.dim) + " differs from model.embedding_dim " +
-                        std::to_string(c.model.embedding_dim) +
-                        ": model.interaction dot needs one width (use concat for mixed widths)");
+        return Fail(
+            WhereAny({"tables." + name + ".dim", "tables.default.dim", "model.interaction"}),
+            "tables." + name + ".dim",
+            std::to_string(table.dim) + " differs from model.embedding_dim " +
+                std::to_string(c.model.embedding_dim) +
+                ": model.interaction dot needs one width (use concat for mixed widths)");
       }
     }
   }
@@ -851,7 +850,8 @@ StatusOr<JobConfig> Parse(const std::string& text, const std::string& name,
 std::vector<std::string> TableNames(const JobConfig& job) {
   std::vector<std::string> names;
   if (job.features.empty()) {
-    for (int64_t i = 1; i <= job.data.num_categorical; ++i) names.push_back("C" + std::to_string(i));
+    for (int64_t i = 1; i <= job.data.num_categorical; ++i)
+      names.push_back("C" + std::to_string(i));
     return names;
   }
   for (const auto& [name, feature] : job.features) {
@@ -945,8 +945,8 @@ std::string JobConfig::ComputationHash() const {
   for (size_t i = 0; i < copy.features.size(); ++i) {
     auto& [name, feature] = copy.features[i];
     for (const FeatureKey& key : kFeatureKeys) {
-      lines.push_back("features[" + std::to_string(i) + "]." + name + "." +
-                      std::string(key.path) + "=" + FormatField(key.bind(feature)));
+      lines.push_back("features[" + std::to_string(i) + "]." + name + "." + std::string(key.path) +
+                      "=" + FormatField(key.bind(feature)));
     }
   }
   for (auto& [name, table] : copy.tables) {

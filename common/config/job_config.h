@@ -69,9 +69,9 @@ struct DataConfig {
   int64_t num_categorical = 26;
   std::vector<std::string> labels = {"label"};  // `data.labels`: one binary task each, 1..16
   // The general delimited text format (`data.text.*`, data.format: text).
-  std::string text_separator = "\t";         // one character between columns
-  std::string text_list_separator = ",";     // one character between the ids of a list column
-  std::vector<std::string> text_columns;     // names in file order; empty = labels, I1..In, features
+  std::string text_separator = "\t";      // one character between columns
+  std::string text_list_separator = ",";  // one character between the ids of a list column
+  std::vector<std::string> text_columns;  // names in file order; empty = labels, I1..In, features
   // Synthetic generator (`data.synthetic.*`).
   int64_t synthetic_vocab = 100000;     // ids per field, >= 1
   double synthetic_zipf = 1.1;          // exponent > 0

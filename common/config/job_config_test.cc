@@ -500,7 +500,6 @@ TEST(JobConfigTest, LoadJobConfigMissingFile) {
   EXPECT_EQ(c.status().message().rfind("/nonexistent/job.yaml: cannot read", 0), 0u) << c.status();
 }
 
-
 // Issue 18: a feature schema beside the Criteo default.
 constexpr char kFeatures[] = R"(data:
   format: synthetic
@@ -565,7 +564,8 @@ TEST(JobConfigTest, FeatureSchemaErrorsNameTheKey) {
     std::string want;
   };
   for (const Case& k : std::vector<Case>{
-           {{"data.num_categorical=4"}, "data.num_categorical: must equal the number of features (3)"},
+           {{"data.num_categorical=4"},
+            "data.num_categorical: must equal the number of features (3)"},
            {{"model.top_mlp=[32, 1]"}, "model.top_mlp: last layer must be 2"},
            {{"train.loss_weights=[1]"}, "train.loss_weights: needs one weight per"},
            {{"features.history.max_len=0"}, "features.history.max_len:"},

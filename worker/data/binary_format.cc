@@ -55,8 +55,8 @@ Status CheckHeader(const Header& h, const std::string& path, const std::optional
       h.record_size != BinaryRecordSize(s)) {
     return Status::DataLoss(path + ": corrupt header (field counts or record size)");
   }
-  if (expect && (expect->num_dense != s.num_dense ||
-                 expect->num_categorical != s.num_categorical || !expect->single_hot())) {
+  if (expect && (expect->num_dense != s.num_dense || expect->num_categorical != s.num_categorical ||
+                 !expect->single_hot())) {
     return Status::InvalidArgument(
         path + ": field counts " + std::to_string(s.num_dense) + " dense / " +
         std::to_string(s.num_categorical) + " categorical, the job expects " +

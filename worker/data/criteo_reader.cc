@@ -116,7 +116,8 @@ bool ParseCriteoLine(std::string_view line, const Schema& schema, Sample* out, c
     } else {
       if (q - p > kMaxSafeHexDigits) {
         const auto r = std::from_chars(p, q, v, 16);
-        if (r.ec != std::errc() || r.ptr != q) return Fail(schema, out, why, "bad hex categorical field");
+        if (r.ec != std::errc() || r.ptr != q)
+          return Fail(schema, out, why, "bad hex categorical field");
       }
       cat[i] = internal::CategoricalIdInline(table, v);
     }

@@ -47,8 +47,7 @@ TEST(Batch, DedupInverseRebuildsIds) {
   for (int f = 0; f < kSmall.num_categorical; ++f) {
     EXPECT_LT(batch.unique_ids[f].size(), 64u);  // Zipf over 30 values repeats
     for (int i = 0; i < batch.size; ++i) {
-      EXPECT_EQ(batch.unique_ids[f][batch.inverse[f][i]],
-                batch.ids[f][i]);
+      EXPECT_EQ(batch.unique_ids[f][batch.inverse[f][i]], batch.ids[f][i]);
     }
     EXPECT_EQ(batch.inverse[f][0], 0u);  // first-occurrence order
   }

@@ -167,10 +167,10 @@ void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
     // A bag: its length from this draw, its ids from a stream of their own.
     const uint32_t len = w[3] % static_cast<uint32_t>(max_len + 1);
     for (uint32_t k = 0; k < len; k += 2) {
-      const auto b = Philox4x32({static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32),
-                                 spec_.stream ^ kBagTag, static_cast<uint32_t>(f) << 16 | k},
-                                {static_cast<uint32_t>(spec_.seed),
-                                 static_cast<uint32_t>(spec_.seed >> 32)});
+      const auto b =
+          Philox4x32({static_cast<uint32_t>(n), static_cast<uint32_t>(n >> 32),
+                      spec_.stream ^ kBagTag, static_cast<uint32_t>(f) << 16 | k},
+                     {static_cast<uint32_t>(spec_.seed), static_cast<uint32_t>(spec_.seed >> 32)});
       out->cat.push_back(SampleZipf((uint64_t{b[0]} << 21) ^ (b[1] >> 11)));
       if (k + 1 < len) out->cat.push_back(SampleZipf((uint64_t{b[2]} << 21) ^ (b[3] >> 11)));
     }

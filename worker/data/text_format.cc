@@ -27,7 +27,8 @@ uint64_t TokenId(int table, std::string_view token) {
     for (char c : token) v = v * 10 + static_cast<uint64_t>(c - '0');
     return internal::CategoricalIdInline(table, v);
   }
-  return XXH3_64bits_withSeed(token.data(), token.size(), kTokenSeed ^ static_cast<uint64_t>(table));
+  return XXH3_64bits_withSeed(token.data(), token.size(),
+                              kTokenSeed ^ static_cast<uint64_t>(table));
 }
 
 bool ParseDense(std::string_view field, float* out) {
@@ -43,7 +44,8 @@ bool ParseDense(std::string_view field, float* out) {
   }
   double d = 0;
   r = std::from_chars(field.data(), field.data() + field.size(), d);
-  if (r.ec != std::errc() || r.ptr != field.data() + field.size() || !std::isfinite(d)) return false;
+  if (r.ec != std::errc() || r.ptr != field.data() + field.size() || !std::isfinite(d))
+    return false;
   // The documented transform, log(1 + max(x, 0)), for non-integer values too.
   *out = static_cast<float>(std::log1p(std::max(d, 0.0)));
   return true;
@@ -58,7 +60,8 @@ StatusOr<TextLayout> TextLayout::FromConfig(const config::JobConfig& job) {
   std::vector<std::string> names = job.data.text_columns;
   std::vector<std::string> features;
   if (job.features.empty()) {
-    for (int64_t i = 1; i <= job.data.num_categorical; ++i) features.push_back("C" + std::to_string(i));
+    for (int64_t i = 1; i <= job.data.num_categorical; ++i)
+      features.push_back("C" + std::to_string(i));
   } else {
     for (const auto& [name, f] : job.features) features.push_back(name);
   }
@@ -143,7 +146,8 @@ bool ParseTextLine(std::string_view line, const TextLayout& layout, const Schema
   for (int f = 0; f < nc; ++f) {
     out->offsets[f] = static_cast<uint32_t>(out->cat.size());
     const int table = schema.table_of(f);
-    const std::string_view field = feature_column[f] < 0 ? std::string_view() : fields[feature_column[f]];
+    const std::string_view field =
+        feature_column[f] < 0 ? std::string_view() : fields[feature_column[f]];
     if (field.empty()) {
       // Single-hot: a missing value is an id of its own, as in Criteo. Multi-hot: an empty bag.
       if (schema.max_len_of(f) == 1) out->cat.push_back(MissingId(table));

@@ -42,7 +42,7 @@ TEST(TextFormatTest, ParsesNamedColumnsListsAndSharedTables) {
   const char* why = nullptr;
   ASSERT_TRUE(ParseTextLine("1\t0\t7\t12,5,12\tjunk\t5\t", *layout, schema, &s, &why)) << why;
   EXPECT_EQ(s.labels, (std::vector<float>{0, 1}));  // click = column 2, buy = column 1
-  EXPECT_EQ(s.dense[0], 0.0f);                       // I1 empty
+  EXPECT_EQ(s.dense[0], 0.0f);                      // I1 empty
   EXPECT_EQ(s.dense[1], DenseTransform(7));
   ASSERT_EQ(s.offsets, (std::vector<uint32_t>{0, 1, 4}));
   // item 5 and the history's 5 are one id: the features share a table.
@@ -70,11 +70,11 @@ TEST(TextFormatTest, MalformedLinesSayWhy) {
     const char* line;
     const char* why;
   };
-  for (const Case& c : {Case{"1\t0\t7\t1\t\t5", "too few columns"},
-                        Case{"1\t0\t7\t1\t\t5\t\t", "too many columns"},
-                        Case{"2\t0\t7\t1\t\t5\t", "bad label (want 0 or 1)"},
-                        Case{"1\t0\tx7\t1\t\t5\t", "bad number in a dense column"},
-                        Case{"1\t0\t7\t1,,2\t\t5\t", "empty id in a list column"}}) {
+  for (const Case& c :
+       {Case{"1\t0\t7\t1\t\t5", "too few columns"}, Case{"1\t0\t7\t1\t\t5\t\t", "too many columns"},
+        Case{"2\t0\t7\t1\t\t5\t", "bad label (want 0 or 1)"},
+        Case{"1\t0\tx7\t1\t\t5\t", "bad number in a dense column"},
+        Case{"1\t0\t7\t1,,2\t\t5\t", "empty id in a list column"}}) {
     const char* why = nullptr;
     EXPECT_FALSE(ParseTextLine(c.line, *layout, schema, &s, &why)) << c.line;
     EXPECT_STREQ(why, c.why) << c.line;

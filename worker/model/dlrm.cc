@@ -66,8 +66,9 @@ StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelConfig& config, const Dl
                                              uint64_t seed, Backend* backend) {
   if (backend == nullptr) return Status::InvalidArgument("dlrm: null backend");
   TANDEM_RETURN_IF_ERROR(ValidateShape(config, inputs));
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Interaction> interaction,
-                          MakeInteraction(config.interaction, config.bottom_mlp.back(), inputs.dims));
+  TANDEM_ASSIGN_OR_RETURN(
+      std::unique_ptr<Interaction> interaction,
+      MakeInteraction(config.interaction, config.bottom_mlp.back(), inputs.dims));
   std::unique_ptr<Dlrm> model(new Dlrm(config, inputs, std::move(interaction), backend));
   model->Initialize(seed);
   return model;
@@ -149,7 +150,8 @@ float Dlrm::ForwardBackward(int64_t batch, const float* dense, const float* cons
                             float* const* d_pooled) {
   const float* logits = ForwardLogits(batch, dense, pooled);
   const float loss = Loss(batch, logits, labels, weights, normaliser);
-  if (loss_scale_ != 1.0f) backend_->Scale(batch * inputs_.num_labels, loss_scale_, d_logits_.data());
+  if (loss_scale_ != 1.0f)
+    backend_->Scale(batch * inputs_.num_labels, loss_scale_, d_logits_.data());
   top_.Backward(backend_, batch, inter_out_.data(), d_logits_.data(), d_inter_.data());
   interaction_->Backward(backend_, batch, d_inter_.data(), d_bottom_.data(), d_pooled);
   bottom_.Backward(backend_, batch, dense, d_bottom_.data(), /*dx=*/nullptr);

@@ -86,9 +86,8 @@ class Dlrm {
                                                 int64_t num_tables, uint64_t seed,
                                                 Backend* backend);
   // Any feature widths, poolings and labels; the last top_mlp size must be num_labels.
-  static StatusOr<std::unique_ptr<Dlrm>> Create(const ModelConfig& config,
-                                                const DlrmInputs& inputs, uint64_t seed,
-                                                Backend* backend);
+  static StatusOr<std::unique_ptr<Dlrm>> Create(const ModelConfig& config, const DlrmInputs& inputs,
+                                                uint64_t seed, Backend* backend);
 
   Dlrm(const Dlrm&) = delete;
   Dlrm& operator=(const Dlrm&) = delete;
@@ -175,12 +174,12 @@ class Dlrm {
   std::vector<float> grads_;
   std::vector<ParamInfo> param_info_;
   int64_t capacity_ = 0;
-  device::Buffer<float> inter_out_;  // batch x interaction width
-  device::Buffer<float> d_inter_;    // batch x interaction width
-  device::Buffer<float> d_bottom_;   // batch x bottom_mlp.back()
-  device::Buffer<float> d_logits_;   // batch x num_labels
+  device::Buffer<float> inter_out_;                           // batch x interaction width
+  device::Buffer<float> d_inter_;                             // batch x interaction width
+  device::Buffer<float> d_bottom_;                            // batch x bottom_mlp.back()
+  device::Buffer<float> d_logits_;                            // batch x num_labels
   device::Buffer<float> task_logits_, task_labels_, task_d_;  // batch: one task's column
-  device::Buffer<float> probs_;      // batch x num_labels (PredictStep on a device)
+  device::Buffer<float> probs_;  // batch x num_labels (PredictStep on a device)
   // Device copies of params_ and grads_ (+ the bucket tail); empty on a host-memory backend.
   device::Buffer<float> dev_params_;
   device::Buffer<float> dev_grads_;

@@ -75,7 +75,8 @@ StatusOr<std::unique_ptr<Interaction>> MakeInteraction(const std::string& kind, 
     return std::unique_ptr<Interaction>(
         new DotInteraction(static_cast<int64_t>(dims.size()), bottom_dim));
   }
-  if (kind == "concat") return std::unique_ptr<Interaction>(new ConcatInteraction(bottom_dim, dims));
+  if (kind == "concat")
+    return std::unique_ptr<Interaction>(new ConcatInteraction(bottom_dim, dims));
   return Status::InvalidArgument("unknown model.interaction '" + kind + "' (dot | concat)");
 }
 
