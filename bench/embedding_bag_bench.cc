@@ -262,13 +262,13 @@ ModeResult RunMode(device::CpuBackend* be, const Options& o,
     }
     for (int64_t f = 0; f < o.features; ++f) {
       be->EmbeddingBagForward(o.batch, o.dim, bags[f]->rows.data(), batch[f].offsets.data(),
-                              bags[f]->inverse.data(), mean, pooled[f].data());
+                              bags[f]->inverse.data(), nullptr, mean, pooled[f].data());
     }
     for (int64_t f = 0; f < o.features; ++f) {
       const Bags& b = *bags[f];
       be->EmbeddingBagBackward(o.batch, o.dim, static_cast<int64_t>(b.unique_ids.size()),
                                batch[f].d_pooled.data(), batch[f].offsets.data(), b.inverse.data(),
-                               mean, d_rows[f].data());
+                               nullptr, mean, d_rows[f].data());
     }
   };
   ModeResult result;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "worker/evaluator.h"
@@ -22,13 +23,13 @@ features:
   user: {table: users}
   item: {table: items}
   history: {table: items, max_len: 12, pooling: mean}
-  tags: {table: tags, max_len: 4, pooling: sum}
+  tags: {table: tags, max_len: 4, pooling: sum, weighted: true}
   site: {}
 tables:
   default: {optimizer: adagrad, lr: 0.3, init: {dist: uniform, scale: 0.01}}
   users: {dim: 8}
   items: {dim: 16}
-  tags: {dim: 4}
+  tags: {dim: 8}
 model: {embedding_dim: 8, interaction: concat, bottom_mlp: [32, 8], top_mlp: [64, 2]}
 train: {batch_size: 256, seed: 7, dense_optimizer: adam, dense_lr: 0.01, loss_weights: [1, 1]}
 )",
@@ -54,6 +55,11 @@ TEST(MultiHotTrainerTest, BatchesCarryBagsAndSharedTablesDeduplicateAcrossFeatur
   }
   EXPECT_GT(empty, 0);
   EXPECT_EQ(longest, 12);
+  // tags carry per-id weights, the other features none.
+  EXPECT_EQ(b.id_weights[3].size(), b.ids[3].size());
+  EXPECT_TRUE(b.id_weights[2].empty());
+  EXPECT_TRUE(std::any_of(b.id_weights[3].begin(), b.id_weights[3].end(),
+                          [](float w) { return w != 1.0f; }));
   // item and history share the items table: every id either looks up is in its unique list once.
   std::set<uint64_t> items(b.unique_ids[1].begin(), b.unique_ids[1].end());
   EXPECT_EQ(items.size(), b.unique_ids[1].size());
@@ -83,10 +89,10 @@ TEST(MultiHotTrainerTest, SameConfigGivesTheSameChecksumAndTheJobShapeChangesIt)
   EXPECT_NE(a->Checksum().Hex(), c->Checksum().Hex());
 }
 
-// The issue's bar is each task within 0.02 of its teacher's AUC on held-out data. The click task
-// meets it; the rarer conversion task reaches 0.027 below its teacher after 12000 steps, so its
-// bar here is 0.035 (a known miss, reported with issue 18).
+// The issue's bar: each task within 0.02 of its teacher's AUC on held-out data (both reach about
+// 0.01 below after 12000 steps).
 TEST(MultiHotTrainerTest, EachTaskReachesItsTeachersAuc) {
+  constexpr int64_t kSteps = 12000;
   const auto job = MultiHotJob();
   auto run = testing::MakeTrainerRun(job);
   ASSERT_NE(run, nullptr);
@@ -94,17 +100,18 @@ TEST(MultiHotTrainerTest, EachTaskReachesItsTeachersAuc) {
   ASSERT_TRUE(evaluator.ok()) << evaluator.status();
   auto before = (*evaluator)->Run(run->trainer.get(), nullptr, 0);
   ASSERT_TRUE(before.ok()) << before.status();
-  EXPECT_TRUE(std::isfinite(run->MeanLoss(0, 12000)));
-  auto after = (*evaluator)->Run(run->trainer.get(), nullptr, 12000);
+  EXPECT_TRUE(std::isfinite(run->MeanLoss(0, kSteps)));
+  auto after = (*evaluator)->Run(run->trainer.get(), nullptr, kSteps);
   ASSERT_TRUE(after.ok()) << after.status();
   ASSERT_EQ(after->tasks.size(), 2u);
-  const double gap[] = {0.02, 0.035};
   for (size_t k = 0; k < 2; ++k) {
     const TaskEval& t = after->tasks[k];
     EXPECT_GT(t.auc, before->tasks[k].auc + 0.05) << "task " << k;
-    EXPECT_GT(t.auc, t.teacher_auc - gap[k])
+    EXPECT_GT(t.auc, t.teacher_auc - 0.02)
         << "task " << k << " model " << t.auc << " teacher " << t.teacher_auc;
     EXPECT_TRUE(std::isfinite(t.logloss));
+    std::printf("task %zu: model AUC %.4f, teacher %.4f, logloss %.4f\n", k, t.auc, t.teacher_auc,
+                t.logloss);
   }
   EXPECT_EQ(after->auc, after->tasks[0].auc);
 }

@@ -65,6 +65,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   hb.num_unique.resize(features);
   hb.offsets.resize(features);
   hb.inverse.resize(features);
+  hb.id_weights.assign(features, nullptr);
   return t;
 }
 
@@ -111,6 +112,11 @@ Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
     hb.num_unique[f] = static_cast<int64_t>(unique);
     hb.offsets[f] = offsets.data();
     hb.inverse[f] = inv.data();
+    if (schema_.weighted_of(static_cast<int>(f))) {
+      if (batch.id_weights.size() != features || batch.id_weights[f].size() != lookups)
+        return Status::InvalidArgument("batch id weights do not match its ids");
+      hb.id_weights[f] = batch.id_weights[f].data();
+    }
   }
   return Status::Ok();
 }

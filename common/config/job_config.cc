@@ -202,6 +202,7 @@ constexpr FeatureKey kFeatureKeys[] = {
     {"table", Bind<&FeatureConfig::table>, Any()},
     {"max_len", Bind<&FeatureConfig::max_len>, Within(1, 65536)},
     {"pooling", Bind<&FeatureConfig::pooling>, OneOf("sum|mean")},
+    {"weighted", Bind<&FeatureConfig::weighted>, Any()},
 };
 
 // The sections whose keys define the computation (PROTOCOLS §1), besides `tables`.
@@ -762,7 +763,7 @@ Status Builder::CheckSchema() const {
   }
   bool multi_hot = false;
   for (const auto& [name, feature] : c.features) {
-    multi_hot |= feature.max_len > 1;
+    multi_hot |= feature.max_len > 1 || feature.weighted;
     if (!names.insert(name).second) {
       return Fail(WhereAny({"features." + name}), "features." + name,
                   "the name is already used by a label");
@@ -783,8 +784,8 @@ Status Builder::CheckSchema() const {
   const bool fixed_records = c.data.format == "criteo" || c.data.format == "binary";
   if (fixed_records && (multi_hot || c.data.labels.size() != 1)) {
     return Fail(WhereAny({"data.format"}), "data.format",
-                c.data.format + " records hold one label and one id per feature; use text for " +
-                    "multi-hot features or several labels");
+                c.data.format + " records hold one label and one unweighted id per feature; use " +
+                    "text for multi-hot or weighted features or several labels");
   }
   if (c.data.text_separator.size() != 1 || c.data.text_list_separator.size() != 1 ||
       c.data.text_separator == c.data.text_list_separator || c.data.text_separator == "\n") {

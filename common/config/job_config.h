@@ -40,6 +40,7 @@ struct FeatureConfig {
   std::string table;            // the table it looks up; empty = a table named like the feature
   int64_t max_len = 1;          // ids per sample in [1, 65536]; 1 = single-hot
   std::string pooling = "sum";  // sum | mean
+  bool weighted = false;        // ids carry weights ("id:weight" in text), pooled weighted
   friend bool operator==(const FeatureConfig&, const FeatureConfig&) = default;
 };
 

@@ -48,8 +48,12 @@ int Schema::num_tables() const {
   return n;
 }
 
+bool Schema::any_weighted() const {
+  return std::find(weighted.begin(), weighted.end(), true) != weighted.end();
+}
+
 bool Schema::single_hot() const {
-  return num_labels == 1 &&
+  return num_labels == 1 && !any_weighted() &&
          std::all_of(max_len.begin(), max_len.end(), [](int len) { return len == 1; });
 }
 
@@ -59,6 +63,7 @@ Sample::Sample(const Schema& schema)
       cat(schema.num_categorical),
       offsets(schema.num_categorical + 1) {
   for (size_t f = 0; f < offsets.size(); ++f) offsets[f] = static_cast<uint32_t>(f);
+  if (schema.any_weighted()) id_weights.assign(cat.size(), 1.0f);
 }
 
 void MakeBadSample(const Schema& schema, Sample* out) {
@@ -73,6 +78,11 @@ void MakeBadSample(const Schema& schema, Sample* out) {
     out->offsets[f] = static_cast<uint32_t>(f);
   }
   out->offsets[nc] = static_cast<uint32_t>(nc);
+  if (schema.any_weighted()) {
+    out->id_weights.assign(nc, 1.0f);
+  } else {
+    out->id_weights.clear();
+  }
 }
 
 void Batch::Reset(const Schema& s, int b) {
@@ -84,6 +94,7 @@ void Batch::Reset(const Schema& s, int b) {
   dense.resize(static_cast<size_t>(b) * s.num_dense);
   offsets.resize(s.num_categorical);
   ids.resize(s.num_categorical);
+  id_weights.resize(s.num_categorical);
   inverse.resize(s.num_categorical);
   for (int f = 0; f < s.num_categorical; ++f) {
     offsets[f].resize(static_cast<size_t>(b) + 1);
@@ -91,6 +102,7 @@ void Batch::Reset(const Schema& s, int b) {
     // Capacity for full bags, so that Set appends without reallocating in steady state.
     ids[f].reserve(static_cast<size_t>(b) * s.max_len_of(f));
     ids[f].clear();
+    id_weights[f].clear();
   }
   unique_ids.resize(s.num_tables());
 }
@@ -104,12 +116,22 @@ void Batch::Set(int i, const Sample& sample) {
             dense.begin() + static_cast<size_t>(i) * schema.num_dense);
   if (i == 0) {
     for (auto& f : ids) f.clear();
+    for (auto& f : id_weights) f.clear();
   }
   for (int f = 0; f < schema.num_categorical; ++f) {
     auto& out = ids[f];
     out.insert(out.end(), sample.cat.begin() + sample.offsets[f],
                sample.cat.begin() + sample.offsets[f + 1]);
     offsets[f][i + 1] = static_cast<int64_t>(out.size());
+    if (schema.weighted_of(f)) {
+      auto& w = id_weights[f];
+      if (sample.id_weights.empty()) {
+        w.resize(out.size(), 1.0f);  // a source without weights: all 1
+      } else {
+        w.insert(w.end(), sample.id_weights.begin() + sample.offsets[f],
+                 sample.id_weights.begin() + sample.offsets[f + 1]);
+      }
+    }
   }
 }
 
@@ -120,10 +142,18 @@ void Batch::Get(int i, Sample* out) const {
   const size_t nd = schema.num_dense;
   out->dense.assign(dense.begin() + i * nd, dense.begin() + (i + 1) * nd);
   out->cat.clear();
+  out->id_weights.clear();
   out->offsets.assign(1, 0);
+  const bool weighted = schema.any_weighted();
   for (int f = 0; f < schema.num_categorical; ++f) {
     out->cat.insert(out->cat.end(), ids[f].begin() + offsets[f][i],
                     ids[f].begin() + offsets[f][i + 1]);
+    if (weighted && schema.weighted_of(f)) {
+      out->id_weights.insert(out->id_weights.end(), id_weights[f].begin() + offsets[f][i],
+                             id_weights[f].begin() + offsets[f][i + 1]);
+    } else if (weighted) {
+      out->id_weights.resize(out->cat.size(), 1.0f);
+    }
     out->offsets.push_back(static_cast<uint32_t>(out->cat.size()));
   }
 }

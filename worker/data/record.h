@@ -24,11 +24,14 @@ struct Schema {
   int num_categorical = 26;  // sparse features
   int num_labels = 1;
   // Per feature; empty = the Criteo layout (feature f looks up table f, one id each).
-  std::vector<int> table;    // table id of each feature, tables numbered by first use
-  std::vector<int> max_len;  // ids per sample, >= 1
-  std::vector<bool> mean;    // pooling: mean (true) or sum
+  std::vector<int> table;      // table id of each feature, tables numbered by first use
+  std::vector<int> max_len;    // ids per sample, >= 1
+  std::vector<bool> mean;      // pooling: mean (true) or sum
+  std::vector<bool> weighted;  // ids carry weights
 
   int table_of(int f) const { return table.empty() ? f : table[f]; }
+  bool weighted_of(int f) const { return !weighted.empty() && weighted[f]; }
+  bool any_weighted() const;
   int max_len_of(int f) const { return max_len.empty() ? 1 : max_len[f]; }
   bool mean_of(int f) const { return !mean.empty() && mean[f]; }
   int num_tables() const;
@@ -48,6 +51,9 @@ struct Sample {
   // from CategoricalId / MissingId keyed by the feature's table.
   std::vector<uint64_t> cat;
   std::vector<uint32_t> offsets;  // num_categorical + 1
+  // Per-id weights parallel to cat when the schema has a weighted feature (1 for the ids of
+  // unweighted features), else empty.
+  std::vector<float> id_weights;
 
   // Sized for one id per feature (offsets 0, 1, ..., num_categorical).
   explicit Sample(const Schema& schema = {});
@@ -88,6 +94,8 @@ struct Batch {
   // Per feature f: the ids of sample i are ids[f][offsets[f][i] .. offsets[f][i + 1]).
   std::vector<std::vector<int64_t>> offsets;  // [num_categorical][b + 1]
   std::vector<std::vector<uint64_t>> ids;     // [num_categorical][lookups of f]
+  std::vector<std::vector<float>>
+      id_weights;  // [num_categorical][lookups of f]; empty unless weighted
   // Per table: distinct ids in first-occurrence order (the table's features in feature order,
   // each in sample order), and per feature the position of each lookup in its table's list.
   // That order keeps gradient sums fixed.

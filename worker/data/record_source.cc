@@ -186,6 +186,7 @@ Schema SchemaFromConfig(const config::JobConfig& job) {
         static_cast<int>(std::find(tables.begin(), tables.end(), table) - tables.begin()));
     schema.max_len.push_back(static_cast<int>(f.max_len));
     schema.mean.push_back(f.pooling == "mean");
+    schema.weighted.push_back(f.weighted);
   }
   return schema;
 }

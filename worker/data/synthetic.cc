@@ -106,16 +106,19 @@ double SyntheticGenerator::TeacherLogit(const RawRecord& r, int task) const {
     const auto table = static_cast<uint32_t>(schema.table_of(f));
     const uint32_t begin = r.offsets[f], end = r.offsets[f + 1];
     if (begin == end) continue;  // an empty bag adds nothing
-    // A bag weighs in by the mean of its ids' weights (a single id: its weight).
     double weight = 0, vec[kFmDim] = {};
+    const bool weighted = schema.weighted_of(f);
     for (uint32_t k = begin; k < end; ++k) {
       // A missing value is its own "rank" (vocab), with its own weight.
       const uint64_t v = r.cat[k] == RawRecord::kMissingCat ? spec_.vocab : r.cat[k];
       const auto w = TeacherDraw(spec_.seed, tag, table, v);
-      weight += Signed(w[0]);
-      for (int d = 0; d < kFmDim; ++d) vec[d] += Signed(w[1 + d]);
+      const double x = weighted ? static_cast<double>(r.weights[k]) : 1.0;
+      weight += weighted ? x * Signed(w[0]) : Signed(w[0]);
+      for (int d = 0; d < kFmDim; ++d) vec[d] += weighted ? x * Signed(w[1 + d]) : Signed(w[1 + d]);
     }
-    const double inv = end - begin == 1 ? 1.0 : 1.0 / static_cast<double>(end - begin);
+    // The teacher pools a bag the way its feature does (sum or mean), so the model can match it.
+    const double inv =
+        end - begin == 1 || !schema.mean_of(f) ? 1.0 : 1.0 / static_cast<double>(end - begin);
     logit += kIdWeightScale * (weight * inv);
     if (f < kFmFields) {
       for (int d = 0; d < kFmDim; ++d) fm[f][d] = kFmScale * (vec[d] * inv);
@@ -141,7 +144,9 @@ void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
   const int nd = schema.num_dense, nc = schema.num_categorical;
   out->dense.resize(nd);
   out->cat.clear();
+  out->weights.clear();
   out->offsets.resize(nc + 1);
+  const bool any_weighted = schema.any_weighted();
   uint32_t j = 0;
   for (int d = 0; d < nd; d += 2) {  // two dense fields per Philox call
     const auto w = Draw(spec_, n, j++);
@@ -158,10 +163,13 @@ void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
     out->offsets[f] = static_cast<uint32_t>(out->cat.size());
     const auto w = Draw(spec_, n, j++);
     const int max_len = schema.max_len_of(f);
+    const bool weighted = schema.weighted_of(f);
     if (max_len == 1) {
       const bool missing = f % 3 == 0 && w[2] % 32 == 0;  // some fields have gaps
       out->cat.push_back(missing ? RawRecord::kMissingCat
                                  : SampleZipf((uint64_t{w[0]} << 21) ^ (w[1] >> 11)));
+      // Weights k/4 for k in 1..8: exact in float and in decimal text.
+      if (any_weighted) out->weights.push_back(weighted ? 0.25f * (1 + (w[3] >> 29)) : 1.0f);
       continue;
     }
     // A bag: its length from this draw, its ids from a stream of their own.
@@ -173,6 +181,13 @@ void SyntheticGenerator::GenerateRaw(int64_t n, RawRecord* out) const {
                      {static_cast<uint32_t>(spec_.seed), static_cast<uint32_t>(spec_.seed >> 32)});
       out->cat.push_back(SampleZipf((uint64_t{b[0]} << 21) ^ (b[1] >> 11)));
       if (k + 1 < len) out->cat.push_back(SampleZipf((uint64_t{b[2]} << 21) ^ (b[3] >> 11)));
+    }
+    if (any_weighted) {
+      for (uint32_t k = 0; k < len; ++k) {
+        // The bag's weights from bits of the row draw: k/4 steps, exact in text.
+        out->weights.push_back(weighted ? 0.25f * (1 + ((w[(k % 3)] >> (3 * (k / 3) % 29)) & 7))
+                                        : 1.0f);
+      }
     }
   }
   out->offsets[nc] = static_cast<uint32_t>(out->cat.size());
@@ -194,6 +209,7 @@ void ToSample(const Schema& schema, const RawRecord& raw, Sample* out) {
   }
   out->cat.resize(raw.cat.size());
   out->offsets.assign(raw.offsets.begin(), raw.offsets.end());
+  out->id_weights.assign(raw.weights.begin(), raw.weights.end());
   for (int f = 0; f + 1 < static_cast<int>(raw.offsets.size()); ++f) {
     const int table = schema.table_of(f);
     for (uint32_t k = raw.offsets[f]; k < raw.offsets[f + 1]; ++k) {
@@ -253,6 +269,11 @@ void AppendTextLine(const RawRecord& raw, const TextLayout& layout, std::string*
           if (k > raw.offsets[col.index]) out->push_back(layout.list_separator);
           const auto r = std::to_chars(buf, buf + sizeof(buf), raw.cat[k]);
           out->append(buf, r.ptr);
+          if (!raw.weights.empty() && raw.weights[k] != 1.0f) {
+            out->push_back(':');
+            const auto rw = std::to_chars(buf, buf + sizeof(buf), raw.weights[k]);
+            out->append(buf, rw.ptr);
+          }
         }
         break;
     }

@@ -36,6 +36,7 @@ struct RawRecord {
   // 0..max_len values.
   std::vector<uint64_t> cat;
   std::vector<uint32_t> offsets;
+  std::vector<float> weights;  // parallel to cat when the schema has a weighted feature
 };
 
 // exp(x) from exact IEEE operations only (range reduction + Taylor series), identical on every
@@ -49,8 +50,9 @@ class SyntheticGenerator {
   const SyntheticSpec& spec() const { return spec_; }
   // Record n of the stream. Multi-hot features get a bag length uniform in [0, max_len] and
   // Zipf ids from their table's id space (features sharing a table share ids and the teacher's
-  // weight of each id). Task 0's teacher is the Criteo-like one; task t > 0 has its own weights.
-  // With the default schema the bits are those of the single-task generator.
+  // weight of each id); the teacher pools a bag's id weights as its feature pools (sum or mean).
+  // Task 0's teacher is the Criteo-like one; task t > 0 has its own weights. With the default
+  // schema the bits are those of the single-task generator.
   void GenerateRaw(int64_t n, RawRecord* out) const;
   // teacher_p: task 0's probability.
   void Generate(int64_t n, Sample* out, double* teacher_p = nullptr) const;

@@ -107,6 +107,8 @@ bool ParseTextLine(std::string_view line, const TextLayout& layout, const Schema
   // Features may come in any column order: collect each feature's ids in place, then lay them
   // out feature after feature. Columns are few, so this scan per feature is cheap.
   out->cat.clear();
+  out->id_weights.clear();
+  const bool any_weighted = schema.any_weighted();
   out->offsets.assign(nc + 1, 0);
   thread_local std::vector<std::string_view> fields;
   fields.clear();
@@ -148,19 +150,39 @@ bool ParseTextLine(std::string_view line, const TextLayout& layout, const Schema
     const int table = schema.table_of(f);
     const std::string_view field =
         feature_column[f] < 0 ? std::string_view() : fields[feature_column[f]];
+    const bool weighted = schema.weighted_of(f);
     if (field.empty()) {
       // Single-hot: a missing value is an id of its own, as in Criteo. Multi-hot: an empty bag.
-      if (schema.max_len_of(f) == 1) out->cat.push_back(MissingId(table));
+      if (schema.max_len_of(f) == 1) {
+        out->cat.push_back(MissingId(table));
+        if (any_weighted) out->id_weights.push_back(1.0f);
+      }
       continue;
     }
     const size_t max_len = static_cast<size_t>(schema.max_len_of(f));
     size_t taken = 0;
     for (size_t start = 0;;) {
       const size_t end = field.find(layout.list_separator, start);
-      const std::string_view token =
+      std::string_view token =
           field.substr(start, end == std::string_view::npos ? end : end - start);
+      float weight = 1.0f;
+      if (weighted) {
+        const size_t colon = token.rfind(':');
+        if (colon != std::string_view::npos) {
+          const std::string_view w = token.substr(colon + 1);
+          const auto r = std::from_chars(w.data(), w.data() + w.size(), weight);
+          if (w.empty() || r.ec != std::errc() || r.ptr != w.data() + w.size() ||
+              !std::isfinite(weight)) {
+            return Fail(schema, out, why, "bad id weight (want id:number)");
+          }
+          token = token.substr(0, colon);
+        }
+      }
       if (token.empty()) return Fail(schema, out, why, "empty id in a list column");
-      if (taken++ < max_len) out->cat.push_back(TokenId(table, token));
+      if (taken++ < max_len) {
+        out->cat.push_back(TokenId(table, token));
+        if (any_weighted) out->id_weights.push_back(weight);
+      }
       if (end == std::string_view::npos) break;
       start = end + 1;
     }

@@ -4,8 +4,9 @@
 // ids separated by data.text.list_separator; an empty column is a missing value (dense: 0; a
 // single-hot feature: its table's MissingId; a multi-hot one: an empty bag). Ids are decimal
 // integers (hashed by value, like Criteo's hex values) or any other token (hashed by its bytes),
-// keyed by the feature's table so that features sharing a table share ids. A bag longer than its
-// feature's max_len keeps its first max_len ids. Parsing allocates nothing per field.
+// keyed by the feature's table so that features sharing a table share ids. An id of a weighted
+// feature may carry its weight as "id:weight" (default 1). A bag longer than its feature's
+// max_len keeps its first max_len ids. Parsing allocates nothing per field.
 #pragma once
 
 #include <string_view>

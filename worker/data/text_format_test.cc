@@ -26,12 +26,26 @@ features:
 model: {interaction: concat, top_mlp: [8, 2]}
 )";
 
-Schema TwoFeatures() {
+Schema TwoFeatures(bool weighted = false) {
   Schema s{2, 2, 2};
   s.table = {0, 0};
   s.max_len = {1, 3};
   s.mean = {false, true};
+  if (weighted) s.weighted = {false, true};
   return s;
+}
+
+TEST(TextFormatTest, WeightedIdsCarryTheirWeights) {
+  auto layout = TextLayout::FromConfig(Job(kJob));
+  ASSERT_TRUE(layout.ok());
+  const Schema schema = TwoFeatures(/*weighted=*/true);
+  Sample s(schema);
+  const char* why = nullptr;
+  ASSERT_TRUE(ParseTextLine("1\t0\t7\t12:0.5,5,9:2\t\t5\t", *layout, schema, &s, &why)) << why;
+  EXPECT_EQ(s.id_weights, (std::vector<float>{1, 0.5f, 1, 2}));  // item unweighted: 1
+  EXPECT_EQ(s.cat[1], CategoricalId(0, 12));
+  EXPECT_FALSE(ParseTextLine("1\t0\t7\t12:x\t\t5\t", *layout, schema, &s, &why));
+  EXPECT_STREQ(why, "bad id weight (want id:number)");
 }
 
 TEST(TextFormatTest, ParsesNamedColumnsListsAndSharedTables) {
@@ -87,7 +101,7 @@ TEST(TextFormatTest, GeneratedTextParsesToTheGeneratorsSamples) {
   auto layout = TextLayout::FromConfig(job);
   ASSERT_TRUE(layout.ok());
   SyntheticSpec spec;
-  spec.schema = TwoFeatures();
+  spec.schema = TwoFeatures(/*weighted=*/true);
   spec.vocab = 50;
   const SyntheticGenerator gen(spec);
   RawRecord raw;

@@ -122,18 +122,20 @@ class Backend {
                                     const float* dz, int64_t dz_ld, float* dx) = 0;
 
   // Embedding-bag pooling. rows is num_unique x d; the lookups of sample s are
-  // positions [offsets[s], offsets[s + 1]) of `inverse`, each a row index into rows.
-  // pooled[s] = sum of its rows (mean: times 1/count; an empty bag is 0), summed in lookup order.
+  // positions [offsets[s], offsets[s + 1]) of `inverse`, each a row index into rows, with a
+  // per-lookup weight w[k] (`weights`, or 1 when null). pooled[s] = sum of w[k] * row, the
+  // products added in lookup order (mean: times 1/count; an empty bag is 0).
   virtual void EmbeddingBagForward(int64_t batch, int64_t d, const float* rows,
-                                   const int64_t* offsets, const int64_t* inverse, bool mean,
-                                   float* pooled) = 0;
-  // d_rows (num_unique x d) is overwritten with, for each unique row, the sum of the bag
-  // gradients of every lookup of it (mean: scaled by 1/count), added in lookup (= sample) order
-  // on both backends. The CUDA backend waits for its stream here: it reads offsets[batch] to
-  // size the sort that groups the lookups by row.
+                                   const int64_t* offsets, const int64_t* inverse,
+                                   const float* weights, bool mean, float* pooled) = 0;
+  // d_rows (num_unique x d) is overwritten with, for each unique row, the sum over every lookup
+  // k of it of (scale * w[k]) * d_pooled[sample of k] (scale: 1/count for mean, else 1), added in
+  // lookup (= sample) order on both backends. The CUDA backend waits for its stream here: it
+  // reads offsets[batch] to size the sort that groups the lookups by row.
   virtual void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique,
                                     const float* d_pooled, const int64_t* offsets,
-                                    const int64_t* inverse, bool mean, float* d_rows) = 0;
+                                    const int64_t* inverse, const float* weights, bool mean,
+                                    float* d_rows) = 0;
 };
 
 }  // namespace tandem::device

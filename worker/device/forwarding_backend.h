@@ -67,12 +67,12 @@ class ForwardingBackend : public Backend {
     inner_->PairwiseDotsBackward(b, n, d, x, dz, ld, dx);
   }
   void EmbeddingBagForward(int64_t b, int64_t d, const float* rows, const int64_t* off,
-                           const int64_t* inv, bool mean, float* pooled) override {
-    inner_->EmbeddingBagForward(b, d, rows, off, inv, mean, pooled);
+                           const int64_t* inv, const float* w, bool mean, float* pooled) override {
+    inner_->EmbeddingBagForward(b, d, rows, off, inv, w, mean, pooled);
   }
   void EmbeddingBagBackward(int64_t b, int64_t d, int64_t u, const float* dp, const int64_t* off,
-                            const int64_t* inv, bool mean, float* dr) override {
-    inner_->EmbeddingBagBackward(b, d, u, dp, off, inv, mean, dr);
+                            const int64_t* inv, const float* w, bool mean, float* dr) override {
+    inner_->EmbeddingBagBackward(b, d, u, dp, off, inv, w, mean, dr);
   }
 
  protected:

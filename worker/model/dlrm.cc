@@ -210,6 +210,8 @@ void Dlrm::StageAndPool(const HostBatch& in) {
   staged_offsets_.resize(tables);
   staged_inverse_.resize(tables);
   staged_rows_.resize(tables);
+  id_weights_in_.resize(tables);
+  staged_weights_.resize(tables);
   for (size_t t = 0; t < tables; ++t) {
     const int64_t dim = inputs_.dims[t];
     const int64_t lookups = in.offsets[t][in.batch];
@@ -222,9 +224,13 @@ void Dlrm::StageAndPool(const HostBatch& in) {
     staged_rows_[t] = rows;
     const int64_t* offsets = Stage(in.offsets[t], in.batch + 1, &offsets_in_[t]);
     const int64_t* inverse = Stage(in.inverse[t], lookups, &inverse_in_[t]);
+    const float* weights = in.id_weights.empty() || in.id_weights[t] == nullptr
+                               ? nullptr
+                               : Stage(in.id_weights[t], lookups, &id_weights_in_[t]);
+    staged_weights_[t] = weights;
     pooled_[t].Reserve(backend_, std::max<int64_t>(in.batch * dim, 1));
     d_pooled_[t].Reserve(backend_, std::max<int64_t>(in.batch * dim, 1));
-    backend_->EmbeddingBagForward(in.batch, dim, rows, offsets, inverse, mean(t),
+    backend_->EmbeddingBagForward(in.batch, dim, rows, offsets, inverse, weights, mean(t),
                                   pooled_[t].data());
     pooled_ptrs_[t] = pooled_[t].data();
     staged_offsets_[t] = offsets;
@@ -252,7 +258,8 @@ float Dlrm::TrainStep(const HostBatch& in, float normaliser, float loss_scale, f
       out = d_rows_[t].data();
     }
     backend_->EmbeddingBagBackward(in.batch, dim, in.num_unique[t], d_pooled_ptrs_[t],
-                                   staged_offsets_[t], staged_inverse_[t], mean(t), out);
+                                   staged_offsets_[t], staged_inverse_[t], staged_weights_[t],
+                                   mean(t), out);
     if (!backend_->host_memory() && n > 0) {
       backend_->CopyToHost(d_rows[t], out, static_cast<size_t>(n) * sizeof(float));
     }

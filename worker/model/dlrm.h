@@ -65,10 +65,11 @@ struct HostBatch {
   const float* labels = nullptr;   // batch x num_labels (TrainStep only)
   const float* weights = nullptr;  // batch, or null for all 1
   // Per feature:
-  std::vector<const float*> rows;       // num_unique[f] x dims[f]
-  std::vector<int64_t> num_unique;      //
-  std::vector<const int64_t*> offsets;  // batch + 1: sample s looks up [offsets[s], offsets[s+1])
-  std::vector<const int64_t*> inverse;  // offsets[batch] indexes into the table's unique rows
+  std::vector<const float*> rows;        // num_unique[f] x dims[f]
+  std::vector<int64_t> num_unique;       //
+  std::vector<const int64_t*> offsets;   // batch + 1: sample s looks up [offsets[s], offsets[s+1])
+  std::vector<const int64_t*> inverse;   // offsets[batch] indexes into the table's unique rows
+  std::vector<const float*> id_weights;  // offsets[batch] per-id weights, or null (all 1)
 };
 
 // Floats after the gradients in device_grad_bucket(): room for the values the trainer reduces
@@ -192,6 +193,8 @@ class Dlrm {
   std::vector<const float*> pooled_ptrs_;
   std::vector<float*> d_pooled_ptrs_;
   std::vector<const int64_t*> staged_offsets_, staged_inverse_;  // backend memory
+  std::vector<device::Buffer<float>> id_weights_in_;
+  std::vector<const float*> staged_weights_;
   std::vector<const float*> staged_rows_;
   bool mean(size_t f) const { return !inputs_.mean.empty() && inputs_.mean[f]; }
 };

@@ -32,14 +32,14 @@ Status EmbeddingBag::Validate(const BagIndex& index) {
 
 void EmbeddingBag::Forward(Backend* be, const BagIndex& index, int64_t d, Pooling pooling,
                            const float* rows, float* pooled) {
-  be->EmbeddingBagForward(index.batch, d, rows, index.offsets, index.inverse,
+  be->EmbeddingBagForward(index.batch, d, rows, index.offsets, index.inverse, index.weights,
                           pooling == Pooling::kMean, pooled);
 }
 
 void EmbeddingBag::Backward(Backend* be, const BagIndex& index, int64_t d, Pooling pooling,
                             const float* d_pooled, float* d_rows) {
   be->EmbeddingBagBackward(index.batch, d, index.num_unique, d_pooled, index.offsets, index.inverse,
-                           pooling == Pooling::kMean, d_rows);
+                           index.weights, pooling == Pooling::kMean, d_rows);
 }
 
 }  // namespace tandem::model

@@ -22,6 +22,7 @@ struct BagIndex {
   const int64_t* offsets = nullptr;  // batch + 1 entries; sample s owns [offsets[s], offsets[s+1])
   const int64_t* inverse = nullptr;  // offsets[batch] entries, each in [0, num_unique)
   int64_t num_unique = 0;            // rows of the unique-row buffers
+  const float* weights = nullptr;    // offsets[batch] per-lookup weights, or null for all 1
 };
 
 // Stateless helpers; thread-compatible.

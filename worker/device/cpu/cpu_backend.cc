@@ -237,13 +237,13 @@ void CpuBackend::PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const
 }
 
 void CpuBackend::EmbeddingBagForward(int64_t batch, int64_t d, const float* rows,
-                                     const int64_t* offsets, const int64_t* inverse, bool mean,
-                                     float* pooled) {
+                                     const int64_t* offsets, const int64_t* inverse,
+                                     const float* weights, bool mean, float* pooled) {
   for (int64_t s = 0; s < batch; ++s) {
     float* out = pooled + s * d;
     std::fill_n(out, d, 0.0f);
     for (int64_t k = offsets[s]; k < offsets[s + 1]; ++k)
-      AxpyRow(d, 1.0f, rows + inverse[k] * d, out);
+      AxpyRow(d, weights ? weights[k] : 1.0f, rows + inverse[k] * d, out);
     const int64_t count = offsets[s + 1] - offsets[s];
     if (mean && count > 1) {
       const float scale = 1.0f / static_cast<float>(count);
@@ -254,7 +254,8 @@ void CpuBackend::EmbeddingBagForward(int64_t batch, int64_t d, const float* rows
 
 void CpuBackend::EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique,
                                       const float* d_pooled, const int64_t* offsets,
-                                      const int64_t* inverse, bool mean, float* d_rows) {
+                                      const int64_t* inverse, const float* weights, bool mean,
+                                      float* d_rows) {
   std::fill_n(d_rows, num_unique * d, 0.0f);
   // One sequential pass over the lookups: each unique row receives its contributions in sample
   // order, which is the fixed order PROTOCOLS §5.1 requires.
@@ -262,7 +263,7 @@ void CpuBackend::EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_uniq
     const int64_t count = offsets[s + 1] - offsets[s];
     const float scale = mean && count > 1 ? 1.0f / static_cast<float>(count) : 1.0f;
     for (int64_t k = offsets[s]; k < offsets[s + 1]; ++k) {
-      AxpyRow(d, scale, d_pooled + s * d, d_rows + inverse[k] * d);
+      AxpyRow(d, weights ? scale * weights[k] : scale, d_pooled + s * d, d_rows + inverse[k] * d);
     }
   }
 }

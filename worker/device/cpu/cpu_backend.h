@@ -63,10 +63,11 @@ class CpuBackend final : public Backend {
   void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
                             int64_t dz_ld, float* dx) override;
   void EmbeddingBagForward(int64_t batch, int64_t d, const float* rows, const int64_t* offsets,
-                           const int64_t* inverse, bool mean, float* pooled) override;
+                           const int64_t* inverse, const float* weights, bool mean,
+                           float* pooled) override;
   void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique, const float* d_pooled,
-                            const int64_t* offsets, const int64_t* inverse, bool mean,
-                            float* d_rows) override;
+                            const int64_t* offsets, const int64_t* inverse, const float* weights,
+                            bool mean, float* d_rows) override;
 
  private:
   explicit CpuBackend(int64_t threads) : threads_(threads) {}

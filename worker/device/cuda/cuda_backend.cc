@@ -77,10 +77,11 @@ class CudaBackend final : public Backend {
   void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
                             int64_t dz_ld, float* dx) override;
   void EmbeddingBagForward(int64_t batch, int64_t d, const float* rows, const int64_t* offsets,
-                           const int64_t* inverse, bool mean, float* pooled) override;
+                           const int64_t* inverse, const float* weights, bool mean,
+                           float* pooled) override;
   void EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique, const float* d_pooled,
-                            const int64_t* offsets, const int64_t* inverse, bool mean,
-                            float* d_rows) override;
+                            const int64_t* offsets, const int64_t* inverse, const float* weights,
+                            bool mean, float* d_rows) override;
 
  private:
   // Device memory that only grows (by half again at least, since batch-dependent sizes vary).
@@ -535,16 +536,17 @@ void CudaBackend::PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, cons
 }
 
 void CudaBackend::EmbeddingBagForward(int64_t batch, int64_t d, const float* rows,
-                                      const int64_t* offsets, const int64_t* inverse, bool mean,
-                                      float* pooled) {
+                                      const int64_t* offsets, const int64_t* inverse,
+                                      const float* weights, bool mean, float* pooled) {
   if (!Begin()) return;
   (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchEmbeddingBagForward(stream_, batch, d, rows, offsets,
-                                                                inverse, mean, pooled));
+                                                                inverse, weights, mean, pooled));
 }
 
 void CudaBackend::EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_unique,
                                        const float* d_pooled, const int64_t* offsets,
-                                       const int64_t* inverse, bool mean, float* d_rows) {
+                                       const int64_t* inverse, const float* weights, bool mean,
+                                       float* d_rows) {
   if (!Begin() || num_unique <= 0 || d <= 0) return;
   // The sort is sized on the host, and the lookup count lives in device memory: this op waits
   // for the stream to read it (TODO(perf): take the count from the caller, who has it).
@@ -576,7 +578,7 @@ void CudaBackend::EmbeddingBagBackward(int64_t batch, int64_t d, int64_t num_uni
   if (scratch == nullptr) return;
   (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchEmbeddingBagBackward(
                                     stream_, batch, d, num_unique, lookups, d_pooled, offsets,
-                                    inverse, mean, d_rows, scratch, sort_.bytes));
+                                    inverse, weights, mean, d_rows, scratch, sort_.bytes));
 }
 
 }  // namespace

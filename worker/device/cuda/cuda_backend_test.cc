@@ -378,31 +378,37 @@ TEST_F(CudaBackendTest, PairwiseDotsMatchCpu) {
 
 class CudaEmbeddingBagTest : public CudaBackendTest {
  protected:
-  // Forward and backward of one index, sum and mean, CPU against GPU: bit-identical or close.
+  // Forward and backward of one index, sum and mean, without and with per-id weights, CPU
+  // against GPU: bit-identical or close.
   void Compare(const BagIndex& index, int64_t d, bool exact) {
     const int64_t batch = static_cast<int64_t>(index.offsets.size()) - 1;
     const std::vector<float> rows = RandomVector(index.num_unique * d, 101);
     const std::vector<float> d_pooled = RandomVector(batch * d, 102);
-    Buffer<float> grows = Upload(rows), gdp = Upload(d_pooled);
+    const std::vector<float> weights =
+        RandomVector(std::max<int64_t>(static_cast<int64_t>(index.inverse.size()), 1), 105);
+    Buffer<float> grows = Upload(rows), gdp = Upload(d_pooled), gw = Upload(weights);
     Buffer<int64_t> goff = Upload(index.offsets), ginv = Upload(index.inverse);
-    for (bool mean : {false, true}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool mean = variant & 1;
+      const float* w = variant & 2 ? weights.data() : nullptr;
+      const float* gwp = variant & 2 ? gw.data() : nullptr;
       std::vector<float> pooled(batch * d), d_rows(index.num_unique * d);
       Buffer<float> gpooled = Upload(RandomVector(pooled.size(), 103));  // overwritten
       Buffer<float> gd_rows = Upload(RandomVector(d_rows.size(), 104));  // overwritten
       cpu_->EmbeddingBagForward(batch, d, rows.data(), index.offsets.data(), index.inverse.data(),
-                                mean, pooled.data());
-      gpu_->EmbeddingBagForward(batch, d, grows.data(), goff.data(), ginv.data(), mean,
+                                w, mean, pooled.data());
+      gpu_->EmbeddingBagForward(batch, d, grows.data(), goff.data(), ginv.data(), gwp, mean,
                                 gpooled.data());
       cpu_->EmbeddingBagBackward(batch, d, index.num_unique, d_pooled.data(), index.offsets.data(),
-                                 index.inverse.data(), mean, d_rows.data());
+                                 index.inverse.data(), w, mean, d_rows.data());
       gpu_->EmbeddingBagBackward(batch, d, index.num_unique, gdp.data(), goff.data(), ginv.data(),
-                                 mean, gd_rows.data());
+                                 gwp, mean, gd_rows.data());
       if (exact) {
-        EXPECT_TRUE(BitIdentical(Download(gpooled), pooled)) << "forward, mean " << mean;
-        EXPECT_TRUE(BitIdentical(Download(gd_rows), d_rows)) << "backward, mean " << mean;
+        EXPECT_TRUE(BitIdentical(Download(gpooled), pooled)) << "forward, variant " << variant;
+        EXPECT_TRUE(BitIdentical(Download(gd_rows), d_rows)) << "backward, variant " << variant;
       } else {
-        EXPECT_TRUE(Close(Download(gpooled), pooled, kFp32Tol)) << "forward, mean " << mean;
-        EXPECT_TRUE(Close(Download(gd_rows), d_rows, kFp32Tol)) << "backward, mean " << mean;
+        EXPECT_TRUE(Close(Download(gpooled), pooled, kFp32Tol)) << "forward, variant " << variant;
+        EXPECT_TRUE(Close(Download(gd_rows), d_rows, kFp32Tol)) << "backward, variant " << variant;
       }
     }
   }
@@ -478,7 +484,7 @@ TEST_F(CudaBackendTest, ReductionsAreBitIdenticalFromRunToRun) {
     Buffer<float> d_rows(gpu_.get(), index.num_unique * d), db(gpu_.get(), cols);
     Buffer<float> d_logits(gpu_.get(), n), c(gpu_.get(), 300 * 200);
     gpu_->EmbeddingBagBackward(batch, d, index.num_unique, gdp.data(), goff.data(), ginv.data(),
-                               true, d_rows.data());
+                               nullptr, true, d_rows.data());
     gpu_->BiasGrad(rows, cols, gdy.data(), db.data());
     const float loss =
         gpu_->BceWithLogits(n, gz.data(), glabels.data(), nullptr, 1.0f, d_logits.data());
@@ -508,7 +514,7 @@ TEST_F(CudaBackendTest, ErrorsAreStickyAndLaterOpsDoNothing) {
   EXPECT_EQ(gpu_->Allocate(16), nullptr);
   gpu_->Fill(3, 7.0f, b.data());
   gpu_->Gemm(false, false, 8, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr);
-  gpu_->EmbeddingBagBackward(4, 4, 4, nullptr, nullptr, nullptr, false, nullptr);
+  gpu_->EmbeddingBagBackward(4, 4, 4, nullptr, nullptr, nullptr, nullptr, false, nullptr);
   EXPECT_TRUE(std::isnan(gpu_->BceWithLogits(3, b.data(), b.data(), nullptr, 1.0f, nullptr)));
   EXPECT_FALSE(gpu_->AllFinite(3, b.data()));
   std::vector<float> host = {-1.0f, -1.0f, -1.0f};

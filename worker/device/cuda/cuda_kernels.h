@@ -76,15 +76,17 @@ cudaError_t LaunchPairwiseDotsBackward(cudaStream_t stream, int64_t batch, int64
 // One thread per (sample, column), summing the bag's rows in lookup order.
 cudaError_t LaunchEmbeddingBagForward(cudaStream_t stream, int64_t batch, int64_t d,
                                       const float* rows, const int64_t* offsets,
-                                      const int64_t* inverse, bool mean, float* pooled);
+                                      const int64_t* inverse, const float* weights, bool mean,
+                                      float* pooled);
 // The backward groups the lookups by unique row with a stable radix sort (keys: row; values:
-// sample), so each row's gradients are summed in lookup order, as on the CPU. It needs the lookup
-// count on the host (lookups = offsets[batch], 0 < lookups <= INT32_MAX, num_unique < INT32_MAX)
-// and this many bytes of scratch.
+// lookup index), so each row's gradients are summed in lookup order, as on the CPU. It needs the
+// lookup count on the host (lookups = offsets[batch], 0 < lookups <= INT32_MAX, num_unique <
+// INT32_MAX) and this many bytes of scratch.
 cudaError_t EmbeddingBagBackwardScratchBytes(int64_t lookups, int64_t num_unique, size_t* bytes);
 cudaError_t LaunchEmbeddingBagBackward(cudaStream_t stream, int64_t batch, int64_t d,
                                        int64_t num_unique, int64_t lookups, const float* d_pooled,
-                                       const int64_t* offsets, const int64_t* inverse, bool mean,
-                                       float* d_rows, void* scratch, size_t scratch_bytes);
+                                       const int64_t* offsets, const int64_t* inverse,
+                                       const float* weights, bool mean, float* d_rows,
+                                       void* scratch, size_t scratch_bytes);
 
 }  // namespace tandem::device::cuda

@@ -21,24 +21,28 @@ __device__ inline float BagScale(bool mean, int64_t count) {
 }
 
 __global__ void BagForward(int64_t batch, int64_t d, const float* rows, const int64_t* offsets,
-                           const int64_t* inverse, bool mean, float* pooled) {
+                           const int64_t* inverse, const float* weights, bool mean, float* pooled) {
   for (int64_t e = GlobalThread(); e < batch * d; e += GridThreads()) {
     const int64_t s = e / d;
     const int64_t c = e % d;
     const int64_t begin = offsets[s];
     const int64_t end = offsets[s + 1];
     float acc = 0.0f;
-    for (int64_t k = begin; k < end; ++k) acc = __fadd_rn(acc, rows[inverse[k] * d + c]);
+    for (int64_t k = begin; k < end; ++k) {
+      const float x = rows[inverse[k] * d + c];
+      acc = __fadd_rn(acc, weights ? __fmul_rn(weights[k], x) : x);
+    }
     if (mean && end - begin > 1) acc = __fmul_rn(acc, BagScale(mean, end - begin));
     pooled[e] = acc;
   }
 }
 
 // Sort input: key = the lookup's row (out-of-range rows become num_unique and are ignored),
-// value = its sample: the last s with offsets[s] <= k (empty bags share an offset).
+// value = the lookup k itself; samples[k] = its sample, the last s with offsets[s] <= k (empty
+// bags share an offset).
 __global__ void SortInput(int64_t batch, int64_t lookups, int64_t num_unique,
                           const int64_t* offsets, const int64_t* inverse, unsigned* keys,
-                          int* samples) {
+                          int* lookup_index, int* samples) {
   for (int64_t k = GlobalThread(); k < lookups; k += GridThreads()) {
     const int64_t row = inverse[k];
     keys[k] = static_cast<unsigned>(row >= 0 && row < num_unique ? row : num_unique);
@@ -52,6 +56,7 @@ __global__ void SortInput(int64_t batch, int64_t lookups, int64_t num_unique,
       }
     }
     samples[k] = static_cast<int>(lo - 1);
+    lookup_index[k] = static_cast<int>(k);
   }
 }
 
@@ -66,17 +71,21 @@ __global__ void RowBounds(int64_t lookups, int64_t num_unique, const unsigned* k
   }
 }
 
-// d_rows[r][c] = sum, in lookup order, of scale(s) * d_pooled[s][c] over the lookups of row r.
+// d_rows[r][c] = sum, in lookup order, of (scale(s) * w[k]) * d_pooled[s][c] over the lookups
+// k of row r (s = samples[k]).
 __global__ void RowGradients(int64_t num_unique, int64_t d, const int* begin, const int* end,
-                             const int* samples, const float* d_pooled, const int64_t* offsets,
-                             bool mean, float* d_rows) {
+                             const int* sorted_lookups, const int* samples, const float* d_pooled,
+                             const int64_t* offsets, const float* weights, bool mean,
+                             float* d_rows) {
   for (int64_t e = GlobalThread(); e < num_unique * d; e += GridThreads()) {
     const int64_t r = e / d;
     const int64_t c = e % d;
     float acc = 0.0f;
     for (int t = begin[r]; t < end[r]; ++t) {
-      const int64_t s = samples[t];
-      const float scale = BagScale(mean, offsets[s + 1] - offsets[s]);
+      const int k = sorted_lookups[t];
+      const int64_t s = samples[k];
+      float scale = BagScale(mean, offsets[s + 1] - offsets[s]);
+      if (weights) scale = __fmul_rn(scale, weights[k]);
       acc = __fadd_rn(acc, __fmul_rn(scale, d_pooled[s * d + c]));
     }
     d_rows[e] = acc;
@@ -89,8 +98,9 @@ int EndBit(int64_t num_unique) {  // bits that hold 0 .. num_unique (the sentine
   return bits;
 }
 
-// Scratch layout: keys, sorted keys, samples, sorted samples (lookups ints each), row begin and
-// end (num_unique ints each), then CUB's temporary storage; each part 256-byte aligned.
+// Scratch layout: keys, sorted keys, lookup indices, sorted lookup indices, samples (lookups ints
+// each), row begin and end (num_unique ints each), then CUB's temporary storage; each part
+// 256-byte aligned.
 struct Layout {
   size_t ints_lookups, ints_rows, cub_offset, cub_bytes;
 };
@@ -99,7 +109,7 @@ cudaError_t MakeLayout(int64_t lookups, int64_t num_unique, Layout* layout) {
   if (lookups <= 0 || lookups > INT_MAX || num_unique >= INT_MAX) return cudaErrorInvalidValue;
   layout->ints_lookups = AlignUp(static_cast<size_t>(lookups) * sizeof(int));
   layout->ints_rows = AlignUp(static_cast<size_t>(num_unique) * sizeof(int));
-  layout->cub_offset = 4 * layout->ints_lookups + 2 * layout->ints_rows;
+  layout->cub_offset = 5 * layout->ints_lookups + 2 * layout->ints_rows;
   layout->cub_bytes = 0;
   return cub::DeviceRadixSort::SortPairs(
       nullptr, layout->cub_bytes, static_cast<unsigned*>(nullptr), static_cast<unsigned*>(nullptr),
@@ -111,10 +121,11 @@ cudaError_t MakeLayout(int64_t lookups, int64_t num_unique, Layout* layout) {
 
 cudaError_t LaunchEmbeddingBagForward(cudaStream_t stream, int64_t batch, int64_t d,
                                       const float* rows, const int64_t* offsets,
-                                      const int64_t* inverse, bool mean, float* pooled) {
+                                      const int64_t* inverse, const float* weights, bool mean,
+                                      float* pooled) {
   if (batch <= 0 || d <= 0) return cudaSuccess;
-  BagForward<<<BlocksFor(batch * d), kThreads, 0, stream>>>(batch, d, rows, offsets, inverse, mean,
-                                                            pooled);
+  BagForward<<<BlocksFor(batch * d), kThreads, 0, stream>>>(batch, d, rows, offsets, inverse,
+                                                            weights, mean, pooled);
   return cudaGetLastError();
 }
 
@@ -127,8 +138,9 @@ cudaError_t EmbeddingBagBackwardScratchBytes(int64_t lookups, int64_t num_unique
 
 cudaError_t LaunchEmbeddingBagBackward(cudaStream_t stream, int64_t batch, int64_t d,
                                        int64_t num_unique, int64_t lookups, const float* d_pooled,
-                                       const int64_t* offsets, const int64_t* inverse, bool mean,
-                                       float* d_rows, void* scratch, size_t scratch_bytes) {
+                                       const int64_t* offsets, const int64_t* inverse,
+                                       const float* weights, bool mean, float* d_rows,
+                                       void* scratch, size_t scratch_bytes) {
   if (num_unique <= 0 || d <= 0) return cudaSuccess;
   Layout layout;
   cudaError_t e = MakeLayout(lookups, num_unique, &layout);
@@ -137,25 +149,26 @@ cudaError_t LaunchEmbeddingBagBackward(cudaStream_t stream, int64_t batch, int64
   char* base = static_cast<char*>(scratch);
   unsigned* keys = reinterpret_cast<unsigned*>(base);
   unsigned* sorted_keys = reinterpret_cast<unsigned*>(base + layout.ints_lookups);
-  int* samples = reinterpret_cast<int*>(base + 2 * layout.ints_lookups);
-  int* sorted_samples = reinterpret_cast<int*>(base + 3 * layout.ints_lookups);
-  int* begin = reinterpret_cast<int*>(base + 4 * layout.ints_lookups);
-  int* end = reinterpret_cast<int*>(base + 4 * layout.ints_lookups + layout.ints_rows);
+  int* lookup_index = reinterpret_cast<int*>(base + 2 * layout.ints_lookups);
+  int* sorted_lookups = reinterpret_cast<int*>(base + 3 * layout.ints_lookups);
+  int* samples = reinterpret_cast<int*>(base + 4 * layout.ints_lookups);
+  int* begin = reinterpret_cast<int*>(base + 5 * layout.ints_lookups);
+  int* end = reinterpret_cast<int*>(base + 5 * layout.ints_lookups + layout.ints_rows);
 
   SortInput<<<BlocksFor(lookups), kThreads, 0, stream>>>(batch, lookups, num_unique, offsets,
-                                                         inverse, keys, samples);
+                                                         inverse, keys, lookup_index, samples);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   // LSD radix sort is stable: equal rows keep their lookup order, which is the sum order.
   size_t cub_bytes = layout.cub_bytes;
   e = cub::DeviceRadixSort::SortPairs(base + layout.cub_offset, cub_bytes, keys, sorted_keys,
-                                      samples, sorted_samples, static_cast<int>(lookups), 0,
+                                      lookup_index, sorted_lookups, static_cast<int>(lookups), 0,
                                       EndBit(num_unique), stream);
   if (e != cudaSuccess) return e;
   if ((e = cudaMemsetAsync(begin, 0, 2 * layout.ints_rows, stream)) != cudaSuccess) return e;
   RowBounds<<<BlocksFor(lookups), kThreads, 0, stream>>>(lookups, num_unique, sorted_keys, begin,
                                                          end);
   RowGradients<<<BlocksFor(num_unique * d), kThreads, 0, stream>>>(
-      num_unique, d, begin, end, sorted_samples, d_pooled, offsets, mean, d_rows);
+      num_unique, d, begin, end, sorted_lookups, samples, d_pooled, offsets, weights, mean, d_rows);
   return cudaGetLastError();
 }
 
