@@ -87,6 +87,17 @@ TEST(MultiHotTrainerTest, SameConfigGivesTheSameChecksumAndTheJobShapeChangesIt)
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(std::isfinite(c->MeanLoss(0, 30)));
   EXPECT_NE(a->Checksum().Hex(), c->Checksum().Hex());
+  // dot over mixed widths: the 16-wide items table is projected to the bottom MLP's 8.
+  auto dot = MultiHotJob();
+  dot.model.interaction = "dot";
+  auto d1 = testing::MakeTrainerRun(dot);
+  auto d2 = testing::MakeTrainerRun(dot);
+  ASSERT_NE(d1, nullptr);
+  ASSERT_NE(d2, nullptr);
+  EXPECT_TRUE(std::isfinite(d1->MeanLoss(0, 30)));
+  EXPECT_TRUE(std::isfinite(d2->MeanLoss(0, 30)));
+  EXPECT_EQ(d1->Checksum().Hex(), d2->Checksum().Hex());
+  EXPECT_NE(d1->Checksum().Hex(), a->Checksum().Hex());
 }
 
 // The bar: each task within 0.02 of its teacher's AUC on held-out data (both reach about

@@ -769,18 +769,6 @@ Status Builder::CheckSchema() const {
                   "the name is already used by a label");
     }
   }
-  if (c.model.interaction == "dot") {
-    for (const auto& [name, table] : c.tables) {
-      if (table.dim != 0 && table.dim != c.model.embedding_dim) {
-        return Fail(
-            WhereAny({"tables." + name + ".dim", "tables.default.dim", "model.interaction"}),
-            "tables." + name + ".dim",
-            std::to_string(table.dim) + " differs from model.embedding_dim " +
-                std::to_string(c.model.embedding_dim) +
-                ": model.interaction dot needs one width (use concat for mixed widths)");
-      }
-    }
-  }
   const bool fixed_records = c.data.format == "criteo" || c.data.format == "binary";
   if (fixed_records && (multi_hot || c.data.labels.size() != 1)) {
     return Fail(WhereAny({"data.format"}), "data.format",

@@ -531,6 +531,10 @@ TEST(JobConfigTest, FeaturesNameTheirTablesInOrder) {
   EXPECT_EQ(c.tables.at("users").dim, 8);
   EXPECT_EQ(c.tables.at("items").dim, 16);
   EXPECT_EQ(c.train.loss_weights, (std::vector<double>{1, 0.5}));
+  // Mixed widths under dot: allowed (the model projects them).
+  JobConfig dot = ParseOk(
+      kFeatures, {"model.interaction=dot", "model.bottom_mlp=[16]", "model.embedding_dim=16"});
+  EXPECT_EQ(dot.tables.at("users").dim, 8);
   // The default layout: C1..Cn, each its own table.
   JobConfig d = ParseOk("data: {num_categorical: 3}\n");
   EXPECT_TRUE(d.features.empty());
@@ -572,8 +576,6 @@ TEST(JobConfigTest, FeatureSchemaErrorsNameTheKey) {
            {{"features.history.pooling=max"}, "features.history.pooling:"},
            {{"features.history.colour=red"}, "features.history.colour: unknown key"},
            {{"tables.nope.lr=0.1"}, "tables.nope: unknown table (no feature looks it up)"},
-           {{"model.interaction=dot", "model.bottom_mlp=[16]", "model.embedding_dim=16"},
-            "tables.users.dim: 8 differs from model.embedding_dim 16"},
            {{"data.format=criteo", "data.train=x"}, "data.format: criteo records hold one label"},
            {{"data.labels=[click, click]", "model.top_mlp=[32, 2]"}, "data.labels: label names"},
            {{"features.click.table=x"}, "features.click: the name is already used by a label"},

@@ -58,6 +58,13 @@ DlrmInputs DlrmInputs::Uniform(int64_t num_dense, int64_t num_features, int64_t 
 StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelConfig& config, int64_t num_dense,
                                              int64_t num_tables, uint64_t seed, Backend* backend) {
   if (num_tables < 1) return Status::InvalidArgument("dlrm: num_tables must be >= 1");
+  // One width for every table: dot needs the bottom MLP to end in it (no projections here).
+  if (config.interaction == "dot" && !config.bottom_mlp.empty() &&
+      config.bottom_mlp.back() != config.embedding_dim) {
+    return Status::InvalidArgument(
+        "dot interaction: the last bottom_mlp size (" + std::to_string(config.bottom_mlp.back()) +
+        ") must equal embedding_dim (" + std::to_string(config.embedding_dim) + ")");
+  }
   return Create(config, DlrmInputs::Uniform(num_dense, num_tables, config.embedding_dim), seed,
                 backend);
 }
@@ -66,9 +73,12 @@ StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(const ModelConfig& config, const Dl
                                              uint64_t seed, Backend* backend) {
   if (backend == nullptr) return Status::InvalidArgument("dlrm: null backend");
   TANDEM_RETURN_IF_ERROR(ValidateShape(config, inputs));
+  // Dot needs one width: features of another width are projected to the bottom MLP's.
+  std::vector<int64_t> inter_dims = inputs.dims;
+  if (config.interaction == "dot") inter_dims.assign(inputs.dims.size(), config.bottom_mlp.back());
   TANDEM_ASSIGN_OR_RETURN(
       std::unique_ptr<Interaction> interaction,
-      MakeInteraction(config.interaction, config.bottom_mlp.back(), inputs.dims));
+      MakeInteraction(config.interaction, config.bottom_mlp.back(), inter_dims));
   std::unique_ptr<Dlrm> model(new Dlrm(config, inputs, std::move(interaction), backend));
   model->Initialize(seed);
   return model;
@@ -83,11 +93,23 @@ Dlrm::Dlrm(const ModelConfig& config, const DlrmInputs& inputs,
       bottom_(inputs.num_dense, config.bottom_mlp, /*relu_last=*/true),
       interaction_(std::move(interaction)),
       top_(interaction_->output_width(), config.top_mlp, /*relu_last=*/false) {
+  proj_.resize(inputs.dims.size());
+  d_proj_out_.resize(inputs.dims.size());
+  if (config.interaction == "dot") {
+    const int64_t width = config.bottom_mlp.back();
+    for (size_t f = 0; f < inputs.dims.size(); ++f) {
+      if (inputs.dims[f] != width) {
+        proj_[f] = std::make_unique<Mlp>(inputs.dims[f], std::vector<int64_t>{width},
+                                         /*relu_last=*/false);
+      }
+    }
+  }
   BuildLayout();
 }
 
 void Dlrm::BuildLayout() {
-  const int64_t total = bottom_.num_params() + top_.num_params();
+  int64_t total = bottom_.num_params() + top_.num_params();
+  for (const auto& p : proj_) total += p ? p->num_params() : 0;
   params_.assign(static_cast<size_t>(total), 0.0f);
   grads_.assign(static_cast<size_t>(total), 0.0f);
   float* params = params_.data();
@@ -100,15 +122,31 @@ void Dlrm::BuildLayout() {
   }
   bottom_.Bind(params, grads);
   top_.Bind(params + bottom_.num_params(), grads + bottom_.num_params());
+  int64_t at = bottom_.num_params() + top_.num_params();
+  for (auto& p : proj_) {
+    if (!p) continue;
+    p->Bind(params + at, grads + at);
+    at += p->num_params();
+  }
   int64_t offset = 0;
   AppendLayerInfo("bottom_mlp", bottom_, &offset, &param_info_);
   AppendLayerInfo("top_mlp", top_, &offset, &param_info_);
+  for (size_t f = 0; f < proj_.size(); ++f) {
+    if (proj_[f]) AppendLayerInfo("proj." + std::to_string(f), *proj_[f], &offset, &param_info_);
+  }
 }
 
 void Dlrm::Initialize(uint64_t seed) {
   bottom_.Init(seed, 0, params_.data());
-  top_.Init(seed, static_cast<uint32_t>(bottom_.layers().size()),
-            params_.data() + bottom_.num_params());
+  auto layer = static_cast<uint32_t>(bottom_.layers().size());
+  top_.Init(seed, layer, params_.data() + bottom_.num_params());
+  layer += static_cast<uint32_t>(top_.layers().size());
+  int64_t at = bottom_.num_params() + top_.num_params();
+  for (const auto& p : proj_) {
+    if (!p) continue;
+    p->Init(seed, layer++, params_.data() + at);
+    at += p->num_params();
+  }
 }
 
 void Dlrm::Reserve(int64_t batch) {
@@ -118,6 +156,9 @@ void Dlrm::Reserve(int64_t batch) {
   d_inter_.Reset(backend_, width);
   d_bottom_.Reset(backend_, batch * bottom_.out());
   d_logits_.Reset(backend_, batch * inputs_.num_labels);
+  for (size_t f = 0; f < proj_.size(); ++f) {
+    if (proj_[f]) d_proj_out_[f].Reset(backend_, batch * proj_[f]->out());
+  }
   if (inputs_.num_labels > 1) {
     task_logits_.Reset(backend_, batch);
     task_labels_.Reset(backend_, batch);
@@ -135,13 +176,20 @@ void Dlrm::SyncParams() {
 void Dlrm::SetPrecision(device::Precision precision) {
   bottom_.SetPrecision(precision, /*keep_last_fp32=*/false);
   top_.SetPrecision(precision, /*keep_last_fp32=*/true);
+  for (auto& p : proj_) {
+    if (p) p->SetPrecision(precision, /*keep_last_fp32=*/false);
+  }
 }
 
 const float* Dlrm::ForwardLogits(int64_t batch, const float* dense, const float* const* pooled) {
   SyncParams();
   Reserve(batch);
   const float* bottom_out = bottom_.Forward(backend_, batch, dense);
-  interaction_->Forward(backend_, batch, bottom_out, pooled, inter_out_.data());
+  inter_in_.resize(proj_.size());
+  for (size_t f = 0; f < proj_.size(); ++f) {
+    inter_in_[f] = proj_[f] ? proj_[f]->Forward(backend_, batch, pooled[f]) : pooled[f];
+  }
+  interaction_->Forward(backend_, batch, bottom_out, inter_in_.data(), inter_out_.data());
   return top_.Forward(backend_, batch, inter_out_.data());
 }
 
@@ -153,7 +201,15 @@ float Dlrm::ForwardBackward(int64_t batch, const float* dense, const float* cons
   if (loss_scale_ != 1.0f)
     backend_->Scale(batch * inputs_.num_labels, loss_scale_, d_logits_.data());
   top_.Backward(backend_, batch, inter_out_.data(), d_logits_.data(), d_inter_.data());
-  interaction_->Backward(backend_, batch, d_inter_.data(), d_bottom_.data(), d_pooled);
+  inter_d_.resize(proj_.size());
+  for (size_t f = 0; f < proj_.size(); ++f) {
+    inter_d_[f] = proj_[f] ? d_proj_out_[f].data() : d_pooled[f];
+  }
+  interaction_->Backward(backend_, batch, d_inter_.data(), d_bottom_.data(), inter_d_.data());
+  for (size_t f = 0; f < proj_.size(); ++f) {
+    if (proj_[f])
+      proj_[f]->Backward(backend_, batch, pooled[f], d_proj_out_[f].data(), d_pooled[f]);
+  }
   bottom_.Backward(backend_, batch, dense, d_bottom_.data(), /*dx=*/nullptr);
   return loss;
 }

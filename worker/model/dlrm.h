@@ -6,7 +6,9 @@
 // Flat layout (a pure function of the config, so gradient buckets are too, PROTOCOLS §5.5):
 // params() and grads() are one contiguous float buffer each, holding in order
 //   bottom_mlp.0.weight [out x in], bottom_mlp.0.bias [out], ..., bottom_mlp.{B-1}.bias,
-//   top_mlp.0.weight, top_mlp.0.bias, ..., top_mlp.{K-1}.bias
+//   top_mlp.0.weight, top_mlp.0.bias, ..., top_mlp.{K-1}.bias,
+//   then, for dot with features of another width than bottom_mlp.back() (mixed-width tables),
+//   each such feature f's learned projection proj.f.0.weight [D x d_f], proj.f.0.bias [D]
 // with no padding; bottom layer 0 has in = num_dense and top layer 0 has
 // in = interaction width (dot: d + (T+1)T/2, concat: bottom_mlp.back() + T*d).
 // Initialisation: weight of global layer index l (bottom layers first, then top) is Glorot
@@ -171,6 +173,11 @@ class Dlrm {
   Mlp bottom_;
   std::unique_ptr<Interaction> interaction_;
   Mlp top_;
+  // Per feature: the linear projection to the dot width, or null (dot needs one width).
+  std::vector<std::unique_ptr<Mlp>> proj_;
+  std::vector<device::Buffer<float>> d_proj_out_;  // per projected feature: batch x D
+  std::vector<const float*> inter_in_;             // what the interaction reads per feature
+  std::vector<float*> inter_d_;                    // where it writes their gradients
   std::vector<float> params_;
   std::vector<float> grads_;
   std::vector<ParamInfo> param_info_;
