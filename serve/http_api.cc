@@ -93,7 +93,8 @@ struct HttpApi::Handlers {
     auto v = Resolve(req, res);
     if (v == nullptr) return;
     RequestError error = RequestError::kNone;
-    auto parsed = ParsePredictRequest(body, v->schema(), options.max_instances, &error);
+    auto parsed =
+        ParsePredictRequest(body, v->schema(), options.max_instances, &error, v->sparse_names());
     if (!parsed.ok()) {
       Refuse(res, RequestErrorHttpStatus(error), RequestErrorName(error),
              parsed.status().message());
@@ -131,14 +132,16 @@ struct HttpApi::Handlers {
     if (v == nullptr) return;
     nlohmann::json dense = nlohmann::json::array(), categorical = nlohmann::json::array();
     for (int i = 1; i <= v->schema().num_dense; ++i) dense.push_back("I" + std::to_string(i));
-    for (int i = 1; i <= v->schema().num_categorical; ++i)
-      categorical.push_back("C" + std::to_string(i));
+    for (int i = 1; i <= v->schema().num_categorical; ++i) {
+      categorical.push_back(v->sparse_names().empty() ? "C" + std::to_string(i)
+                                                      : v->sparse_names()[i - 1]);
+    }
     const nlohmann::json body = {
         {"model_spec", {{"name", options.model_name}, {"version", std::to_string(v->step())}}},
         {"metadata",
          {{"dense_features", dense},
           {"categorical_features", categorical},
-          {"tasks", {"click"}},
+          {"tasks", v->job().data.labels},
           {"max_instances", options.max_instances}}}};
     res.set_content(body.dump(), "application/json");
   }

@@ -83,12 +83,7 @@ StatusOr<std::shared_ptr<ModelVersion>> ModelVersion::Create(config::JobConfig j
   v->job_ = std::move(job);
   v->step_ = step;
   v->schema_ = data::SchemaFromConfig(v->job_);
-  if (!v->schema_.single_hot()) {
-    // The REST request format names one value per feature and returns one score.
-    return Status::Unimplemented(
-        "tandem serve scores single-hot, one-label models only (this model has multi-hot "
-        "features or several labels); use tandem predict");
-  }
+  for (const auto& [name, feature] : v->job_.features) v->sparse_names_.push_back(name);
   v->dense_ = std::move(dense);
   v->rows_ = std::move(rows);
   v->options_ = options;
@@ -150,7 +145,8 @@ Status ModelVersion::Score(std::span<const data::Sample> samples, std::vector<fl
     }
     s = std::move(made).value();
   }
-  probs->resize(samples.size());
+  const auto tasks = static_cast<size_t>(schema_.num_labels);
+  probs->resize(samples.size() * tasks);
   Status status = Status::Ok();
   for (size_t off = 0; off < samples.size() && status.ok(); off += kScoreBatch) {
     const int b = static_cast<int>(std::min<size_t>(kScoreBatch, samples.size() - off));
@@ -159,7 +155,10 @@ Status ModelVersion::Score(std::span<const data::Sample> samples, std::vector<fl
     s->batch.Dedup();
     s->batch.step = step_ + 1;
     status = s->trainer->Predict(step_ + 1, s->batch, &s->probs);
-    if (status.ok()) std::copy_n(s->probs.begin(), b, probs->begin() + static_cast<ptrdiff_t>(off));
+    if (status.ok()) {
+      std::copy_n(s->probs.begin(), static_cast<size_t>(b) * tasks,
+                  probs->begin() + static_cast<ptrdiff_t>(off * tasks));
+    }
   }
   const int64_t unknown = s->client->TakeUnknownLookups();
   if (unknown_ids != nullptr) *unknown_ids = unknown;

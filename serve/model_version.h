@@ -41,11 +41,13 @@ class ModelVersion {
   int64_t step() const { return step_; }
   const config::JobConfig& job() const { return job_; }
   const data::Schema& schema() const { return schema_; }
-  int tasks() const { return 1; }
+  int tasks() const { return schema_.num_labels; }
+  // The sparse features' names when the job has a `features` section, else empty (C1..Cm).
+  const std::vector<std::string>& sparse_names() const { return sparse_names_; }
   const worker::DenseState& dense() const { return dense_; }
   const std::shared_ptr<const RowSource>& rows() const { return rows_; }
 
-  // Click probabilities of `samples` (tasks() per sample), scored in batches of the size
+  // Probabilities of `samples` (tasks() per sample, sample-major), scored in batches of the size
   // `tandem predict` uses. `unknown_ids` (may be null) gets the lookups of ids without a row.
   Status Score(std::span<const data::Sample> samples, std::vector<float>* probs,
                int64_t* unknown_ids) const;
@@ -58,6 +60,7 @@ class ModelVersion {
   void Release(std::unique_ptr<Scorer> scorer) const;
 
   config::JobConfig job_;
+  std::vector<std::string> sparse_names_;
   int64_t step_ = -1;
   data::Schema schema_;
   worker::DenseState dense_;

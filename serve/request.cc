@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "worker/data/criteo_reader.h"
+#include "worker/data/text_format.h"
 
 namespace tandem::serve {
 namespace {
@@ -77,22 +78,28 @@ std::string Truncated(std::string_view name) {
   return std::string(name.substr(0, kMaxEchoedName)) + "...";
 }
 
-// "I3" or "C7" for feature slot f (dense slots first).
-std::string FeatureName(int f, const data::Schema& schema) {
+// "I3" or "C7" (or the feature's name) for feature slot f (dense slots first).
+std::string FeatureName(int f, const data::Schema& schema, const std::vector<std::string>& names) {
+  if (f >= schema.num_dense && !names.empty()) return names[f - schema.num_dense];
   return f < schema.num_dense ? "I" + std::to_string(f + 1)
                               : "C" + std::to_string(f - schema.num_dense + 1);
 }
 
-// Slot of feature `name` (I1..In, then C1..Cm), or -1. Only the exact spelling counts: no
-// leading zeros, no lower case, so one feature has one name.
-int FeatureSlot(std::string_view name, const data::Schema& schema) {
+// Slot of feature `name` (I1..In, then C1..Cm or the sparse names), or -1. Only the exact
+// spelling counts: no leading zeros, no lower case, so one feature has one name.
+int FeatureSlot(std::string_view name, const data::Schema& schema,
+                const std::vector<std::string>& names) {
+  if (!names.empty()) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it != names.end()) return schema.num_dense + static_cast<int>(it - names.begin());
+  }
   if (name.size() < 2 || name.size() > 10 || name[1] == '0') return -1;
   int limit;
   int base;
   if (name[0] == 'I') {
     limit = schema.num_dense;
     base = 0;
-  } else if (name[0] == 'C') {
+  } else if (name[0] == 'C' && names.empty()) {
     limit = schema.num_categorical;
     base = schema.num_dense;
   } else {
@@ -190,13 +197,82 @@ RequestError AppendCategorical(const Json* v, std::string* line, const char** wh
   return RequestError::kWrongType;
 }
 
+// The text-format spelling of a dense value: a JSON number (or a string holding one).
+RequestError AppendDenseText(const Json* v, std::string* line, const char** why) {
+  if (v == nullptr || v->is_null()) return RequestError::kNone;
+  if (v->is_number_integer() || v->is_number_unsigned()) {
+    line->append(v->dump());
+    return RequestError::kNone;
+  }
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (!std::isfinite(d)) {
+      *why = "not a finite number";
+      return RequestError::kBadValue;
+    }
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), d);
+    line->append(buf, r.ptr);
+    return RequestError::kNone;
+  }
+  *why = "want a number";
+  return RequestError::kWrongType;
+}
+
+// One id of a feature-set model: a non-empty string without separators, or a non-negative
+// integer (decimal, as the text format reads it).
+RequestError AppendId(const Json& v, std::string* line, const char** why) {
+  if (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    AppendInt(v.get<uint64_t>(), 10, line);
+    return RequestError::kNone;
+  }
+  if (v.is_number_integer()) {
+    *why = "negative integer";
+    return RequestError::kBadValue;
+  }
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.empty() || s.find_first_of("\t\n\r,") != std::string::npos) {
+      *why = "an id must be non-empty, without tabs, newlines or commas";
+      return RequestError::kBadValue;
+    }
+    line->append(s);
+    return RequestError::kNone;
+  }
+  *why = "want an id (string or non-negative integer) or a list of them";
+  return RequestError::kWrongType;
+}
+
+// A sparse value of a feature-set model: one id or a list of ids (null, "" or [] is missing).
+RequestError AppendIds(const Json* v, std::string* line, const char** why) {
+  if (v == nullptr || v->is_null()) return RequestError::kNone;
+  if (v->is_string() && v->get_ref<const std::string&>().empty()) return RequestError::kNone;
+  if (!v->is_array()) return AppendId(*v, line, why);
+  for (size_t k = 0; k < v->size(); ++k) {
+    if (k > 0) line->push_back(',');
+    const RequestError e = AppendId((*v)[k], line, why);
+    if (e != RequestError::kNone) return e;
+  }
+  return RequestError::kNone;
+}
+
 class RequestParser {
  public:
-  RequestParser(const data::Schema& schema, int max_instances)
+  RequestParser(const data::Schema& schema, int max_instances,
+                const std::vector<std::string>& names)
       : schema_(schema),
         max_instances_(max_instances),
         num_slots_(schema.num_dense + schema.num_categorical),
-        slots_(num_slots_, nullptr) {}
+        names_(names),
+        slots_(num_slots_, nullptr) {
+    // The text layout of a feature-set model: labels, I1..In, then the features in order.
+    layout_.columns.assign(schema.num_labels, {data::TextLayout::Kind::kLabel, 0});
+    for (int l = 0; l < schema.num_labels; ++l) layout_.columns[l].index = l;
+    for (int d = 0; d < schema.num_dense; ++d)
+      layout_.columns.push_back({data::TextLayout::Kind::kDense, d});
+    for (int f = 0; f < schema.num_categorical; ++f)
+      layout_.columns.push_back({data::TextLayout::Kind::kFeature, f});
+  }
 
   StatusOr<ParsedRequest> Parse(const Json& doc) {
     if (!doc.is_object()) return Fail(RequestError::kWrongShape, "body is not a JSON object");
@@ -253,7 +329,7 @@ class RequestParser {
       if (!row.is_object()) return Fail(RequestError::kWrongShape, place() + ": not an object");
       std::fill(slots_.begin(), slots_.end(), nullptr);
       for (const auto& [name, value] : row.items()) {
-        const int f = FeatureSlot(name, schema_);
+        const int f = FeatureSlot(name, schema_, names_);
         if (f < 0) {
           return Fail(RequestError::kUnknownFeature,
                       place() + "." + Truncated(name) + ": unknown feature");
@@ -261,7 +337,8 @@ class RequestParser {
         slots_[f] = &value;
       }
       TANDEM_RETURN_IF_ERROR(BuildSample(
-          [&](int f) { return f < 0 ? place() : place() + "." + FeatureName(f, schema_); }, &out));
+          [&](int f) { return f < 0 ? place() : place() + "." + FeatureName(f, schema_, names_); },
+          &out));
     }
     return out;
   }
@@ -273,7 +350,7 @@ class RequestParser {
     const Json* first = nullptr;
     std::string first_name;
     for (const auto& [name, column] : inputs.items()) {
-      const int f = FeatureSlot(name, schema_);
+      const int f = FeatureSlot(name, schema_, names_);
       if (f < 0) {
         return Fail(RequestError::kUnknownFeature,
                     "inputs." + Truncated(name) + ": unknown feature");
@@ -303,7 +380,7 @@ class RequestParser {
       TANDEM_RETURN_IF_ERROR(BuildSample(
           [&](int f) {
             const std::string index = "[" + std::to_string(i) + "]";
-            return f < 0 ? "inputs" + index : "inputs." + FeatureName(f, schema_) + index;
+            return f < 0 ? "inputs" + index : "inputs." + FeatureName(f, schema_, names_) + index;
           },
           &out));
     }
@@ -315,6 +392,7 @@ class RequestParser {
   // and the instance itself for f = -1.
   template <typename Where>
   Status BuildSample(const Where& where, ParsedRequest* out) {
+    if (!names_.empty()) return BuildTextSample(where, out);
     line_.assign("0");
     for (int f = 0; f < num_slots_; ++f) {
       line_.push_back('\t');
@@ -335,9 +413,36 @@ class RequestParser {
     return Status::Ok();
   }
 
+  // A feature-set model: the general text line (labels 0, I1..In, the features) parsed as the
+  // text reader does.
+  template <typename Where>
+  Status BuildTextSample(const Where& where, ParsedRequest* out) {
+    line_.clear();
+    for (int l = 0; l < schema_.num_labels; ++l) line_.append(l == 0 ? "0" : "\t0");
+    for (int f = 0; f < num_slots_; ++f) {
+      line_.push_back('\t');
+      const char* why = "";
+      const RequestError e = f < schema_.num_dense ? AppendDenseText(slots_[f], &line_, &why)
+                                                   : AppendIds(slots_[f], &line_, &why);
+      if (e != RequestError::kNone) {
+        std::string message = where(f) + ": " + why;
+        if (e == RequestError::kWrongType) message += std::string(", got ") + TypeName(*slots_[f]);
+        return Fail(e, std::move(message));
+      }
+    }
+    data::Sample& sample = out->samples.emplace_back(schema_);
+    const char* why = nullptr;
+    if (!data::ParseTextLine(line_, layout_, schema_, &sample, &why)) {
+      return Fail(RequestError::kBadValue, where(-1) + ": " + (why ? why : "bad value"));
+    }
+    return Status::Ok();
+  }
+
   const data::Schema schema_;
   const int max_instances_;
   const int num_slots_;
+  const std::vector<std::string> names_;  // sparse feature names; empty = Criteo's
+  data::TextLayout layout_;
   std::vector<const Json*> slots_;  // this instance's value per feature slot, null if absent
   std::string line_;                // reused TSV buffer
   RequestError error_ = RequestError::kNone;
@@ -372,7 +477,8 @@ int RequestErrorHttpStatus(RequestError e) {
 }
 
 StatusOr<ParsedRequest> ParsePredictRequest(std::string_view body, const data::Schema& schema,
-                                            int max_instances, RequestError* error) {
+                                            int max_instances, RequestError* error,
+                                            const std::vector<std::string>& sparse_names) {
   RequestError ignored;
   if (error == nullptr) error = &ignored;
   *error = RequestError::kNone;
@@ -394,7 +500,7 @@ StatusOr<ParsedRequest> ParsePredictRequest(std::string_view body, const data::S
     *error = RequestError::kMalformedJson;
     return Status::InvalidArgument("malformed JSON");
   }
-  RequestParser parser(schema, max_instances);
+  RequestParser parser(schema, max_instances, sparse_names);
   try {
     StatusOr<ParsedRequest> parsed = parser.Parse(doc);
     *error = parser.error();

@@ -11,6 +11,12 @@
 // sample data::ParseCriteoLine makes of the TSV line holding the same fields, so a served score
 // equals `tandem predict`'s for the same record.
 //
+// A model whose job has a `features` section (issue 18) names its sparse features instead
+// (`sparse_names`): each value is one id or a list of ids, JSON strings or non-negative
+// integers spelled as the general text format spells them (a weighted feature's id may be
+// "id:weight"); dense values I1..In are numbers. Each instance becomes the sample
+// data::ParseTextLine makes of the text line holding the same values.
+//
 // Answer: {"predictions": [[p], ...], "model_version": "S"} for the row form and
 // {"outputs": [[p], ...], "model_version": "S"} for the column form (TF Serving's keys), one list
 // per instance holding one probability per task, each written "%.9g" (reads back as the same
@@ -55,7 +61,8 @@ struct ParsedRequest {
 // *error to kNone. Never allocates more than a bounded multiple of body.size() plus
 // max_instances samples.
 StatusOr<ParsedRequest> ParsePredictRequest(std::string_view body, const data::Schema& schema,
-                                            int max_instances, RequestError* error);
+                                            int max_instances, RequestError* error,
+                                            const std::vector<std::string>& sparse_names = {});
 
 // The answer's body: `probs` holds tasks values per instance, instance-major.
 std::string EncodePredictResponse(std::span<const float> probs, int tasks, int64_t version,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "worker/data/criteo_reader.h"
+#include "worker/data/text_format.h"
 
 namespace tandem::serve {
 namespace {
@@ -468,5 +469,54 @@ TEST(EncodeError, EscapesAndRoundTrips) {
   EXPECT_TRUE(bad["error"].is_string());
 }
 
+// Issue 18: a model with a features section names its features and takes lists of ids.
+data::Schema FeatureSetSchema() {
+  data::Schema s(2, 2, 2);
+  s.table = {0, 0};
+  s.max_len = {1, 3};
+  s.mean = {false, true};
+  s.weighted = {false, true};
+  return s;
+}
+
+TEST(RequestTest, FeatureSetModelsTakeNamedFeaturesAndListsOfIds) {
+  const data::Schema schema = FeatureSetSchema();
+  const std::vector<std::string> names = {"item", "history"};
+  RequestError error = RequestError::kMalformedJson;
+  auto r = ParsePredictRequest(
+      R"({"instances": [{"I1": 3, "I2": 0.5, "item": 12, "history": ["12", 5, "9:2"]},
+                        {"item": "abc", "history": []}]})",
+      schema, kMax, &error, names);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->samples.size(), 2u);
+  // The same samples the text reader makes of the same values.
+  data::TextLayout layout;
+  layout.columns = {{data::TextLayout::Kind::kLabel, 0},   {data::TextLayout::Kind::kLabel, 1},
+                    {data::TextLayout::Kind::kDense, 0},   {data::TextLayout::Kind::kDense, 1},
+                    {data::TextLayout::Kind::kFeature, 0}, {data::TextLayout::Kind::kFeature, 1}};
+  data::Sample want(schema);
+  ASSERT_TRUE(data::ParseTextLine("0\t0\t3\t0.5\t12\t12,5,9:2", layout, schema, &want));
+  EXPECT_EQ(r->samples[0], want);
+  EXPECT_EQ(r->samples[0].id_weights, (std::vector<float>{1, 1, 1, 2}));
+  ASSERT_TRUE(data::ParseTextLine("0\t0\t\t\tabc\t", layout, schema, &want));
+  EXPECT_EQ(r->samples[1], want);
+  // Criteo names are not this model's, and bad ids say where they are.
+  auto bad = ParsePredictRequest(R"({"instances": [{"C1": "ab"}]})", schema, kMax, &error, names);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(error, RequestError::kUnknownFeature);
+  bad =
+      ParsePredictRequest(R"({"instances": [{"history": ["a,b"]}]})", schema, kMax, &error, names);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(error, RequestError::kBadValue);
+  EXPECT_NE(bad.status().message().find("instances[0].history"), std::string::npos) << bad.status();
+  bad = ParsePredictRequest(R"({"instances": [{"history": [1.5]}]})", schema, kMax, &error, names);
+  EXPECT_EQ(error, RequestError::kWrongType);
+  bad =
+      ParsePredictRequest(R"({"instances": [{"history": ["1:x"]}]})", schema, kMax, &error, names);
+  EXPECT_EQ(error, RequestError::kBadValue);
+  // Two tasks: two probabilities per instance.
+  const std::string body = EncodePredictResponse(std::vector<float>{0.25f, 0.5f}, 2, 7, false);
+  EXPECT_NE(body.find("[[0.25,0.5]]"), std::string::npos) << body;
+}
 }  // namespace
 }  // namespace tandem::serve
