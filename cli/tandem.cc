@@ -114,20 +114,36 @@ int Main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   DatagenArgs gen;
   auto* datagen = app.add_subcommand("datagen", "write synthetic CTR data with a known best AUC");
-  datagen->add_option("--format", gen.format, "criteo|binary")
+  datagen->add_option("--format", gen.format, "criteo|binary|text (text: data.text.* layout)")
       ->required()
-      ->check(CLI::IsMember({"criteo", "binary"}));
+      ->check(CLI::IsMember({"criteo", "binary", "text"}));
   datagen->add_option("--rows", gen.rows, "number of records");
   datagen->add_option("--seed", gen.seed, "generator seed (the teacher model is a function of it)");
   datagen->add_option("--out", gen.out, "output file")->required();
-  datagen->add_option("--vocab", gen.vocab, "distinct ids per categorical field");
-  datagen->add_option("--zipf", gen.zipf, "Zipf exponent of the ids");
+  auto* gen_vocab = datagen->add_option("--vocab", gen.vocab, "distinct ids per categorical field");
+  auto* gen_zipf = datagen->add_option("--zipf", gen.zipf, "Zipf exponent of the ids");
   datagen->add_option("--stream", gen.stream, "train|eval: same teacher, disjoint records")
       ->check(CLI::IsMember({"train", "eval"}));
+  datagen
+      ->add_option("--config", gen.config_path,
+                   "job config: its features, labels and data.text.* shape the data")
+      ->check(CLI::ExistingFile);
+  datagen->add_option("--set", gen.sets, "override a config key: key.path=value (repeatable)");
   ConvertArgs conv;
-  auto* convert = app.add_subcommand("convert", "convert Criteo TSV to the binary packed format");
-  convert->add_option("--in", conv.in, "Criteo TSV file(s), in order")->required();
+  auto* convert = app.add_subcommand(
+      "convert", "convert Criteo TSV or the text format to the binary packed format");
+  convert->add_option("--in", conv.in, "input file(s), in order")->required();
   convert->add_option("--out", conv.out, "binary output file")->required();
+  convert
+      ->add_option("--config", conv.config_path,
+                   "job config: its schema (features, labels) and data.text.* layout")
+      ->check(CLI::ExistingFile);
+  convert->add_option("--set", conv.sets, "override a config key: key.path=value (repeatable)");
+  convert
+      ->add_option("--from", conv.from,
+                   "criteo|text (default: text when the config's data.format is text or its "
+                   "schema is multi-hot, weighted or multi-label)")
+      ->check(CLI::IsMember({"criteo", "text"}));
   EvalArgs ev;
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on held-out data (AUC, logloss)");
   eval->add_option("--checkpoint", ev.checkpoint,
@@ -273,7 +289,11 @@ int Main(int argc, char** argv) {
   }
   if (app.got_subcommand("local")) return RunLocal(local);
   if (app.got_subcommand("status")) return RunStatus(status);
-  if (app.got_subcommand("datagen")) return RunDatagen(gen);
+  if (app.got_subcommand("datagen")) {
+    gen.vocab_given = gen_vocab->count() > 0;
+    gen.zipf_given = gen_zipf->count() > 0;
+    return RunDatagen(gen);
+  }
   if (app.got_subcommand("convert")) return RunConvert(conv);
   if (app.got_subcommand("drill")) return RunDrill(drill_args);
   if (app.got_subcommand("keys")) return RunKeys(keys_args);

@@ -769,11 +769,12 @@ Status Builder::CheckSchema() const {
                   "the name is already used by a label");
     }
   }
-  const bool fixed_records = c.data.format == "criteo" || c.data.format == "binary";
-  if (fixed_records && (multi_hot || c.data.labels.size() != 1)) {
+  // Binary version 2 records carry bags, id weights and several labels; Criteo lines cannot.
+  if (c.data.format == "criteo" && (multi_hot || c.data.labels.size() != 1)) {
     return Fail(WhereAny({"data.format"}), "data.format",
-                c.data.format + " records hold one label and one unweighted id per feature; use " +
-                    "text for multi-hot or weighted features or several labels");
+                "criteo records hold one label and one unweighted id per feature; use text (or "
+                "binary converted from text by tandem convert) for multi-hot or weighted "
+                "features or several labels");
   }
   if (c.data.text_separator.size() != 1 || c.data.text_list_separator.size() != 1 ||
       c.data.text_separator == c.data.text_list_separator || c.data.text_separator == "\n") {

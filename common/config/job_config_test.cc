@@ -561,6 +561,13 @@ TEST(JobConfigTest, FeaturesRoundTripAndTheirOrderIsPartOfTheComputation) {
   EXPECT_NE(o.ComputationHash(), c.ComputationHash());
 }
 
+// Binary version 2 carries bags, id weights and several labels, so binary takes any schema;
+// Criteo lines cannot (FeatureSchemaErrorsNameTheKey).
+TEST(JobConfigTest, BinaryFormatTakesMultiHotMultiLabelSchemas) {
+  JobConfig c = ParseOk(kFeatures, {"data.format=binary", "data.train=x.bin"});
+  EXPECT_EQ(c.data.format, "binary");
+}
+
 TEST(JobConfigTest, FeatureSchemaErrorsNameTheKey) {
   const std::string base = kFeatures;
   struct Case {

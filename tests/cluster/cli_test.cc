@@ -114,6 +114,76 @@ TEST(CliTest, DatagenWritesDataWithTeacherAucAndConvertKeepsPositions) {
   EXPECT_NE(missing.output.find("nope.tsv"), std::string::npos) << missing.output;
 }
 
+// Issue 18: datagen writes multi-hot, weighted, two-label text from a job config and prints
+// each task's teacher AUC; convert turns that text into binary version 2 whose records are the
+// generator's (byte for byte what datagen writes as binary); `local` trains on it.
+TEST(CliTest, DatagenMultiHotTextConvertsToBinaryV2AndTrains) {
+  TempDir dir;
+  const std::string config = dir.File("job.yaml");
+  WriteFile(config,
+            "cluster:\n  chief: [\"127.0.0.1:0\"]\n  ps: [\"127.0.0.1:0\"]\n"
+            "  workers: [\"127.0.0.1:0\"]\n"
+            "data:\n  format: text\n  train: " +
+                dir.File("train.txt") +
+                "\n  num_dense: 3\n  labels: [click, buy]\n"
+                "  synthetic: {vocab: 200, zipf: 1.1}\n"
+                "  text: {columns: [buy, I1, hist, click, I2, item, tags, I3]}\n"
+                "features:\n  item: {table: items}\n"
+                "  hist: {table: items, max_len: 5, pooling: mean}\n"
+                "  tags: {max_len: 3, weighted: true}\n"
+                "model:\n  embedding_dim: 8\n  interaction: concat\n  bottom_mlp: [16, 8]\n"
+                "  top_mlp: [16, 2]\n"
+                "train:\n  steps: 30\n  batch_size: 64\n  seed: 7\n  log_every_steps: 10\n"
+                "  eval_every_steps: 0\n"
+                "ps:\n  data_dir: " +
+                dir.File("ps") +
+                "\n"
+                "chief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 5000\n"
+                "collective:\n  timeout_ms: 20000\n"
+                "checkpoint:\n  dir: " +
+                dir.File("ckpt") + "\noutput:\n  dir: " + dir.File("out") + "\n");
+  auto gen = Tandem({"datagen", "--config", config, "--format", "text", "--rows", "2000", "--seed",
+                     "3", "--out", dir.File("train.txt")});
+  ASSERT_EQ(gen.exit.exit_code, 0) << gen.output;
+  for (const std::string label : {"click", "buy"}) {
+    const size_t at = gen.output.find("teacher AUC " + label + " ");
+    ASSERT_NE(at, std::string::npos) << gen.output;
+    EXPECT_GT(std::stod(gen.output.substr(at + 13 + label.size())), 0.55) << gen.output;
+  }
+  const std::string text = ReadFile(dir.File("train.txt"));
+  EXPECT_NE(text.find(':'), std::string::npos) << "weighted ids are written as id:weight";
+  auto direct = Tandem({"datagen", "--config", config, "--format", "binary", "--rows", "2000",
+                        "--seed", "3", "--out", dir.File("direct.bin")});
+  ASSERT_EQ(direct.exit.exit_code, 0) << direct.output;
+  auto conv = Tandem({"convert", "--config", config, "--in", dir.File("train.txt"), "--out",
+                      dir.File("train.bin")});
+  ASSERT_EQ(conv.exit.exit_code, 0) << conv.output;
+  EXPECT_NE(conv.output.find("converted 2000 lines (0 malformed"), std::string::npos)
+      << conv.output;
+  const std::string bin = ReadFile(dir.File("train.bin"));
+  ASSERT_GT(bin.size(), 12u);
+  EXPECT_EQ(bin[8], 2) << "binary version 2";
+  EXPECT_TRUE(bin == ReadFile(dir.File("direct.bin"))) << "converted records differ from the "
+                                                          "generator's";
+  // Criteo TSV cannot hold this schema: a clear usage error, no file.
+  auto criteo =
+      Tandem({"datagen", "--config", config, "--format", "criteo", "--out", dir.File("x.tsv")});
+  EXPECT_EQ(criteo.exit.exit_code, 2) << criteo.output;
+  auto job = RunCommand({TANDEM_BINARY, "local", "--config", config, "--set", "data.format=binary",
+                         "--set", "data.train=" + dir.File("train.bin")},
+                        {}, {"TF_CONFIG"}, std::chrono::milliseconds(120000));
+  EXPECT_EQ(job.exit.exit_code, 0) << job.output;
+  // The default schema's file refuses this job, naming both shapes.
+  auto plain =
+      Tandem({"datagen", "--format", "binary", "--rows", "10", "--out", dir.File("plain.bin")});
+  ASSERT_EQ(plain.exit.exit_code, 0) << plain.output;
+  auto refused = RunCommand({TANDEM_BINARY, "local", "--config", config, "--set",
+                             "data.format=binary", "--set", "data.train=" + dir.File("plain.bin")},
+                            {}, {"TF_CONFIG"}, std::chrono::milliseconds(60000));
+  EXPECT_NE(refused.exit.exit_code, 0);
+  EXPECT_NE(refused.output.find("the job expects 3 dense"), std::string::npos) << refused.output;
+}
+
 TEST(CliTest, KeysWithoutAnOutputDirectoryIsAUsageError) {
   auto r = Tandem({"keys"});
   EXPECT_EQ(r.exit.exit_code, 2);

@@ -136,7 +136,7 @@ StatusOr<std::unique_ptr<RecordSource>> BinarySource::Clone() const {
   s->schema_ = schema_;
   s->starts_ = starts_;
   for (const auto& reader : readers_) {
-    TANDEM_ASSIGN_OR_RETURN(auto copy, BinaryReader::Open(reader->path(), schema_));
+    TANDEM_ASSIGN_OR_RETURN(auto copy, reader->Clone());
     if (copy->num_records() != reader->num_records()) {
       return Status::DataLoss(reader->path() + ": record count changed while training");
     }

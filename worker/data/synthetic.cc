@@ -338,20 +338,34 @@ StatusOr<std::vector<double>> WriteSyntheticText(const std::string& path, const 
   return aucs;
 }
 
-StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSpec& spec,
-                                      int64_t rows) {
+StatusOr<std::vector<double>> WriteSyntheticBinaryTasks(const std::string& path,
+                                                        const SyntheticSpec& spec, int64_t rows) {
   TANDEM_ASSIGN_OR_RETURN(auto writer, BinaryWriter::Create(path, spec.schema));
   const SyntheticGenerator gen(spec);
+  const int tasks = spec.schema.num_labels;
+  RawRecord raw;
   Sample sample(spec.schema);
-  std::vector<double> p(rows);
-  std::vector<float> labels(rows);
+  std::vector<std::vector<double>> p(tasks, std::vector<double>(rows));
+  std::vector<std::vector<float>> labels(tasks, std::vector<float>(rows));
   for (int64_t n = 0; n < rows; ++n) {
-    gen.Generate(n, &sample, &p[n]);
-    labels[n] = sample.labels[0];
+    gen.GenerateRaw(n, &raw);
+    ToSample(spec.schema, raw, &sample);  // what Generate does, keeping every task's p
+    for (int t = 0; t < tasks; ++t) {
+      p[t][n] = raw.p[t];
+      labels[t][n] = raw.labels[t];
+    }
     TANDEM_RETURN_IF_ERROR(writer->Append(sample));
   }
   TANDEM_RETURN_IF_ERROR(writer->Finish());
-  return TeacherAuc(p, labels);
+  std::vector<double> aucs;
+  for (int t = 0; t < tasks; ++t) aucs.push_back(TeacherAuc(p[t], labels[t]));
+  return aucs;
+}
+
+StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSpec& spec,
+                                      int64_t rows) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<double> aucs, WriteSyntheticBinaryTasks(path, spec, rows));
+  return aucs[0];
 }
 
 }  // namespace tandem::data

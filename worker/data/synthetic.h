@@ -85,6 +85,9 @@ StatusOr<double> WriteSyntheticCriteo(const std::string& path, const SyntheticSp
                                       int64_t rows);
 StatusOr<double> WriteSyntheticBinary(const std::string& path, const SyntheticSpec& spec,
                                       int64_t rows);
+// Binary (version 1 or 2 per the schema, BinaryVersionFor); returns each task's teacher AUC.
+StatusOr<std::vector<double>> WriteSyntheticBinaryTasks(const std::string& path,
+                                                        const SyntheticSpec& spec, int64_t rows);
 // The general text format; returns each task's teacher AUC.
 StatusOr<std::vector<double>> WriteSyntheticText(const std::string& path, const SyntheticSpec& spec,
                                                  const TextLayout& layout, int64_t rows);
