@@ -43,8 +43,11 @@ int Fail(const char* command, const Status& s) {
 // NaN (no positives or no negatives, no samples) as JSON null.
 nlohmann::json Figure(double v) { return std::isfinite(v) ? nlohmann::json(v) : nullptr; }
 
-// criteo or binary, from the first file's magic when `format` is auto.
-StatusOr<std::string> DataFormat(const std::string& data, const std::string& format) {
+// criteo, text or binary. When `format` is auto: binary from the first file's magic; else text
+// for a model trained on text or one Criteo's columns cannot describe (multi-hot features,
+// several labels: data.text.* then names the columns), criteo otherwise.
+StatusOr<std::string> DataFormat(const std::string& data, const std::string& format,
+                                 const config::JobConfig& job) {
   if (format != "auto") return format;
   TANDEM_ASSIGN_OR_RETURN(auto paths, data::ExpandGlob(data));
   std::ifstream in(paths.front(), std::ios::binary);
@@ -52,7 +55,9 @@ StatusOr<std::string> DataFormat(const std::string& data, const std::string& for
   in.read(magic, sizeof(magic));
   const bool binary = in.gcount() == static_cast<std::streamsize>(sizeof(magic)) &&
                       std::memcmp(magic, data::kBinaryMagic, sizeof(magic)) == 0;
-  return std::string(binary ? "binary" : "criteo");
+  if (binary) return std::string("binary");
+  const bool text = job.data.format == "text" || !data::SchemaFromConfig(job).single_hot();
+  return std::string(text ? "text" : "criteo");
 }
 
 // Where the scores go: stdout, or a file written whole and renamed into place, so a failed run
@@ -162,7 +167,7 @@ int RunPredict(const PredictArgs& args) {
   log::Init("predict", args.log_level);
   auto model = ReadBundle(args.model);
   if (!model.ok()) return Fail("predict", model.status());
-  auto format = DataFormat(args.data, args.format);
+  auto format = DataFormat(args.data, args.format, model->job);
   if (!format.ok()) return Fail("predict", format.status());
   config::DataConfig& data = model->job.data;
   data.format = *format;

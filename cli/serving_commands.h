@@ -21,7 +21,7 @@ struct PredictArgs {
   std::string data;                 // a Criteo TSV or binary file (or a glob of them)
   std::string out;                  // scores file; empty: stdout
   std::string unknown = "initial";  // initial | zero: the row of an id the bundle lacks
-  std::string format = "auto";      // auto | criteo | binary
+  std::string format = "auto";      // auto | criteo | text | binary
   std::string device;               // cpu | cuda; empty: cpu
   double max_bad_fraction = -1;     // < 0: the bundle config's data.max_bad_fraction
   std::string log_level = "warn";

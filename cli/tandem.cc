@@ -169,12 +169,16 @@ int Main(int argc, char** argv) {
   predict->add_option("--model", pr.model, "a bundle directory (tandem export)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  predict->add_option("--data", pr.data, "Criteo TSV or binary data file (or a glob)")->required();
+  predict->add_option("--data", pr.data, "Criteo TSV, text or binary data file (or a glob)")
+      ->required();
   predict->add_option("--out", pr.out, "write the scores here, one per record (default: stdout)");
   predict->add_option("--unknown", pr.unknown, "initial|zero: the row of an id the bundle lacks")
       ->check(CLI::IsMember({"initial", "zero"}));
-  predict->add_option("--format", pr.format, "auto|criteo|binary (auto: by the file's header)")
-      ->check(CLI::IsMember({"auto", "criteo", "binary"}));
+  predict
+      ->add_option("--format", pr.format,
+                   "auto|criteo|text|binary (auto: binary by the file's header, else text for a "
+                   "model trained on text or with multi-hot features or several labels)")
+      ->check(CLI::IsMember({"auto", "criteo", "text", "binary"}));
   predict->add_option("--device", pr.device, "cpu|cuda (default cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   predict
