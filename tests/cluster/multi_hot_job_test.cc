@@ -372,7 +372,9 @@ TEST(MultiHotJobTest, PredictAndServeScoreOneColumnPerLabel) {
     const std::string log = ReadFile(so.output_path);
     const auto at = log.find("listening on 127.0.0.1:");
     if (at != std::string::npos) port = std::atoi(log.c_str() + at + 23);
-    if (!port) ASSERT_FALSE(server.Wait(milliseconds(50)).has_value()) << log;
+    if (!port) {
+      ASSERT_FALSE(server.Wait(milliseconds(50)).has_value()) << log;
+    }
   }
   ASSERT_NE(port, 0) << ReadFile(so.output_path);
   const std::vector<std::string> columns = {"I1",   "I2",      "I3",   "I4",  "user",
