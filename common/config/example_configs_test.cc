@@ -26,7 +26,7 @@ std::vector<fs::path> ExampleConfigs() {
 
 TEST(ExampleConfigsTest, TheDocumentedExamplesExist) {
   std::vector<fs::path> paths = ExampleConfigs();
-  for (const char* name : {"local.yaml", "two-hosts.yaml"}) {
+  for (const char* name : {"local.yaml", "two-hosts.yaml", "multi-hot.yaml"}) {
     EXPECT_TRUE(std::any_of(paths.begin(), paths.end(),
                             [&](const fs::path& p) { return p.filename() == name; }))
         << name << " missing from " << TANDEM_SOURCE_DIR << "/configs";
