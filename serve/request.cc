@@ -387,43 +387,22 @@ class RequestParser {
     return out;
   }
 
-  // Writes slots_ as the TSV line "0\tI1..\tC1.." and parses it as the TSV reader does, so the
-  // sample is the one `tandem predict` would score. `where(f)` names slot f in error messages,
-  // and the instance itself for f = -1.
+  // Writes slots_ as the line a reader would read and parses it as that reader does, so the
+  // sample is the one `tandem predict` would score: the Criteo TSV line "0\tI1..\tC1..", or for
+  // a feature-set model the general text line (labels 0, I1..In, the features). `where(f)` names
+  // slot f in error messages, and the instance itself for f = -1.
   template <typename Where>
   Status BuildSample(const Where& where, ParsedRequest* out) {
-    if (!names_.empty()) return BuildTextSample(where, out);
-    line_.assign("0");
-    for (int f = 0; f < num_slots_; ++f) {
-      line_.push_back('\t');
-      const char* why = "";
-      const RequestError e = f < schema_.num_dense ? AppendDense(slots_[f], &line_, &why)
-                                                   : AppendCategorical(slots_[f], &line_, &why);
-      if (e != RequestError::kNone) {
-        std::string message = where(f) + ": " + why;
-        if (e == RequestError::kWrongType) message += std::string(", got ") + TypeName(*slots_[f]);
-        return Fail(e, std::move(message));
-      }
-    }
-    data::Sample& sample = out->samples.emplace_back(schema_);
-    const char* why = nullptr;
-    if (!data::ParseCriteoLine(line_, schema_, &sample, &why)) {
-      return Fail(RequestError::kBadValue, where(-1) + ": " + (why ? why : "bad value"));
-    }
-    return Status::Ok();
-  }
-
-  // A feature-set model: the general text line (labels 0, I1..In, the features) parsed as the
-  // text reader does.
-  template <typename Where>
-  Status BuildTextSample(const Where& where, ParsedRequest* out) {
+    const bool text = !names_.empty();
     line_.clear();
-    for (int l = 0; l < schema_.num_labels; ++l) line_.append(l == 0 ? "0" : "\t0");
+    for (int l = 0; l < (text ? schema_.num_labels : 1); ++l) line_.append(l == 0 ? "0" : "\t0");
     for (int f = 0; f < num_slots_; ++f) {
       line_.push_back('\t');
       const char* why = "";
-      const RequestError e = f < schema_.num_dense ? AppendDenseText(slots_[f], &line_, &why)
-                                                   : AppendIds(slots_[f], &line_, &why);
+      const bool dense = f < schema_.num_dense;
+      const RequestError e = dense
+                                 ? (text ? AppendDenseText : AppendDense)(slots_[f], &line_, &why)
+                                 : (text ? AppendIds : AppendCategorical)(slots_[f], &line_, &why);
       if (e != RequestError::kNone) {
         std::string message = where(f) + ": " + why;
         if (e == RequestError::kWrongType) message += std::string(", got ") + TypeName(*slots_[f]);
@@ -432,9 +411,9 @@ class RequestParser {
     }
     data::Sample& sample = out->samples.emplace_back(schema_);
     const char* why = nullptr;
-    if (!data::ParseTextLine(line_, layout_, schema_, &sample, &why)) {
-      return Fail(RequestError::kBadValue, where(-1) + ": " + (why ? why : "bad value"));
-    }
+    const bool parsed = text ? data::ParseTextLine(line_, layout_, schema_, &sample, &why)
+                             : data::ParseCriteoLine(line_, schema_, &sample, &why);
+    if (!parsed) return Fail(RequestError::kBadValue, where(-1) + ": " + (why ? why : "bad value"));
     return Status::Ok();
   }
 

@@ -132,28 +132,10 @@ TEST(LocalJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
 
   TempDir split;
   write_job(split);
-  SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config",  split.File("job.yaml"),
-            "--ps",        "2",     "--workers", "2"};
-  o.output_path = split.File("first.log");
-  auto first = Subprocess::Spawn(o);
-  ASSERT_TRUE(first.ok());
   // Stop it between two scheduled checkpoints.
+  StopLocalJobAfterStep(split, 2, 2, 450, milliseconds(50));
+  if (HasFailure()) return;
   const std::string metrics = split.path() + "/out/metrics.jsonl";
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    ASSERT_LT(Clock::now(), deadline) << ReadFile(split.File("first.log"));
-    std::this_thread::sleep_for(milliseconds(50));
-    if (!std::filesystem::exists(metrics)) continue;
-    auto lines = ReadJsonLines(metrics);
-    if (!lines.empty() && lines.back().value("step", 0) >= 450) break;
-  }
-  first->Signal(SIGTERM);
-  auto e = first->Wait(milliseconds(60000));
-  ASSERT_TRUE(e.has_value());
-  ASSERT_EQ(e->exit_code, 0) << ReadFile(split.File("first.log"));
-  const std::string stopped = ReadFile(split.File("first.log"));
-  ASSERT_NE(stopped.find("job stopped"), std::string::npos) << stopped;
   auto latest = nlohmann::json::parse(ReadFile(split.path() + "/ckpt/LATEST"));
   const int64_t stop_step = latest["step"].get<int64_t>();
   EXPECT_GE(stop_step, 450);

@@ -2,10 +2,15 @@
 // config, `tandem local` run to its end, and the metrics file read back.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <signal.h>
+
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/subprocess.h"
@@ -52,6 +57,40 @@ inline CommandResult Local(const TempDir& dir, int ps, int workers,
                                    "--workers",   std::to_string(workers)};
   for (auto& s : sets) argv.insert(argv.end(), {"--set", s});
   return RunCommand(argv, {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, timeout);
+}
+
+// Starts `tandem local` on dir's job.yaml (log in dir/first.log), waits until metrics.jsonl
+// under dir/out reports step `min_step` or later, stops the job with SIGTERM and returns the log
+// once it exited 0 having said "job stopped" (a test failure otherwise: check HasFatalFailure).
+inline std::string StopLocalJobAfterStep(const TempDir& dir, int ps, int workers, int64_t min_step,
+                                         std::chrono::milliseconds poll) {
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "local",
+            "--config",    dir.File("job.yaml"),
+            "--ps",        std::to_string(ps),
+            "--workers",   std::to_string(workers)};
+  o.output_path = dir.File("first.log");
+  auto first = Subprocess::Spawn(o);
+  EXPECT_TRUE(first.ok()) << first.status();
+  if (!first.ok()) return "";
+  const std::string metrics = dir.path() + "/out/metrics.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ADD_FAILURE() << "no step " << min_step << " within 60 s: " << ReadFile(o.output_path);
+      return "";
+    }
+    std::this_thread::sleep_for(poll);
+    if (!std::filesystem::exists(metrics)) continue;
+    auto lines = ReadJsonLines(metrics);
+    if (!lines.empty() && lines.back().value("step", 0) >= min_step) break;
+  }
+  first->Signal(SIGTERM);
+  auto e = first->Wait(std::chrono::milliseconds(60000));
+  const std::string log = ReadFile(o.output_path);
+  EXPECT_TRUE(e.has_value() && e->exit_code == 0) << log;
+  EXPECT_NE(log.find("job stopped"), std::string::npos) << log;
+  return log;
 }
 
 // `tandem status --dir OUT --json`: its exit status and the JSON (null when none came).

@@ -196,28 +196,9 @@ TEST(MultiHotJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
 
   TempDir split;
   WriteFile(split.File("job.yaml"), MultiHotJob(split.path(), shape));
-  SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config",  split.File("job.yaml"),
-            "--ps",        "2",     "--workers", "2"};
-  o.output_path = split.File("first.log");
-  auto first = Subprocess::Spawn(o);
-  ASSERT_TRUE(first.ok());
   // Stop it between two scheduled checkpoints.
-  const std::string metrics = split.path() + "/out/metrics.jsonl";
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    ASSERT_LT(Clock::now(), deadline) << ReadFile(split.File("first.log"));
-    std::this_thread::sleep_for(milliseconds(20));
-    if (!std::filesystem::exists(metrics)) continue;
-    auto lines = ReadJsonLines(metrics);
-    if (!lines.empty() && lines.back().value("step", 0) >= 250) break;
-  }
-  first->Signal(SIGTERM);
-  auto e = first->Wait(milliseconds(60000));
-  ASSERT_TRUE(e.has_value());
-  ASSERT_EQ(e->exit_code, 0) << ReadFile(split.File("first.log"));
-  ASSERT_NE(ReadFile(split.File("first.log")).find("job stopped"), std::string::npos)
-      << ReadFile(split.File("first.log"));
+  StopLocalJobAfterStep(split, 2, 2, 250, milliseconds(20));
+  if (HasFailure()) return;
   const auto latest = nlohmann::json::parse(ReadFile(split.path() + "/ckpt/LATEST"));
   const int64_t stop_step = latest["step"].get<int64_t>();
   EXPECT_GE(stop_step, 250);
@@ -228,7 +209,7 @@ TEST(MultiHotJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
   EXPECT_NE(ReadFile(split.path() + "/out/logs/chief-0.log")
                 .find("resuming from the checkpoint of step " + std::to_string(stop_step)),
             std::string::npos);
-  const auto lines = ReadJsonLines(metrics);
+  const auto lines = ReadJsonLines(split.path() + "/out/metrics.jsonl");
   ASSERT_TRUE(lines.back().value("final", false)) << lines.back();
   EXPECT_EQ(lines.back()["model_checksum"].get<std::string>(), expected);
 }
