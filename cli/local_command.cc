@@ -187,6 +187,27 @@ std::string Num(double v, const char* fmt) {
   return buf;
 }
 
+// The "tasks" object of metrics.jsonl's final line (each label's figures; written only when the
+// job has several labels), or null. The chief's view carries the first label's alone.
+// ordered_json: the labels stay in data.labels order, as written.
+nlohmann::ordered_json FinalTasks(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  nlohmann::ordered_json tasks;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"final\"") == std::string::npos) continue;
+    auto j = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("final", false) && j.contains("tasks") && j["tasks"].is_object())
+      tasks = j["tasks"];
+  }
+  return tasks;
+}
+
+double Figure(const nlohmann::ordered_json& task, const char* key) {
+  const auto it = task.find(key);
+  return it != task.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
 std::string ProgressLine(const ClusterView& v, int up, int expected) {
   const int64_t done = v.step + 1;
   std::string line =
@@ -494,6 +515,7 @@ class JobAttempt {
       if (std::isfinite(v.teacher_auc))
         std::printf("   (teacher auc %s: the best achievable)", Num(v.teacher_auc, "%.5f").c_str());
       std::printf("\n  final logloss  %s\n", Num(v.logloss, "%.5f").c_str());
+      PrintTasks();
       std::printf("  last loss      %s\n", Num(v.loss, "%.5f").c_str());
       // Once done, each worker reports its mean rate over the run (eval excluded).
       std::printf("  samples/s      %s (mean over the steps this run trained)\n",
@@ -505,6 +527,22 @@ class JobAttempt {
     PrintBadLines(v);
     std::printf("  outputs: %s/metrics.jsonl, %s/tensorboard, logs in %s/logs\n", out_.c_str(),
                 out_.c_str(), out_.c_str());
+  }
+
+  // One line per label when there are several (the figures above are the first label's).
+  void PrintTasks() const {
+    const nlohmann::ordered_json tasks = FinalTasks(out_ + "/metrics.jsonl");
+    if (!tasks.is_object() || tasks.size() < 2) return;
+    size_t width = 0;
+    for (const auto& [label, _] : tasks.items()) width = std::max(width, label.size());
+    for (const auto& [label, task] : tasks.items()) {
+      std::printf("  label %-*s auc %s  logloss %s", static_cast<int>(width), label.c_str(),
+                  Num(Figure(task, "auc"), "%.5f").c_str(),
+                  Num(Figure(task, "logloss"), "%.5f").c_str());
+      const double teacher = Figure(task, "teacher_auc");
+      if (std::isfinite(teacher)) std::printf("  teacher auc %s", Num(teacher, "%.5f").c_str());
+      std::printf("\n");
+    }
   }
 
   // Malformed lines are skipped below data.max_bad_fraction: said here, or a dirty file would go

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "common/errno_status.h"
 #include "common/exit_codes.h"
@@ -224,6 +226,18 @@ int RunEval(const EvalArgs& args) {
                         {"logloss", Figure(r->eval.logloss)},
                         {"samples", r->eval.samples}};
   if (std::isfinite(r->eval.teacher_auc)) out["teacher_auc"] = r->eval.teacher_auc;
+  // As metrics.jsonl's "tasks": each label's figures, only when there are several.
+  const std::vector<std::string>& labels = model->job.data.labels;
+  if (r->eval.tasks.size() >= 2 && r->eval.tasks.size() == labels.size()) {
+    nlohmann::json tasks = nlohmann::json::object();
+    for (size_t k = 0; k < labels.size(); ++k) {
+      const worker::TaskEval& t = r->eval.tasks[k];
+      nlohmann::json task = {{"auc", Figure(t.auc)}, {"logloss", Figure(t.logloss)}};
+      if (std::isfinite(t.teacher_auc)) task["teacher_auc"] = t.teacher_auc;
+      tasks[labels[k]] = std::move(task);
+    }
+    out["tasks"] = std::move(tasks);
+  }
   std::printf("%s\n", out.dump().c_str());
   return kExitOk;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
 # Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
-# ps_replay recovery serve scale torch bag; default: all but scale, torch and bag). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
+# ps_replay recovery serve scale torch bag multihot; default: all but scale, torch, bag and
+# multihot). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
 # 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
 # `serve` (bench/serve_bench.cc: `tandem serve` over HTTP against in-process scoring, and a
 # `tandem local` job's checkpoints applied as deltas while serving) takes about 1 to 1.5 minutes
@@ -21,6 +22,12 @@
 # PyTorch's nn.EmbeddingBag on the same bags, sum and mean; target ratio 1.5) wants
 # python3-torch too, and asks for it here; when it cannot be installed, it prints tandem's
 # figures alone and says so. About 30 s: `scripts/bench.sh bag -- --reps 3 --runs 5`.
+# `data` includes the general text format (issue 18): ParseTextLine over a multi-hot file (13
+# dense, 8 bags of mean length 20, 2 labels) against LineReader alone on the same file, target
+# ratio 0.3; `scripts/bench.sh data -- --only text` runs that part alone (a few seconds).
+# `multihot` (bench/multi_hot_local_bench.sh: `tandem local` samples/s of a multi-hot job against
+# a single-hot one with as many ids per sample, interleaved, 1 PS x 1 worker) is not in the
+# default list; about 25 s per rep on 2 cores: `scripts/bench.sh multihot -- --steps 400 --reps 3`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=(rpc ps data dense train checkpoint ps_replay recovery serve)
@@ -58,13 +65,17 @@ for n in "${names[@]}"; do
     TANDEM="${BUILD_DIR:-build}/cli/tandem" bench/dlrm_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
     continue
   fi
+  if [[ $n == multihot ]]; then
+    TANDEM="${BUILD_DIR:-build}/cli/tandem" bench/multi_hot_local_bench.sh ${bench_args[@]+"${bench_args[@]}"}
+    continue
+  fi
   if [[ $n == bag ]]; then
     BAG_BENCH="${BUILD_DIR:-build}/bench/embedding_bag_bench" bench/embedding_bag_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
     continue
   fi
   bin="${BUILD_DIR:-build}/bench/${n}_bench"
   if [[ ! -x "$bin" ]]; then
-    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch bag)" >&2
+    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch bag multihot)" >&2
     exit 2
   fi
   "$bin" ${bench_args[@]+"${bench_args[@]}"}

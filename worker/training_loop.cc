@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <deque>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "common/sync.h"
@@ -117,6 +119,35 @@ class Prefetcher {
 
 float AsScalar(double v) { return static_cast<float>(v); }
 
+// Each label's figures, named; the writers leave them out when there is only one label.
+std::vector<metrics::TaskMetrics> TaskFigures(const config::JobConfig& job, const EvalResult& e) {
+  std::vector<metrics::TaskMetrics> tasks;
+  for (size_t k = 0; k < e.tasks.size() && k < job.data.labels.size(); ++k)
+    tasks.push_back(
+        {job.data.labels[k], e.tasks[k].auc, e.tasks[k].logloss, e.tasks[k].teacher_auc});
+  return tasks;
+}
+
+// The first label's auc and logloss under the plain tags, and with several labels each label's
+// under TaskTag.
+Status WriteEvalScalars(metrics::TensorBoardWriter& tb, int64_t step, double auc, double logloss,
+                        const std::vector<metrics::TaskMetrics>& tasks) {
+  std::vector<std::string> tags;  // owns what the scalars' string_views point into
+  if (tasks.size() >= 2) {
+    for (const auto& t : tasks) {
+      tags.push_back(metrics::TaskTag(metrics::kTagAuc, t.label));
+      tags.push_back(metrics::TaskTag(metrics::kTagLogloss, t.label));
+    }
+  }
+  std::vector<metrics::Scalar> s = {{metrics::kTagAuc, AsScalar(auc)},
+                                    {metrics::kTagLogloss, AsScalar(logloss)}};
+  for (size_t i = 0; i < tags.size(); ++i) {
+    const auto& t = tasks[i / 2];
+    s.push_back({tags[i], AsScalar(i % 2 == 0 ? t.auc : t.logloss)});
+  }
+  return tb.WriteScalars(step, s);
+}
+
 // RunTrainingLoop's state and steps. The steps share a trainer, an evaluator, the data pipeline,
 // the prefetcher, the timing window of the next metrics line, the checkpoint clock and the
 // result so far; as members they need no lambdas capturing them by reference, and each part of
@@ -211,7 +242,8 @@ class TrainingLoop {
   int64_t start_step_;  // the first step this process trains (a rejoin learns it)
   TrainingResult result_;
   LoopProgress progress_;
-  BatchRows rows_;  // kept across steps: the pulls reuse its buffers
+  std::vector<metrics::TaskMetrics> tasks_;  // of the last eval
+  BatchRows rows_;                           // kept across steps: the pulls reuse its buffers
 
   metrics::StepTimes window_;  // summed since the last logged step
   Clock::time_point window_t0_;
@@ -352,6 +384,7 @@ Status TrainingLoop::Evaluate(int64_t next_step) {
   progress_.auc = e.auc;
   progress_.logloss = e.logloss;
   progress_.teacher_auc = e.teacher_auc;
+  tasks_ = TaskFigures(job_, e);
   Report();
   TLOG_INFO("eval after step {}: auc {:.5f} logloss {:.5f}{} ({} samples, {:.2f} s)", next_step - 1,
             e.auc, e.logloss,
@@ -360,14 +393,19 @@ Status TrainingLoop::Evaluate(int64_t next_step) {
             e.samples, Since(t0));
   // The final eval's numbers go out with the model_checksum (WriteFinal).
   if (o_.rank == 0 && next_step < total_) {
-    if (o_.metrics)
-      TANDEM_RETURN_IF_ERROR(
-          o_.metrics->WriteEval({next_step - 1, o_.timeline, e.auc, e.logloss, bad_count_}));
-    if (o_.tensorboard) {
-      metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(e.auc)},
-                             {metrics::kTagLogloss, AsScalar(e.logloss)}};
-      TANDEM_RETURN_IF_ERROR(o_.tensorboard->WriteScalars(next_step - 1, s));
+    if (o_.metrics) {
+      metrics::EvalMetrics m;
+      m.step = next_step - 1;
+      m.timeline = o_.timeline;
+      m.auc = e.auc;
+      m.logloss = e.logloss;
+      m.bad_lines = bad_count_;
+      m.tasks = tasks_;
+      TANDEM_RETURN_IF_ERROR(o_.metrics->WriteEval(m));
     }
+    if (o_.tensorboard)
+      TANDEM_RETURN_IF_ERROR(
+          WriteEvalScalars(*o_.tensorboard, next_step - 1, e.auc, e.logloss, tasks_));
   }
   return Status::Ok();
 }
@@ -655,15 +693,20 @@ Status TrainingLoop::WriteFinal() {
   TANDEM_ASSIGN_OR_RETURN(ModelChecksum sum, o_.sparse_checksum(total_ - 1));
   sum.Merge(result_.dense_checksum);
   result_.model_checksum = sum.Hex();
-  if (o_.metrics)
-    TANDEM_RETURN_IF_ERROR(
-        o_.metrics->WriteFinal({result_.auc, result_.logloss, result_.model_checksum,
-                                result_.teacher_auc, total_ - 1, bad_count_}));
-  if (o_.tensorboard) {
-    metrics::Scalar s[] = {{metrics::kTagAuc, AsScalar(result_.auc)},
-                           {metrics::kTagLogloss, AsScalar(result_.logloss)}};
-    TANDEM_RETURN_IF_ERROR(o_.tensorboard->WriteScalars(total_ - 1, s));
+  if (o_.metrics) {
+    metrics::FinalMetrics m;
+    m.auc = result_.auc;
+    m.logloss = result_.logloss;
+    m.model_checksum = result_.model_checksum;
+    m.teacher_auc = result_.teacher_auc;
+    m.step = total_ - 1;
+    m.bad_lines = bad_count_;
+    m.tasks = tasks_;
+    TANDEM_RETURN_IF_ERROR(o_.metrics->WriteFinal(m));
   }
+  if (o_.tensorboard)
+    TANDEM_RETURN_IF_ERROR(
+        WriteEvalScalars(*o_.tensorboard, total_ - 1, result_.auc, result_.logloss, tasks_));
   return Status::Ok();
 }
 

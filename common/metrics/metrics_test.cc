@@ -157,6 +157,44 @@ TEST(MetricsWriterTest, FinalLineIsExactlyOneAndLast) {
   EXPECT_EQ(lines.back()["model_checksum"], "0123456789abcdef0123456789abcdef");
 }
 
+// Per-label figures ride beside the unchanged first-label keys, and only with several labels: a
+// single-label job's lines are as they always were.
+TEST(MetricsWriterTest, TasksOnlyWithSeveralLabels) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  auto writer = OpenOrDie(path);
+  EvalMetrics one = Eval(10, 0.7);
+  one.tasks = {{"click", 0.7, 0.45, NAN}};
+  ASSERT_TRUE(writer->WriteEval(one).ok());
+  EvalMetrics two = Eval(20, 0.71);
+  two.tasks = {{"click", 0.71, 0.45, NAN}, {"conversion", 0.66, 0.31, NAN}};
+  ASSERT_TRUE(writer->WriteEval(two).ok());
+  FinalMetrics final_line{0.72, 0.44, "0123456789abcdef0123456789abcdef", 0.75};
+  // Labels keep data.labels order, not the alphabetical one.
+  final_line.tasks = {{"zeta", 0.72, 0.44, 0.75}, {"alpha", 0.67, 0.30, NAN}};
+  ASSERT_TRUE(writer->WriteFinal(final_line).ok());
+
+  const std::vector<json> lines = ReadJsonLines(path);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_FALSE(lines[0].contains("tasks"));
+  ASSERT_TRUE(lines[1].contains("tasks"));
+  EXPECT_DOUBLE_EQ(lines[1]["auc"].get<double>(), 0.71);
+  EXPECT_DOUBLE_EQ(lines[1]["tasks"]["click"]["auc"].get<double>(), 0.71);
+  EXPECT_DOUBLE_EQ(lines[1]["tasks"]["conversion"]["auc"].get<double>(), 0.66);
+  EXPECT_DOUBLE_EQ(lines[1]["tasks"]["conversion"]["logloss"].get<double>(), 0.31);
+  EXPECT_FALSE(lines[1]["tasks"]["click"].contains("teacher_auc"));
+
+  const json& last = lines[2];
+  EXPECT_EQ(last["final"], true);
+  EXPECT_DOUBLE_EQ(last["auc"].get<double>(), 0.72);
+  EXPECT_DOUBLE_EQ(last["teacher_auc"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(last["tasks"]["zeta"]["teacher_auc"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(last["tasks"]["alpha"]["logloss"].get<double>(), 0.30);
+  EXPECT_FALSE(last["tasks"]["alpha"].contains("teacher_auc"));
+  const std::string text = ReadFile(path);
+  EXPECT_LT(text.find("\"zeta\""), text.find("\"alpha\""));
+}
+
 // Scripts read metrics.jsonl from older runs too: "bad_lines" is added only when the writer is
 // given a count, and every line kind carries it then.
 TEST(MetricsWriterTest, BadLinesOnlyWhenGiven) {
@@ -539,6 +577,23 @@ TEST(TensorBoardWriterTest, ScalarsRoundTripWithTagsAndSteps) {
   EXPECT_EQ(events[3].values.at(0).simple_value, 65536.5f);
   for (const TestEvent& event : events) EXPECT_EQ(event.wall_time, kFixedWallTime);
   for (size_t i = 1; i < events.size(); ++i) EXPECT_FALSE(events[i].file_version.has_value());
+}
+
+TEST(TensorBoardWriterTest, TaskTagsRoundTrip) {
+  TempDir dir;
+  auto writer = OpenTbOrDie(dir.path());
+  EXPECT_EQ(TaskTag(kTagAuc, "click"), "auc/click");
+  const std::string click = TaskTag(kTagAuc, "click");
+  const std::string conversion = TaskTag(kTagLogloss, "conversion");
+  const Scalar eval[] = {{kTagAuc, 0.75f}, {click, 0.75f}, {conversion, 0.25f}};
+  ASSERT_TRUE(writer->WriteScalars(9, eval).ok());
+  const std::vector<TestEvent> events = ReadEvents(writer->path());
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_EQ(events[1].values.size(), 3u);
+  EXPECT_EQ(events[1].values[1].tag, "auc/click");
+  EXPECT_EQ(events[1].values[1].simple_value, 0.75f);
+  EXPECT_EQ(events[1].values[2].tag, "logloss/conversion");
+  EXPECT_EQ(events[1].values[2].simple_value, 0.25f);
 }
 
 TEST(TensorBoardWriterTest, MultiByteAndNegativeStepsRoundTrip) {

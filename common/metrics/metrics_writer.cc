@@ -84,6 +84,18 @@ std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
+// Labels are unique (the config checks), so an object keyed by them loses nothing.
+void AddTasks(const std::vector<TaskMetrics>& tasks, Json& line) {
+  if (tasks.size() < 2) return;
+  Json all = Json::object();
+  for (const TaskMetrics& t : tasks) {
+    Json task = {{"auc", t.auc}, {"logloss", t.logloss}};
+    if (std::isfinite(t.teacher_auc)) task["teacher_auc"] = t.teacher_auc;
+    all[t.label] = std::move(task);
+  }
+  line["tasks"] = std::move(all);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path) {
@@ -131,6 +143,7 @@ Status MetricsWriter::WriteEval(const EvalMetrics& m) {
                {"logloss", m.logloss},
                {"wall_time", WallTimeSeconds()}};
   if (m.bad_lines >= 0) json["bad_lines"] = m.bad_lines;
+  AddTasks(m.tasks, json);
   MutexLock lock(&mu_);
   return WriteLine(Dump(json));
 }
@@ -145,6 +158,7 @@ Status MetricsWriter::WriteFinal(const FinalMetrics& m) {
   if (std::isfinite(m.teacher_auc)) line["teacher_auc"] = m.teacher_auc;
   if (m.step >= 0) line["step"] = m.step;
   if (m.bad_lines >= 0) line["bad_lines"] = m.bad_lines;
+  AddTasks(m.tasks, line);
   MutexLock lock(&mu_);
   TANDEM_RETURN_IF_ERROR(WriteLine(Dump(line)));
   finished_ = true;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/metrics/append_file.h"
 #include "common/status.h"
@@ -40,12 +41,24 @@ struct StepMetrics {
   int64_t bad_lines = -1;
 };
 
+// One label's figures (data.labels). With several labels, eval and final lines carry them all
+// under "tasks": {"<label>": {"auc", "logloss"[, "teacher_auc"]}, ...} in data.labels order,
+// beside the first label's top-level auc/logloss/teacher_auc that scripts read; with one label
+// "tasks" is left out, so single-task files stay as they were.
+struct TaskMetrics {
+  std::string label;
+  double auc = NAN;
+  double logloss = NAN;
+  double teacher_auc = NAN;  // written when finite
+};
+
 struct EvalMetrics {
   int64_t step = 0;
   uint64_t timeline = 0;
   double auc = 0;
   double logloss = 0;
-  int64_t bad_lines = -1;  // as in StepMetrics
+  int64_t bad_lines = -1;               // as in StepMetrics
+  std::vector<TaskMetrics> tasks = {};  // written when there are two or more
 };
 
 struct FinalMetrics {
@@ -55,6 +68,7 @@ struct FinalMetrics {
   double teacher_auc = NAN;    // synthetic data: the best achievable AUC (written when finite)
   int64_t step = -1;           // the last trained step (written when >= 0)
   int64_t bad_lines = -1;      // as in StepMetrics
+  std::vector<TaskMetrics> tasks = {};  // as in EvalMetrics
 };
 
 // Safe for concurrent use (the trainer and an eval thread may both write).

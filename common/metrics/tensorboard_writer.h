@@ -22,6 +22,16 @@ inline constexpr std::string_view kTagAuc = "auc";
 inline constexpr std::string_view kTagLogloss = "logloss";
 inline constexpr std::string_view kTagSamplesPerSec = "samples_per_sec";
 
+// With several labels, each label's eval figures go under "<metric>/<label>" (e.g. "auc/click"),
+// beside the plain tags that stay the first label's: TensorBoard groups tags by their prefix
+// before '/', so one chart section holds every label's AUC.
+inline std::string TaskTag(std::string_view metric, std::string_view label) {
+  std::string tag(metric);
+  tag += '/';
+  tag += label;
+  return tag;
+}
+
 struct TensorBoardOptions {
   // Host name in the file name, as TensorFlow writes it. Default (empty): gethostname().
   std::string hostname;
