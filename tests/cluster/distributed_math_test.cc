@@ -17,6 +17,7 @@
 #include "server/ps/ps_service.h"
 #include "server/ps/shard.h"
 #include "server/ps/shard_options.h"
+#include "tests/cluster/count_far.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/gloo_collective.h"
 #include "worker/data/pipeline.h"
@@ -26,6 +27,8 @@
 
 namespace tandem {
 namespace {
+
+using testing::CountFar;
 
 std::string Loopbacks(int n) {
   std::string s = "[";
@@ -191,17 +194,6 @@ std::vector<std::vector<float>> PullRows(TrainedCluster* run, const config::JobC
   Status s = client->Pull(job.train.steps, want, &rows);
   EXPECT_TRUE(s.ok()) << s;
   return rows;
-}
-
-// |a - b| within `rel` of the larger magnitude, with a floor for values near zero.
-int64_t CountFar(std::span<const float> a, std::span<const float> b, double rel) {
-  EXPECT_EQ(a.size(), b.size());
-  int64_t far = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const double tol = rel * std::max({std::fabs(a[i]), std::fabs(b[i]), 1e-2f});
-    if (!(std::fabs(double{a[i]} - b[i]) <= tol)) ++far;
-  }
-  return far;
 }
 
 TEST(DistributedMathTest, TwoWorkersWithBatchBEqualOneWorkerWithBatch2B) {

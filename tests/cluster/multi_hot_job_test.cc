@@ -24,6 +24,7 @@
 #include "common/subprocess.h"
 #include "common/testing/test_util.h"
 #include "offline/bundle.h"
+#include "tests/cluster/count_far.h"
 #include "tests/cluster/local_job_util.h"
 
 namespace tandem::testing {
@@ -94,18 +95,6 @@ nlohmann::json RunToEnd(const TempDir& dir, const JobShape& shape, int ps, int w
 
 std::string Checksum(const nlohmann::json& final_line) {
   return final_line.is_object() ? final_line.value("model_checksum", "") : "";
-}
-
-// |a - b| within `rel` of the larger magnitude, with a floor for values near zero
-// (distributed_math_test.cc's CountFar).
-int64_t CountFar(std::span<const float> a, std::span<const float> b, double rel) {
-  EXPECT_EQ(a.size(), b.size());
-  int64_t far = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    const double tol = rel * std::max({std::fabs(a[i]), std::fabs(b[i]), 1e-2f});
-    if (!(std::fabs(double{a[i]} - b[i]) <= tol)) ++far;
-  }
-  return far;
 }
 
 // `tandem export` of the checkpoint dir's LATEST, read back.
