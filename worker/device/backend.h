@@ -121,6 +121,36 @@ class Backend {
   virtual void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
                                     const float* dz, int64_t dz_ld, float* dx) = 0;
 
+  // The layers of the standard CTR models (issue 19). Every sum below runs in the index order
+  // it names on both backends (one thread per output element on CUDA), so each backend is
+  // bit-identical from run to run and the two agree within rounding.
+
+  // y = a * b element-wise (y += a * b when accumulate); y may alias neither a nor b.
+  virtual void Mul(int64_t n, const float* a, const float* b, float* y, bool accumulate) = 0;
+  // Factorisation-machine second order over n vectors of dim d per sample (x: batch x n x d):
+  // out[s * out_ld] = 0.5 * sum over c of ((sum_i x_ic)^2 - sum_i x_ic^2), the inner sums over
+  // increasing i, the outer over increasing c.
+  virtual void FmForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                         int64_t out_ld) = 0;
+  // dx[s][i][c] = dz[s * dz_ld] * (sum_j x_jc - x_ic) (the sum over increasing j); overwrites dx.
+  virtual void FmBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
+                          int64_t dz_ld, float* dx) = 0;
+  // Row-wise softmax of x (rows x cols) into y: exp(x - max) / sum, the sum over increasing
+  // column.
+  virtual void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y) = 0;
+  // dx = y * (dy - sum_c y_c dy_c), the sum over increasing column; y is the forward output.
+  virtual void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy,
+                               float* dx) = 0;
+  // Mixture of experts: x is batch x e x h (e expert outputs per sample), gate batch x e;
+  // out[s][c] = sum over k (increasing) of gate[s][k] * x[s][k][c].
+  virtual void MixtureForward(int64_t batch, int64_t e, int64_t h, const float* gate,
+                              const float* x, float* out) = 0;
+  // d_gate[s][k] = sum over c (increasing) of dy[s][c] * x[s][k][c] (overwritten), and
+  // dx[s][k][c] (+)= gate[s][k] * dy[s][c] (added to dx when accumulate, else overwritten).
+  virtual void MixtureBackward(int64_t batch, int64_t e, int64_t h, const float* gate,
+                               const float* x, const float* dy, float* d_gate, float* dx,
+                               bool accumulate) = 0;
+
   // Embedding-bag pooling. rows is num_unique x d; the lookups of sample s are
   // positions [offsets[s], offsets[s + 1]) of `inverse`, each a row index into rows, with a
   // per-lookup weight w[k] (`weights`, or 1 when null). pooled[s] = sum of w[k] * row, the

@@ -66,6 +66,30 @@ class ForwardingBackend : public Backend {
                             int64_t ld, float* dx) override {
     inner_->PairwiseDotsBackward(b, n, d, x, dz, ld, dx);
   }
+  void Mul(int64_t n, const float* a, const float* b, float* y, bool acc) override {
+    inner_->Mul(n, a, b, y, acc);
+  }
+  void FmForward(int64_t b, int64_t n, int64_t d, const float* x, float* o, int64_t ld) override {
+    inner_->FmForward(b, n, d, x, o, ld);
+  }
+  void FmBackward(int64_t b, int64_t n, int64_t d, const float* x, const float* dz, int64_t ld,
+                  float* dx) override {
+    inner_->FmBackward(b, n, d, x, dz, ld, dx);
+  }
+  void SoftmaxForward(int64_t r, int64_t c, const float* x, float* y) override {
+    inner_->SoftmaxForward(r, c, x, y);
+  }
+  void SoftmaxBackward(int64_t r, int64_t c, const float* y, const float* dy, float* dx) override {
+    inner_->SoftmaxBackward(r, c, y, dy, dx);
+  }
+  void MixtureForward(int64_t b, int64_t e, int64_t h, const float* g, const float* x,
+                      float* o) override {
+    inner_->MixtureForward(b, e, h, g, x, o);
+  }
+  void MixtureBackward(int64_t b, int64_t e, int64_t h, const float* g, const float* x,
+                       const float* dy, float* dg, float* dx, bool acc) override {
+    inner_->MixtureBackward(b, e, h, g, x, dy, dg, dx, acc);
+  }
   void EmbeddingBagForward(int64_t b, int64_t d, const float* rows, const int64_t* off,
                            const int64_t* inv, const float* w, bool mean, float* pooled) override {
     inner_->EmbeddingBagForward(b, d, rows, off, inv, w, mean, pooled);

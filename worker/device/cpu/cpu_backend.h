@@ -58,6 +58,18 @@ class CpuBackend final : public Backend {
   void Axpy(int64_t n, float alpha, const float* x, float* y) override;
   void CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld, float* dst,
                    int64_t dst_ld, bool accumulate) override;
+  void Mul(int64_t n, const float* a, const float* b, float* y, bool accumulate) override;
+  void FmForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                 int64_t out_ld) override;
+  void FmBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
+                  int64_t dz_ld, float* dx) override;
+  void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y) override;
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy,
+                       float* dx) override;
+  void MixtureForward(int64_t batch, int64_t e, int64_t h, const float* gate, const float* x,
+                      float* out) override;
+  void MixtureBackward(int64_t batch, int64_t e, int64_t h, const float* gate, const float* x,
+                       const float* dy, float* d_gate, float* dx, bool accumulate) override;
   void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
                            int64_t out_ld) override;
   void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
