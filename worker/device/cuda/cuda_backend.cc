@@ -3,8 +3,9 @@
 // cuda_kernels.h.
 //
 // cuDNN is not used: its fused ops target convolutions and attention, and for what this
-// interface needs (bias, ReLU, sigmoid, BCE, embedding bags, pairwise dots) the hand kernels
-// are simple, and their summation order is ours to fix and document (PROTOCOLS §5.1).
+// interface needs (bias, ReLU, sigmoid, BCE, embedding bags, pairwise dots, FM, softmax,
+// mixtures) the hand kernels are simple, and their summation order is ours to fix and document
+// (PROTOCOLS §5.1).
 #include "worker/device/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -72,6 +73,18 @@ class CudaBackend final : public Backend {
   void Axpy(int64_t n, float alpha, const float* x, float* y) override;
   void CopyStrided(int64_t rows, int64_t cols, const float* src, int64_t src_ld, float* dst,
                    int64_t dst_ld, bool accumulate) override;
+  void Mul(int64_t n, const float* a, const float* b, float* y, bool accumulate) override;
+  void FmForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                 int64_t out_ld) override;
+  void FmBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
+                  int64_t dz_ld, float* dx) override;
+  void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y) override;
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy,
+                       float* dx) override;
+  void MixtureForward(int64_t batch, int64_t e, int64_t h, const float* gate, const float* x,
+                      float* out) override;
+  void MixtureBackward(int64_t batch, int64_t e, int64_t h, const float* gate, const float* x,
+                       const float* dy, float* d_gate, float* dx, bool accumulate) override;
   void PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
                            int64_t out_ld) override;
   void PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
@@ -519,6 +532,46 @@ void CudaBackend::CopyStrided(int64_t rows, int64_t cols, const float* src, int6
   if (!Begin()) return;
   (void)TANDEM_CUDA_OK(
       sticky_, cuda::LaunchCopyStrided(stream_, rows, cols, src, src_ld, dst, dst_ld, accumulate));
+}
+
+void CudaBackend::Mul(int64_t n, const float* a, const float* b, float* y, bool accumulate) {
+  if (Begin()) (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchMul(stream_, n, a, b, y, accumulate));
+}
+
+void CudaBackend::FmForward(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                            int64_t out_ld) {
+  if (!Begin()) return;
+  (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchFmForward(stream_, batch, n, d, x, out, out_ld));
+}
+
+void CudaBackend::FmBackward(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
+                             int64_t dz_ld, float* dx) {
+  if (!Begin()) return;
+  (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchFmBackward(stream_, batch, n, d, x, dz, dz_ld, dx));
+}
+
+void CudaBackend::SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y) {
+  if (Begin()) (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchSoftmaxForward(stream_, rows, cols, x, y));
+}
+
+void CudaBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy,
+                                  float* dx) {
+  if (!Begin()) return;
+  (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchSoftmaxBackward(stream_, rows, cols, y, dy, dx));
+}
+
+void CudaBackend::MixtureForward(int64_t batch, int64_t e, int64_t h, const float* gate,
+                                 const float* x, float* out) {
+  if (!Begin()) return;
+  (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchMixtureForward(stream_, batch, e, h, gate, x, out));
+}
+
+void CudaBackend::MixtureBackward(int64_t batch, int64_t e, int64_t h, const float* gate,
+                                  const float* x, const float* dy, float* d_gate, float* dx,
+                                  bool accumulate) {
+  if (!Begin()) return;
+  (void)TANDEM_CUDA_OK(sticky_, cuda::LaunchMixtureBackward(stream_, batch, e, h, gate, x, dy,
+                                                            d_gate, dx, accumulate));
 }
 
 void CudaBackend::PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x,

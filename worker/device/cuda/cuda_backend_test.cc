@@ -467,6 +467,136 @@ TEST_F(CudaBackendTest, OrderedSumsAreTheCpuBits) {
   EXPECT_TRUE(BitIdentical(Download(gdb), db));
 }
 
+// The CTR ops (issue 19) on shapes with odd sizes, rows shorter and longer than a warp (32) and
+// not a multiple of it, and batches past one block of 256 threads. n and d are FM's vectors and
+// their width, the mixture's experts and its width; softmax has batch rows of d columns.
+struct CtrShape {
+  int64_t batch, n, d;
+};
+constexpr CtrShape kCtrShapes[] = {{1, 1, 1},    {5, 7, 9},      {300, 26, 16},
+                                   {257, 3, 70}, {1000, 39, 33}, {4, 2, 513}};
+
+std::string Describe(const CtrShape& s) {
+  return "batch " + std::to_string(s.batch) + " n " + std::to_string(s.n) + " d " +
+         std::to_string(s.d);
+}
+
+class CudaCtrOpsTest : public CudaBackendTest {
+ protected:
+  struct Results {
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> cpu, gpu;
+  };
+
+  // Every CTR op on both backends from the same seeded inputs; each GPU output starts from other
+  // values than the CPU's where the op overwrites it.
+  Results Run(const CtrShape& s, bool accumulate) {
+    Results r;
+    auto add = [&](const char* name, const std::vector<float>& cpu, const Buffer<float>& gpu) {
+      r.names.emplace_back(name);
+      r.cpu.push_back(cpu);
+      r.gpu.push_back(Download(gpu));
+    };
+    const int64_t b = s.batch, n = s.n, d = s.d;
+    {
+      const int64_t len = b * n * d;
+      const std::vector<float> x = RandomVector(len, 131), w = RandomVector(len, 132);
+      std::vector<float> y = RandomVector(len, 133);
+      Buffer<float> gx = Upload(x), gw = Upload(w), gy = Upload(y);
+      cpu_->Mul(len, x.data(), w.data(), y.data(), accumulate);
+      gpu_->Mul(len, gx.data(), gw.data(), gy.data(), accumulate);
+      add("Mul", y, gy);
+    }
+    {
+      constexpr int64_t out_ld = 2, dz_ld = 3;
+      const std::vector<float> x = RandomVector(b * n * d, 134), dz = RandomVector(b * dz_ld, 135);
+      std::vector<float> out = RandomVector(b * out_ld, 136);  // the padding stays
+      std::vector<float> dx(x.size());
+      Buffer<float> gx = Upload(x), gdz = Upload(dz), gout = Upload(out);
+      Buffer<float> gdx = Upload(RandomVector(x.size(), 137));
+      cpu_->FmForward(b, n, d, x.data(), out.data(), out_ld);
+      gpu_->FmForward(b, n, d, gx.data(), gout.data(), out_ld);
+      cpu_->FmBackward(b, n, d, x.data(), dz.data(), dz_ld, dx.data());
+      gpu_->FmBackward(b, n, d, gx.data(), gdz.data(), dz_ld, gdx.data());
+      add("FmForward", out, gout);
+      add("FmBackward", dx, gdx);
+    }
+    {
+      std::vector<float> x = RandomVector(b * d, 138, -4.0f, 4.0f);
+      for (int64_t c = 0; c < d; ++c) x[c] += 100.0f;  // exp overflows unless the max is taken
+      const std::vector<float> dy = RandomVector(b * d, 139);
+      std::vector<float> y(x.size()), dx(x.size());
+      Buffer<float> gx = Upload(x), gy(gpu_.get(), b * d), gdy = Upload(dy);
+      Buffer<float> gdx = Upload(RandomVector(x.size(), 140));
+      cpu_->SoftmaxForward(b, d, x.data(), y.data());
+      gpu_->SoftmaxForward(b, d, gx.data(), gy.data());
+      add("SoftmaxForward", y, gy);
+      gpu_->SoftmaxForward(b, d, gx.data(), gx.data());
+      EXPECT_TRUE(BitIdentical(Download(gx), r.gpu.back())) << "in place, " << Describe(s);
+      // From the CPU's forward on both, so that the backward is compared on its own.
+      Buffer<float> gy_cpu = Upload(y);
+      cpu_->SoftmaxBackward(b, d, y.data(), dy.data(), dx.data());
+      gpu_->SoftmaxBackward(b, d, gy_cpu.data(), gdy.data(), gdx.data());
+      add("SoftmaxBackward", dx, gdx);
+    }
+    {
+      const std::vector<float> gate = RandomVector(b * n, 141), x = RandomVector(b * n * d, 142);
+      const std::vector<float> dy = RandomVector(b * d, 143);
+      std::vector<float> out(b * d), d_gate(b * n), dx = RandomVector(b * n * d, 144);
+      Buffer<float> ggate = Upload(gate), gx = Upload(x), gdy = Upload(dy), gdx = Upload(dx);
+      Buffer<float> gout = Upload(RandomVector(out.size(), 145));
+      Buffer<float> gd_gate = Upload(RandomVector(d_gate.size(), 146));
+      cpu_->MixtureForward(b, n, d, gate.data(), x.data(), out.data());
+      gpu_->MixtureForward(b, n, d, ggate.data(), gx.data(), gout.data());
+      cpu_->MixtureBackward(b, n, d, gate.data(), x.data(), dy.data(), d_gate.data(), dx.data(),
+                            accumulate);
+      gpu_->MixtureBackward(b, n, d, ggate.data(), gx.data(), gdy.data(), gd_gate.data(),
+                            gdx.data(), accumulate);
+      add("MixtureForward", out, gout);
+      add("MixtureBackward d_gate", d_gate, gd_gate);
+      add("MixtureBackward dx", dx, gdx);
+    }
+    return r;
+  }
+};
+
+TEST_F(CudaCtrOpsTest, MatchCpu) {
+  for (const CtrShape& s : kCtrShapes) {
+    for (bool accumulate : {false, true}) {
+      const Results r = Run(s, accumulate);
+      for (size_t i = 0; i < r.names.size(); ++i) {
+        EXPECT_TRUE(Close(r.gpu[i], r.cpu[i], kFp32Tol))
+            << r.names[i] << ", " << Describe(s) << ", accumulate " << accumulate;
+      }
+    }
+  }
+}
+
+// All but SoftmaxForward (CUDA's expf) sum in the CPU's order with the CPU's operations.
+TEST_F(CudaCtrOpsTest, OrderedSumsAreTheCpuBits) {
+  for (const CtrShape& s : kCtrShapes) {
+    for (bool accumulate : {false, true}) {
+      const Results r = Run(s, accumulate);
+      for (size_t i = 0; i < r.names.size(); ++i) {
+        if (r.names[i] == "SoftmaxForward") continue;
+        EXPECT_TRUE(BitIdentical(r.gpu[i], r.cpu[i]))
+            << r.names[i] << ", " << Describe(s) << ", accumulate " << accumulate;
+      }
+    }
+  }
+}
+
+TEST_F(CudaCtrOpsTest, BitIdenticalFromRunToRun) {
+  for (const CtrShape& s : kCtrShapes) {
+    const Results first = Run(s, true);
+    const Results second = Run(s, true);
+    for (size_t i = 0; i < first.names.size(); ++i) {
+      EXPECT_TRUE(BitIdentical(first.gpu[i], second.gpu[i]))
+          << first.names[i] << ", " << Describe(s);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, ReductionsAreBitIdenticalFromRunToRun) {
   const BagIndex index = RandomBags(4096, 30, 2000, 121);
   const int64_t batch = 4096, d = 32;
@@ -515,6 +645,9 @@ TEST_F(CudaBackendTest, ErrorsAreStickyAndLaterOpsDoNothing) {
   gpu_->Fill(3, 7.0f, b.data());
   gpu_->Gemm(false, false, 8, 8, 8, 1.0f, nullptr, nullptr, 0.0f, nullptr);
   gpu_->EmbeddingBagBackward(4, 4, 4, nullptr, nullptr, nullptr, nullptr, false, nullptr);
+  gpu_->FmForward(4, 4, 4, nullptr, nullptr, 1);
+  gpu_->SoftmaxForward(4, 4, nullptr, nullptr);
+  gpu_->MixtureBackward(4, 4, 4, nullptr, nullptr, nullptr, nullptr, nullptr, false);
   EXPECT_TRUE(std::isnan(gpu_->BceWithLogits(3, b.data(), b.data(), nullptr, 1.0f, nullptr)));
   EXPECT_FALSE(gpu_->AllFinite(3, b.data()));
   std::vector<float> host = {-1.0f, -1.0f, -1.0f};

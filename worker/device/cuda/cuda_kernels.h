@@ -7,9 +7,10 @@
 // -ffp-contract=off) does them separately, so that the compiler's default fused multiply-add
 // contraction cannot change a result between code versions. Results are bit-identical from run
 // to run on one GPU model. Where the order is the CPU's (embedding bags, pairwise dots, the
-// elementwise adds and multiplies, BiasGrad over at most kBiasGradChunkRows rows) they are the CPU
-// backend's bits too; elsewhere they agree within rounding: CUDA's expf / log1pf differ from
-// glibc's by an ulp or two, and BiasGrad over more rows and BceWithLogits' sum use their own order.
+// elementwise adds and multiplies, BiasGrad over at most kBiasGradChunkRows rows, the CTR ops but
+// SoftmaxForward) they are the CPU backend's bits too; elsewhere they agree within rounding:
+// CUDA's expf / log1pf differ from glibc's by an ulp or two, and BiasGrad over more rows and
+// BceWithLogits' sum use their own order.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -71,6 +72,26 @@ cudaError_t LaunchPairwiseDotsForward(cudaStream_t stream, int64_t batch, int64_
                                       const float* x, float* out, int64_t out_ld);
 cudaError_t LaunchPairwiseDotsBackward(cudaStream_t stream, int64_t batch, int64_t n, int64_t d,
                                        const float* x, const float* dz, int64_t dz_ld, float* dx);
+
+// ---- ctr_kernels.cu ----
+// Every sum is one chain in the order backend.h documents. The FM sample sums, the softmax row
+// sums and the mixture's gate gradient are a warp's, its lanes' terms added in column order; the
+// rest are one thread's per output element (FmBackward: per sample and column).
+cudaError_t LaunchMul(cudaStream_t stream, int64_t n, const float* a, const float* b, float* y,
+                      bool accumulate);
+cudaError_t LaunchFmForward(cudaStream_t stream, int64_t batch, int64_t n, int64_t d,
+                            const float* x, float* out, int64_t out_ld);
+cudaError_t LaunchFmBackward(cudaStream_t stream, int64_t batch, int64_t n, int64_t d,
+                             const float* x, const float* dz, int64_t dz_ld, float* dx);
+cudaError_t LaunchSoftmaxForward(cudaStream_t stream, int64_t rows, int64_t cols, const float* x,
+                                 float* y);
+cudaError_t LaunchSoftmaxBackward(cudaStream_t stream, int64_t rows, int64_t cols, const float* y,
+                                  const float* dy, float* dx);
+cudaError_t LaunchMixtureForward(cudaStream_t stream, int64_t batch, int64_t e, int64_t h,
+                                 const float* gate, const float* x, float* out);
+cudaError_t LaunchMixtureBackward(cudaStream_t stream, int64_t batch, int64_t e, int64_t h,
+                                  const float* gate, const float* x, const float* dy, float* d_gate,
+                                  float* dx, bool accumulate);
 
 // ---- embedding_bag_kernels.cu ----
 // One thread per (sample, column), summing the bag's rows in lookup order.
