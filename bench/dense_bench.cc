@@ -16,7 +16,7 @@
 #include "bench/dlrm_shape.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/device/forwarding_backend.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/model.h"
 #include "worker/model/test_util.h"
 
 namespace tandem::bench {
@@ -134,7 +134,7 @@ int Run(int64_t threads) {
   std::fprintf(stderr, "dense_bench: OpenBLAS core %s, %lld thread(s)\n",
                device::CpuBackend::BlasCoreName().c_str(), static_cast<long long>(threads));
   TimingBackend timing(cpu->get());
-  auto model = model::Dlrm::Create(CriteoKaggleDense(), kDense, kTables, 1, &timing);
+  auto model = model::Model::Create(CriteoKaggleDense(), kDense, kTables, 1, &timing);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;

@@ -19,7 +19,7 @@
 #include "worker/device/buffer.h"
 #include "worker/device/cuda/cuda_backend.h"
 #include "worker/device/forwarding_backend.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/model.h"
 #include "worker/model/test_util.h"
 
 namespace tandem::bench {
@@ -126,14 +126,14 @@ device::Buffer<float> Upload(Backend* be, const std::vector<float>& host) {
 // forward+backward (the loss comes back to the host every step, as in training).
 struct DenseStep {
   int64_t batch = 0;
-  std::unique_ptr<model::Dlrm> model;
+  std::unique_ptr<model::Model> model;
   device::Buffer<float> dense, labels;
   std::vector<device::Buffer<float>> pooled, d_pooled;
   std::vector<const float*> pooled_ptrs;
   std::vector<float*> d_pooled_ptrs;
 
   static std::unique_ptr<DenseStep> Make(Backend* be, int64_t batch, Precision precision) {
-    auto model = model::Dlrm::Create(CriteoKaggleDense(), kDense, kTables, 1, be);
+    auto model = model::Model::Create(CriteoKaggleDense(), kDense, kTables, 1, be);
     if (!model.ok()) {
       std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
       return nullptr;

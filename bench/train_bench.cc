@@ -35,7 +35,7 @@
 #include "common/testing/test_util.h"
 #include "worker/device/backend_factory.h"
 #include "worker/model/dense_optimizer.h"
-#include "worker/model/dlrm.h"
+#include "worker/model/model.h"
 #include "worker/model/test_util.h"
 #include "worker/training_loop.h"
 
@@ -215,7 +215,7 @@ StatusOr<double> DenseStepSamplesPerSec(const Shape& s) {
   const int64_t tables = job.data.num_categorical, dense_n = job.data.num_dense;
   const int64_t dim = job.model.embedding_dim;
   TANDEM_ASSIGN_OR_RETURN(auto model,
-                          model::Dlrm::Create(job.model, dense_n, tables, 1, backend.get()));
+                          model::Model::Create(job.model, dense_n, tables, 1, backend.get()));
   TANDEM_ASSIGN_OR_RETURN(auto opt_options, model::DenseOptimizerOptionsFromConfig(job.train));
   TANDEM_ASSIGN_OR_RETURN(auto optimizer,
                           model::DenseOptimizer::Create(opt_options, model->num_params()));

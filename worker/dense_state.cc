@@ -142,7 +142,7 @@ DenseState SnapshotDenseState(const Trainer& trainer, int64_t step) {
   DenseState s;
   s.step = step;
   s.optimizer = std::string(OptimizerName(trainer.optimizer().options().kind));
-  const model::Dlrm& model = trainer.model();
+  const model::Model& model = trainer.model();
   const auto params = model.params();
   const auto state = trainer.optimizer().state();
   // The same walk as Trainer::DenseChecksum.
@@ -269,7 +269,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }  // namespace
 
 Status RestoreDenseState(const DenseState& state, Trainer* trainer) {
-  model::Dlrm& model = trainer->model();
+  model::Model& model = trainer->model();
   const auto& infos = model.param_info();
   const std::string want_opt(OptimizerName(trainer->optimizer().options().kind));
   if (state.optimizer != want_opt)
@@ -328,7 +328,7 @@ Status RestoreDenseState(const DenseState& state, Trainer* trainer) {
   return Status::Ok();
 }
 
-Status RestoreDenseParams(const DenseState& state, model::Dlrm* model) {
+Status RestoreDenseParams(const DenseState& state, model::Model* model) {
   const auto& infos = model->param_info();
   size_t n = state.tensors.size();
   if (n == infos.size() + 1 && state.tensors.back().name == kLossScaleTensor) --n;

@@ -24,7 +24,7 @@
 #include "common/status.h"
 
 namespace tandem::model {
-class Dlrm;
+class Model;
 }
 
 namespace tandem::worker {
@@ -86,7 +86,7 @@ Status RestoreDenseState(const DenseState& state, Trainer* trainer);
 // The parameters of `state` alone (a serving bundle holds no optimizer state; slots, scalars and
 // a trailing loss_scale tensor are ignored). kInvalidArgument, changing nothing, when the tensor
 // names or shapes do not match `model`.
-Status RestoreDenseParams(const DenseState& state, model::Dlrm* model);
+Status RestoreDenseParams(const DenseState& state, model::Model* model);
 
 // `state` without what only training needs: optimizer slots and scalars, the fp16 loss scaler.
 DenseState WithoutOptimizerState(DenseState state);

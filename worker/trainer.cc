@@ -34,16 +34,32 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   const auto& job = *options.job;
   t->schema_ = data::SchemaFromConfig(job);
   for (const auto& spec : embedding::TableSpecsFromConfig(job)) t->table_dims_.push_back(spec.dim);
-  model::DlrmInputs inputs;
+  // The model's features: the data's, then (DeepFM, Wide & Deep) one wide feature per data
+  // feature that looks the same ids up in its table's wide companion.
+  const int data_features = t->schema_.num_categorical;
+  for (int f = 0; f < data_features; ++f) {
+    t->feature_table_.push_back(t->schema_.table_of(f));
+    t->feature_source_.push_back(f);
+  }
+  if (t->schema_.wide) {
+    for (int f = 0; f < data_features; ++f) {
+      t->feature_table_.push_back(t->schema_.num_tables() + t->schema_.table_of(f));
+      t->feature_source_.push_back(f);
+    }
+  }
+  if (t->table_dims_.size() != static_cast<size_t>(t->schema_.num_pull_tables()))
+    return Status::InvalidArgument("trainer: the tables do not match the features");
+  model::ModelInputs inputs;
   inputs.num_dense = job.data.num_dense;
   inputs.num_labels = static_cast<int64_t>(job.data.labels.size());
   for (double w : job.train.loss_weights) inputs.loss_weights.push_back(static_cast<float>(w));
-  for (int f = 0; f < t->schema_.num_categorical; ++f) {
-    inputs.dims.push_back(t->table_dims_[t->schema_.table_of(f)]);
-    inputs.mean.push_back(t->schema_.mean_of(f));
+  for (size_t f = 0; f < t->feature_table_.size(); ++f) {
+    inputs.dims.push_back(static_cast<int64_t>(t->table_dims_[t->feature_table_[f]]));
+    inputs.mean.push_back(t->schema_.mean_of(t->feature_source_[f]));
   }
+  inputs.num_wide = t->schema_.wide ? data_features : 0;
   TANDEM_ASSIGN_OR_RETURN(t->model_,
-                          model::Dlrm::Create(job.model, inputs, job.train.seed, options.backend));
+                          model::Model::Create(job.model, inputs, job.train.seed, options.backend));
   TANDEM_ASSIGN_OR_RETURN(const device::Precision precision,
                           device::ParsePrecision(job.train.precision));
   t->model_->SetPrecision(precision);
@@ -52,14 +68,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options
   TANDEM_ASSIGN_OR_RETURN(t->optimizer_,
                           model::DenseOptimizer::Create(opt_options, t->model_->num_params()));
   const size_t tables = t->table_dims_.size();
-  const auto features = static_cast<size_t>(t->schema_.num_categorical);
-  t->inverse64_.resize(features);
+  const size_t features = t->feature_table_.size();
+  t->inverse64_.resize(static_cast<size_t>(data_features));
   t->row_grads_.resize(tables);
   t->feature_grads_.resize(features);
   t->row_grad_ptrs_.resize(features);
   t->features_of_table_.assign(tables, 0);
-  for (size_t f = 0; f < features; ++f)
-    ++t->features_of_table_[t->schema_.table_of(static_cast<int>(f))];
+  for (int table : t->feature_table_) ++t->features_of_table_[table];
   auto& hb = t->host_batch_;
   hb.rows.resize(features);
   hb.num_unique.resize(features);
@@ -79,9 +94,9 @@ Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& b
 
 Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
   const size_t tables = table_dims_.size();
-  const size_t features = inverse64_.size();
+  const size_t data_features = inverse64_.size();
   if (batch.unique_ids.size() != tables || rows.size() != tables ||
-      batch.inverse.size() != features || batch.offsets.size() != features ||
+      batch.inverse.size() != data_features || batch.offsets.size() != data_features ||
       batch.schema.num_labels != schema_.num_labels)
     return Status::InvalidArgument("batch does not match the model's features, tables or labels");
   const auto b = static_cast<size_t>(batch.size);
@@ -94,7 +109,7 @@ Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
     if (rows[t].size() != batch.unique_ids[t].size() * table_dims_[t])
       return Status::InvalidArgument("pulled rows do not match the batch's ids");
   }
-  for (size_t f = 0; f < features; ++f) {
+  for (size_t f = 0; f < data_features; ++f) {
     const auto t = static_cast<size_t>(schema_.table_of(static_cast<int>(f)));
     const size_t unique = batch.unique_ids[t].size();
     const auto& offsets = batch.offsets[f];
@@ -108,15 +123,18 @@ Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
         return Status::InvalidArgument("batch inverse index out of range");
       inv[k] = batch.inverse[f][k];
     }
-    hb.rows[f] = rows[t].data();
-    hb.num_unique[f] = static_cast<int64_t>(unique);
-    hb.offsets[f] = offsets.data();
-    hb.inverse[f] = inv.data();
-    if (schema_.weighted_of(static_cast<int>(f))) {
-      if (batch.id_weights.size() != features || batch.id_weights[f].size() != lookups)
-        return Status::InvalidArgument("batch id weights do not match its ids");
-      hb.id_weights[f] = batch.id_weights[f].data();
-    }
+    if (schema_.weighted_of(static_cast<int>(f)) &&
+        (batch.id_weights.size() != data_features || batch.id_weights[f].size() != lookups))
+      return Status::InvalidArgument("batch id weights do not match its ids");
+  }
+  for (size_t m = 0; m < feature_table_.size(); ++m) {
+    const auto f = static_cast<size_t>(feature_source_[m]);
+    const auto t = static_cast<size_t>(feature_table_[m]);
+    hb.rows[m] = rows[t].data();
+    hb.num_unique[m] = static_cast<int64_t>(batch.unique_ids[t].size());
+    hb.offsets[m] = batch.offsets[f].data();
+    hb.inverse[m] = inverse64_[f].data();
+    if (schema_.weighted_of(static_cast<int>(f))) hb.id_weights[m] = batch.id_weights[f].data();
   }
   return Status::Ok();
 }
@@ -124,7 +142,7 @@ Status Trainer::Describe(const data::Batch& batch, const BatchRows& rows) {
 void Trainer::SumSharedTableGrads() {
   std::vector<bool> started(row_grads_.size(), false);
   for (size_t f = 0; f < feature_grads_.size(); ++f) {
-    const auto t = static_cast<size_t>(schema_.table_of(static_cast<int>(f)));
+    const auto t = static_cast<size_t>(feature_table_[f]);
     if (features_of_table_[t] == 1) continue;
     auto& out = row_grads_[t];
     const auto& in = feature_grads_[f];
@@ -173,7 +191,7 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   // A table looked up by one feature takes that feature's row gradients as they are; a shared
   // table sums its features' gradients after the step, in feature order.
   for (size_t f = 0; f < row_grad_ptrs_.size(); ++f) {
-    const auto t = static_cast<size_t>(schema_.table_of(static_cast<int>(f)));
+    const auto t = static_cast<size_t>(feature_table_[f]);
     if (features_of_table_[t] == 1) {
       row_grad_ptrs_[f] = row_grads_[t].data();
     } else {

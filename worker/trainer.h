@@ -18,8 +18,8 @@
 #include "worker/data/record.h"
 #include "worker/device/backend.h"
 #include "worker/model/dense_optimizer.h"
-#include "worker/model/dlrm.h"
 #include "worker/model/loss_scaler.h"
+#include "worker/model/model.h"
 
 namespace tandem::collective {
 class Collective;
@@ -109,8 +109,8 @@ class Trainer {
   const model::LossScaler* loss_scaler() const { return fp16_ ? &scaler_ : nullptr; }
   model::LossScaler* mutable_loss_scaler() { return fp16_ ? &scaler_ : nullptr; }
 
-  model::Dlrm& model() { return *model_; }
-  const model::Dlrm& model() const { return *model_; }
+  model::Model& model() { return *model_; }
+  const model::Model& model() const { return *model_; }
   const model::DenseOptimizer& optimizer() const { return *optimizer_; }
   // For restoring a saved dense state (dense_state.h); not for use while a step runs.
   model::DenseOptimizer& mutable_optimizer() { return *optimizer_; }
@@ -132,11 +132,15 @@ class Trainer {
   void RetainBeforeUpdate(int64_t step);
 
   TrainerOptions options_;
-  std::unique_ptr<model::Dlrm> model_;
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::DenseOptimizer> optimizer_;
   data::Schema schema_;
   std::vector<size_t> table_dims_;      // per table
   std::vector<int> features_of_table_;  // per table: how many features look it up
+  // Per model feature (the data's, then any wide ones): the table it pulls, and the data
+  // feature whose bags (offsets, inverse, weights) it uses.
+  std::vector<int> feature_table_;
+  std::vector<int> feature_source_;
   bool fp16_ = false;
   model::LossScaler scaler_;
   // Scratch reused across steps.

@@ -24,6 +24,7 @@
 #include "worker/device/cpu/blas_kernels.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/device/device_info.h"
+#include "worker/model/network_factory.h"
 #include "worker/roll_forward/all_reduce_group.h"
 #include "worker/roll_forward/replica_group.h"
 #include "worker/training_loop.h"
@@ -97,6 +98,12 @@ class WorkerRun {
     progress_.state = MemberState::kTraining;
     chief_->SetProgress(progress_);
     TrainingLoopOptions o = LoopOptions();
+    const std::vector<std::string> ignored = model::IgnoredModelKeys(job_.model);
+    if (!ignored.empty()) {
+      std::string keys;
+      for (const std::string& k : ignored) keys += (keys.empty() ? "" : ", ") + k;
+      TLOG_INFO("model.type {} does not use, so ignores: {}", job_.model.type, keys);
+    }
     TLOG_INFO("training steps {}..{} of {} (k = {}, batch {} per worker, {} workers, {} shards)", 0,
               job_.train.steps - 1, job_.train.steps, job_.train.embedding_staleness,
               job_.train.batch_size, world_, po_.shards.size());

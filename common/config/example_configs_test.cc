@@ -26,7 +26,8 @@ std::vector<fs::path> ExampleConfigs() {
 
 TEST(ExampleConfigsTest, TheDocumentedExamplesExist) {
   std::vector<fs::path> paths = ExampleConfigs();
-  for (const char* name : {"local.yaml", "two-hosts.yaml", "multi-hot.yaml"}) {
+  for (const char* name : {"local.yaml", "two-hosts.yaml", "multi-hot.yaml", "dcn-v2.yaml",
+                           "deepfm.yaml", "wide-deep.yaml", "mmoe.yaml"}) {
     EXPECT_TRUE(std::any_of(paths.begin(), paths.end(),
                             [&](const fs::path& p) { return p.filename() == name; }))
         << name << " missing from " << TANDEM_SOURCE_DIR << "/configs";

@@ -113,6 +113,14 @@ constexpr JobKey kJobKeys[] = {
     {"model.bottom_mlp", Bind<&ModelConfig::bottom_mlp>, Layers()},
     {"model.top_mlp", Bind<&ModelConfig::top_mlp>, Layers()},
     {"model.interaction", Bind<&ModelConfig::interaction>, OneOf("dot|concat")},
+    {"model.type", Bind<&ModelConfig::type>, OneOf("dlrm|dcn_v2|deepfm|wide_deep|mmoe")},
+    {"model.dcn.cross_layers", Bind<&ModelConfig::dcn_cross_layers>, Within(1, 64)},
+    {"model.dcn.low_rank", Bind<&ModelConfig::dcn_low_rank>, Within(0, 4096)},
+    {"model.dcn.structure", Bind<&ModelConfig::dcn_structure>, OneOf("stacked|parallel")},
+    {"model.mmoe.num_experts", Bind<&ModelConfig::mmoe_num_experts>, Within(1, 64)},
+    {"model.mmoe.expert_mlp", Bind<&ModelConfig::mmoe_expert_mlp>, Layers()},
+    {"model.wide.optimizer", Bind<&ModelConfig::wide_optimizer>,
+     OneOf("sgd|adagrad|rowwise_adagrad|adam|ftrl")},
     {"data.format", Bind<&DataConfig::format>, OneOf("criteo|binary|synthetic|text")},
     {"data.train", Bind<&DataConfig::train>, Any()},
     {"data.eval", Bind<&DataConfig::eval>, Any()},
@@ -711,12 +719,22 @@ class Builder {
 // The rules that tie keys together (the single-key rules live in the schema tables).
 Status Builder::CheckCrossField() const {
   const JobConfig& c = job_;
-  if (c.model.interaction == "dot" && c.model.bottom_mlp.back() != c.model.embedding_dim) {
+  if (c.model.type == "dlrm" && c.model.interaction == "dot" &&
+      c.model.bottom_mlp.back() != c.model.embedding_dim) {
     return Fail(WhereAny({"model.bottom_mlp", "model.embedding_dim", "model.interaction"}),
                 "model.bottom_mlp",
                 "last layer " + std::to_string(c.model.bottom_mlp.back()) +
                     " must equal model.embedding_dim " + std::to_string(c.model.embedding_dim) +
                     " when model.interaction is dot");
+  }
+  if (HasWideTables(c)) {
+    for (const std::string& name : TableNames(c)) {
+      if (name.ends_with(kWideTableSuffix)) {
+        return Fail(WhereAny({"model.type"}), "model.type",
+                    "table '" + name + "' ends in '" + std::string(kWideTableSuffix) +
+                        "', the suffix of the wide tables " + c.model.type + " adds");
+      }
+    }
   }
   const auto num_labels = static_cast<int64_t>(c.data.labels.size());
   if (c.model.top_mlp.back() != num_labels) {
@@ -851,6 +869,10 @@ std::vector<std::string> TableNames(const JobConfig& job) {
   return names;
 }
 
+bool HasWideTables(const JobConfig& job) {
+  return job.model.type == "deepfm" || job.model.type == "wide_deep";
+}
+
 Status ValidateAddress(std::string_view address) {
   std::string quoted = Quote(address);
   size_t colon = address.rfind(':');
@@ -921,10 +943,25 @@ std::string JobConfig::ToYaml() const {
   return w.str();
 }
 
+namespace {
+// model.type's own keys define the computation only for that type, and keys a type ignores do
+// not (issue 19): so a DLRM's hash is what it was before model.type existed, and changing an
+// unused key never makes processes of one job disagree.
+bool UsedByModel(std::string_view path, const std::string& type) {
+  if (path == "model.type") return type != "dlrm";
+  if (path == "model.interaction") return type == "dlrm";
+  if (path.starts_with("model.dcn.")) return type == "dcn_v2";
+  if (path.starts_with("model.mmoe.")) return type == "mmoe";
+  if (path.starts_with("model.wide.")) return type == "deepfm" || type == "wide_deep";
+  return true;
+}
+}  // namespace
+
 std::string JobConfig::ComputationHash() const {
   JobConfig copy = *this;
   std::vector<std::string> lines;
   for (const JobKey& key : kJobKeys) {
+    if (!UsedByModel(key.path, model.type)) continue;
     for (std::string_view section : kComputationSections) {
       if (key.path.starts_with(section)) {
         lines.push_back(std::string(key.path) + "=" + FormatField(key.bind(copy)));

@@ -55,7 +55,16 @@ struct ModelConfig {
   int64_t embedding_dim = 16;                  // `model.embedding_dim` in [1, 4096]
   std::vector<int64_t> bottom_mlp = {64, 16};  // last == embedding_dim (dot interaction)
   std::vector<int64_t> top_mlp = {64, 1};      // last == number of data.labels
-  std::string interaction = "dot";             // dot | concat
+  std::string interaction = "dot";             // dot | concat (dlrm only)
+  // `model.type` (issue 19): dlrm | dcn_v2 | deepfm | wide_deep | mmoe.
+  std::string type = "dlrm";
+  int64_t dcn_cross_layers = 3;                 // `model.dcn.cross_layers` in [1, 64]
+  int64_t dcn_low_rank = 0;                     // `model.dcn.low_rank`: 0 = full W x W matrices
+  std::string dcn_structure = "stacked";        // `model.dcn.structure`: stacked | parallel
+  int64_t mmoe_num_experts = 8;                 // `model.mmoe.num_experts` in [1, 64]
+  std::vector<int64_t> mmoe_expert_mlp = {64};  // `model.mmoe.expert_mlp`
+  // `model.wide.optimizer`: the wide (first-order) tables of deepfm and wide_deep.
+  std::string wide_optimizer = "ftrl";
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
@@ -208,6 +217,13 @@ struct JobConfig {
 // The tables in their id order: C1..Cn without a `features` section, else in the order the
 // features first name them.
 std::vector<std::string> TableNames(const JobConfig& job);
+
+// DeepFM and Wide & Deep (issue 19): every table T of TableNames has a wide companion "T.wide"
+// of one column per label, looked up with T's ids, after all of them in table-id order
+// (embedding::TableSpecsFromConfig). It is not a `tables.*` entry: it takes T's settings with
+// model.wide.optimizer and zero initialisation.
+bool HasWideTables(const JobConfig& job);
+inline constexpr std::string_view kWideTableSuffix = ".wide";
 
 // Checks one "host:port" address (port 0..65535, 0 = ephemeral; an IPv6 host in brackets).
 // kInvalidArgument says what is wrong, without naming a key.

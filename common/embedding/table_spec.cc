@@ -83,6 +83,16 @@ std::vector<TableSpec> TableSpecsFromConfig(const config::JobConfig& job) {
         static_cast<uint32_t>(it->second.dim > 0 ? it->second.dim : job.model.embedding_dim);
     specs.push_back(SpecFromTableConfig(i, names[i], dim, it->second));
   }
+  if (!config::HasWideTables(job)) return specs;
+  const auto labels = static_cast<uint32_t>(job.data.labels.size());
+  for (uint32_t i = 0; i < names.size(); ++i) {
+    config::TableConfig wide = job.tables.find(names[i])->second;
+    wide.optimizer = job.model.wide_optimizer;
+    wide.init_dist = "zeros";
+    const auto id = static_cast<uint32_t>(names.size() + i);
+    specs.push_back(
+        SpecFromTableConfig(id, names[i] + std::string(config::kWideTableSuffix), labels, wide));
+  }
   return specs;
 }
 

@@ -104,7 +104,7 @@ void Batch::Reset(const Schema& s, int b) {
     ids[f].clear();
     id_weights[f].clear();
   }
-  unique_ids.resize(s.num_tables());
+  unique_ids.resize(s.num_pull_tables());
 }
 
 void Batch::Set(int i, const Sample& sample) {
@@ -181,6 +181,9 @@ void Batch::Dedup() {
         inv[k] = pos;
       }
     }
+  }
+  if (schema.wide) {
+    for (int t = 0; t < nt; ++t) unique_ids[nt + t] = unique_ids[t];
   }
 }
 

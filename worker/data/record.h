@@ -28,6 +28,9 @@ struct Schema {
   std::vector<int> max_len;    // ids per sample, >= 1
   std::vector<bool> mean;      // pooling: mean (true) or sum
   std::vector<bool> weighted;  // ids carry weights
+  // DeepFM and Wide & Deep (issue 19): table t has a wide companion, table num_tables() + t,
+  // looked up with the same ids (Batch::Dedup copies them).
+  bool wide = false;
 
   int table_of(int f) const { return table.empty() ? f : table[f]; }
   bool weighted_of(int f) const { return !weighted.empty() && weighted[f]; }
@@ -35,6 +38,8 @@ struct Schema {
   int max_len_of(int f) const { return max_len.empty() ? 1 : max_len[f]; }
   bool mean_of(int f) const { return !mean.empty() && mean[f]; }
   int num_tables() const;
+  // The tables a batch pulls: num_tables(), twice that with wide companions.
+  int num_pull_tables() const { return wide ? 2 * num_tables() : num_tables(); }
   // One id per feature and one label: what Criteo lines and binary v1 records hold.
   bool single_hot() const;
   friend bool operator==(const Schema&, const Schema&) = default;
@@ -99,7 +104,7 @@ struct Batch {
   // Per table: distinct ids in first-occurrence order (the table's features in feature order,
   // each in sample order), and per feature the position of each lookup in its table's list.
   // That order keeps gradient sums fixed.
-  std::vector<std::vector<uint64_t>> unique_ids;  // [num_tables][u_t]
+  std::vector<std::vector<uint64_t>> unique_ids;  // [num_pull_tables][u_t]
   std::vector<std::vector<uint32_t>> inverse;     // [num_categorical][lookups of f]
 
   // Sizes the arrays for `b` samples of `schema`.

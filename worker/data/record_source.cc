@@ -178,6 +178,7 @@ StatusOr<std::vector<std::string>> ExpandGlob(const std::string& pattern) {
 Schema SchemaFromConfig(const config::JobConfig& job) {
   Schema schema{static_cast<int>(job.data.num_dense), static_cast<int>(job.data.num_categorical),
                 static_cast<int>(job.data.labels.size())};
+  schema.wide = config::HasWideTables(job);
   if (job.features.empty()) return schema;  // Criteo: identity tables, one id each
   const std::vector<std::string> tables = config::TableNames(job);
   for (const auto& [name, f] : job.features) {

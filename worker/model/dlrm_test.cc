@@ -1,11 +1,10 @@
-#include "worker/model/dlrm.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "worker/model/dense_optimizer.h"
+#include "worker/model/model.h"
 #include "worker/model/test_util.h"
 
 namespace tandem::model {
@@ -49,14 +48,14 @@ struct Batch {
     }
   }
 
-  float Step(Dlrm* model, float normaliser) {
+  float Step(Model* model, float normaliser) {
     return model->ForwardBackward(kBatch, dense.data(), pooled_ptrs.data(), labels.data(),
                                   weights.data(), normaliser, d_pooled_ptrs.data());
   }
 };
 
-std::unique_ptr<Dlrm> MakeModel(const ModelConfig& config, uint64_t seed, device::Backend* be) {
-  auto model = Dlrm::Create(config, kDense, kTables, seed, be);
+std::unique_ptr<Model> MakeModel(const ModelConfig& config, uint64_t seed, device::Backend* be) {
+  auto model = Model::Create(config, kDense, kTables, seed, be);
   EXPECT_TRUE(model.ok()) << model.status();
   return std::move(model).value();
 }
@@ -91,12 +90,12 @@ void CheckMixedWidthTwoLabelGradients(const std::string& interaction) {
   auto be = MakeCpuBackend();
   ModelConfig config = SmallConfig(interaction);
   config.top_mlp = {5, 2};
-  DlrmInputs inputs;
+  ModelInputs inputs;
   inputs.num_dense = kDense;
   inputs.dims = {2, 3, 2};
   inputs.num_labels = 2;
   inputs.loss_weights = {1.0f, 0.5f};
-  auto created = Dlrm::Create(config, inputs, 5, be.get());
+  auto created = Model::Create(config, inputs, 5, be.get());
   ASSERT_TRUE(created.ok()) << created.status();
   auto model = std::move(created).value();
   const bool dot = interaction == "dot";
@@ -164,8 +163,7 @@ TEST(DlrmTest, LayoutMatchesConfig) {
   auto be = MakeCpuBackend();
   const ModelConfig config = SmallConfig("dot");
   auto model = MakeModel(config, 5, be.get());
-  // dot width: d + (T+1)T/2 = 2 + 6.
-  ASSERT_EQ(model->interaction_width(), 8);
+  // dot width: d + (T+1)T/2 = 2 + 6 (top_mlp.0 reads it).
   const std::vector<std::pair<std::string, std::vector<int64_t>>> expected = {
       {"bottom_mlp.0.weight", {4, 3}}, {"bottom_mlp.0.bias", {4}},
       {"bottom_mlp.1.weight", {2, 4}}, {"bottom_mlp.1.bias", {2}},
@@ -195,18 +193,18 @@ TEST(DlrmTest, CreateRejectsInconsistentConfigs) {
   auto be = MakeCpuBackend();
   ModelConfig bad_dot = SmallConfig("dot");
   bad_dot.bottom_mlp = {4, 3};
-  EXPECT_TRUE(Dlrm::Create(bad_dot, kDense, kTables, 1, be.get()).status().IsInvalidArgument());
+  EXPECT_TRUE(Model::Create(bad_dot, kDense, kTables, 1, be.get()).status().IsInvalidArgument());
   ModelConfig bad_top = SmallConfig("dot");
   bad_top.top_mlp = {5, 2};
-  EXPECT_TRUE(Dlrm::Create(bad_top, kDense, kTables, 1, be.get()).status().IsInvalidArgument());
+  EXPECT_TRUE(Model::Create(bad_top, kDense, kTables, 1, be.get()).status().IsInvalidArgument());
   ModelConfig empty_bottom = SmallConfig("concat");
   empty_bottom.bottom_mlp.clear();
   EXPECT_TRUE(
-      Dlrm::Create(empty_bottom, kDense, kTables, 1, be.get()).status().IsInvalidArgument());
+      Model::Create(empty_bottom, kDense, kTables, 1, be.get()).status().IsInvalidArgument());
   EXPECT_TRUE(
-      Dlrm::Create(SmallConfig("dot"), 0, kTables, 1, be.get()).status().IsInvalidArgument());
+      Model::Create(SmallConfig("dot"), 0, kTables, 1, be.get()).status().IsInvalidArgument());
   EXPECT_TRUE(
-      Dlrm::Create(SmallConfig("dot"), kDense, kTables, 1, nullptr).status().IsInvalidArgument());
+      Model::Create(SmallConfig("dot"), kDense, kTables, 1, nullptr).status().IsInvalidArgument());
 }
 
 TEST(DlrmTest, PredictIsSigmoidOfTheTrainedLogit) {

@@ -1,0 +1,294 @@
+// Issue 19's models as whole `tandem local` jobs: each of dcn_v2, deepfm, wide_deep and mmoe
+// trains from a config, gives 1 worker x batch 2b's model with 2 workers x batch b at k = 0,
+// exports and predicts (eval of the checkpoint agrees with predict); deepfm's wide tables keep
+// the checksum across PS count and cache size; a drill's worker and PS kills end with the
+// fault-free model for dcn_v2 and mmoe; `--set model.type=dcn_v2` on configs/local.yaml trains a
+// DCN-v2 and names the keys it ignores.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/testing/test_util.h"
+#include "offline/bundle.h"
+#include "tests/cluster/count_far.h"
+#include "tests/cluster/local_job_util.h"
+
+namespace tandem::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct JobShape {
+  std::string type = "dcn_v2";
+  int64_t steps = 40;
+  int64_t batch = 32;
+  int64_t every_steps = 1000;  // checkpoints; the job's last step is always checkpointed
+  int64_t cache_bytes = int64_t{64} << 20;
+  std::string data = "  format: synthetic\n";
+};
+
+int Labels(const std::string& type) { return type == "mmoe" ? 2 : 1; }
+
+// A Criteo-shaped synthetic job (4 dense, 6 single-hot fields) with each model's small shape.
+std::string ModelJob(const std::string& dir, const JobShape& s) {
+  const int labels = Labels(s.type);
+  std::string model = "model:\n  type: " + s.type +
+                      "\n  embedding_dim: 8\n  bottom_mlp: [16, 8]\n  top_mlp: [16, " +
+                      std::to_string(labels) + "]\n";
+  if (s.type == "dcn_v2") model += "  dcn: {cross_layers: 2, low_rank: 8, structure: parallel}\n";
+  if (s.type == "mmoe") model += "  mmoe: {num_experts: 3, expert_mlp: [16]}\n";
+  return "cluster:\n  chief: [\"127.0.0.1:0\"]\n  ps: [\"127.0.0.1:0\"]\n"
+         "  workers: [\"127.0.0.1:0\"]\n"
+         "data:\n" +
+         s.data + "  num_dense: 4\n  num_categorical: 6\n" +
+         (labels == 2 ? "  labels: [click, conversion]\n" : "") +
+         "  synthetic: {vocab: 200, zipf: 1.1, eval_rows: 2000}\n"
+         "tables:\n"
+         "  default: {optimizer: adagrad, lr: 0.3, init: {dist: uniform, scale: 0.01}}\n" +
+         model + "train:\n  steps: " + std::to_string(s.steps) +
+         "\n  batch_size: " + std::to_string(s.batch) +
+         "\n  seed: 7\n  dense_optimizer: adam\n  dense_lr: 0.01\n"
+         "  log_every_steps: 10\n  eval_every_steps: 0\n"
+         "ps:\n  data_dir: " +
+         dir + "/ps\n  cache_bytes: " + std::to_string(s.cache_bytes) +
+         "\nchief:\n  heartbeat_interval_ms: 200\n  heartbeat_timeout_ms: 5000\n"
+         "collective:\n  timeout_ms: 20000\n"
+         "checkpoint:\n  dir: " +
+         dir + "/ckpt\n  every_steps: " + std::to_string(s.every_steps) +
+         "\n  keep: 2\noutput:\n  dir: " + dir + "/out\n";
+}
+
+CommandResult Tandem(std::vector<std::string> args, milliseconds timeout = milliseconds(60000)) {
+  args.insert(args.begin(), TANDEM_BINARY);
+  return RunCommand(args, {}, {"TF_CONFIG"}, timeout);
+}
+
+// Runs the job in `dir` to its end; its final metrics line (null, after failing, when none).
+nlohmann::json RunToEnd(const TempDir& dir, const JobShape& shape, int ps, int workers) {
+  WriteFile(dir.File("job.yaml"), ModelJob(dir.path(), shape));
+  auto r = Local(dir, ps, workers);
+  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
+  if (r.exit.exit_code != 0) return nlohmann::json();
+  auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
+  if (lines.empty() || !lines.back().value("final", false)) {
+    ADD_FAILURE() << "no final metrics line: " << r.output;
+    return nlohmann::json();
+  }
+  EXPECT_EQ(lines.back().value("model_checksum", "").size(), 32u) << lines.back();
+  return lines.back();
+}
+
+std::string Checksum(const nlohmann::json& final_line) {
+  return final_line.is_object() ? final_line.value("model_checksum", "") : "";
+}
+
+worker::FrozenModel Exported(const TempDir& dir) {
+  const std::string bundle = dir.File("bundle");
+  auto ex = Tandem({"export", "--checkpoint", dir.File("ckpt"), "--out", bundle});
+  EXPECT_EQ(ex.exit.exit_code, 0) << ex.output;
+  auto model = offline::ReadBundle(bundle);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(model).value() : worker::FrozenModel{};
+}
+
+nlohmann::json LastJson(const std::string& output) {
+  nlohmann::json last;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') last = nlohmann::json::parse(line, nullptr, false);
+  return last;
+}
+
+bool HasTensor(const worker::FrozenModel& m, const std::string& name) {
+  return std::any_of(m.dense.tensors.begin(), m.dense.tensors.end(),
+                     [&](const auto& t) { return t.name == name; });
+}
+
+class EveryModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryModel, TwoWorkersWithBatchBEqualOneWorkerWithBatch2B) {
+  TempDir two, one;
+  JobShape shape;
+  shape.type = GetParam();
+  shape.steps = 30;
+  const auto two_final = RunToEnd(two, shape, 2, 2);
+  shape.batch = 64;
+  const auto one_final = RunToEnd(one, shape, 2, 1);
+  ASSERT_TRUE(two_final.is_object());
+  ASSERT_TRUE(one_final.is_object());
+  const worker::FrozenModel a = Exported(two);
+  const worker::FrozenModel b = Exported(one);
+  ASSERT_EQ(a.dense.tensors.size(), b.dense.tensors.size());
+  ASSERT_FALSE(a.dense.tensors.empty());
+  for (size_t i = 0; i < a.dense.tensors.size(); ++i) {
+    EXPECT_EQ(a.dense.tensors[i].name, b.dense.tensors[i].name);
+    EXPECT_EQ(CountFar(a.dense.tensors[i].values, b.dense.tensors[i].values, 1e-5), 0)
+        << a.dense.tensors[i].name;
+  }
+  ASSERT_EQ(a.tables.size(), b.tables.size());
+  for (size_t t = 0; t < a.tables.size(); ++t) {
+    ASSERT_EQ(a.tables[t].ids, b.tables[t].ids) << "table " << t;
+    EXPECT_EQ(CountFar(a.tables[t].values, b.tables[t].values, 1e-5), 0) << "table " << t;
+  }
+  EXPECT_NEAR(two_final["logloss"].get<double>(), one_final["logloss"].get<double>(), 1e-5);
+}
+
+TEST_P(EveryModel, TrainsExportsAndPredicts) {
+  TempDir dir;
+  JobShape shape;
+  shape.type = GetParam();
+  shape.steps = 60;
+  const auto final_line = RunToEnd(dir, shape, 2, 2);
+  ASSERT_TRUE(final_line.is_object());
+  EXPECT_GT(final_line["auc"].get<double>(), 0.55) << final_line;
+  const worker::FrozenModel m = Exported(dir);
+  ASSERT_EQ(m.step, 59);
+  const std::string type = GetParam();
+  const char* own = type == "dcn_v2"   ? "cross.1.u.weight"
+                    : type == "mmoe"   ? "gate.1.weight"
+                    : type == "deepfm" ? "top_mlp.0.weight"
+                                       : "top_mlp.1.bias";
+  EXPECT_TRUE(HasTensor(m, own)) << own;
+  const bool wide = type == "deepfm" || type == "wide_deep";
+  // The wide models' first-order tables: one per field, one column per label, trained.
+  ASSERT_EQ(m.tables.size(), wide ? 12u : 6u);
+  if (wide) {
+    for (size_t t = 6; t < 12; ++t) {
+      EXPECT_EQ(m.tables[t].dim, 1u) << "table " << t;
+      EXPECT_EQ(m.tables[t].ids, m.tables[t - 6].ids) << "table " << t;
+      EXPECT_TRUE(std::any_of(m.tables[t].values.begin(), m.tables[t].values.end(),
+                              [](float v) { return v != 0; }))
+          << "wide table " << t << " never moved";
+    }
+  }
+
+  // predict scores a file of the job's schema (one column per label); eval of the checkpoint
+  // on the same file gives predict's figures bit for bit.
+  const std::string data = dir.File("eval.bin");
+  auto gen = Tandem({"datagen", "--config", dir.File("job.yaml"), "--format", "binary", "--rows",
+                     "500", "--seed", "9", "--out", data});
+  ASSERT_EQ(gen.exit.exit_code, 0) << gen.output;
+  auto pr = Tandem(
+      {"predict", "--model", dir.File("bundle"), "--data", data, "--out", dir.File("scores.txt")});
+  ASSERT_EQ(pr.exit.exit_code, 0) << pr.output;
+  const auto summary = LastJson(pr.output);
+  ASSERT_TRUE(summary.is_object()) << pr.output;
+  EXPECT_EQ(summary["samples"].get<int>(), 500) << pr.output;
+  std::istringstream scores(ReadFile(dir.File("scores.txt")));
+  int rows = 0;
+  for (std::string line; std::getline(scores, line); ++rows) {
+    EXPECT_EQ(std::count(line.begin(), line.end(), '\t'), Labels(type) - 1) << line;
+  }
+  EXPECT_EQ(rows, 500);
+  JobShape file = shape;
+  file.data = "  format: binary\n  train: " + data + "\n  eval: " + data + "\n";
+  WriteFile(dir.File("file.yaml"), ModelJob(dir.path(), file));
+  auto ev = Tandem({"eval", "--checkpoint", dir.File("ckpt"), "--config", dir.File("file.yaml")});
+  ASSERT_EQ(ev.exit.exit_code, 0) << ev.output;
+  const auto evj = LastJson(ev.output);
+  ASSERT_TRUE(evj.is_object()) << ev.output;
+  EXPECT_EQ(evj["auc"], summary["auc"]) << ev.output << pr.output;
+  EXPECT_EQ(evj["logloss"], summary["logloss"]) << ev.output << pr.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EveryModel,
+                         ::testing::Values("dcn_v2", "deepfm", "wide_deep", "mmoe"));
+
+TEST(ModelsJobTest, DeepFmChecksumIsTheSameAcrossPsCountAndCache) {
+  struct Variant {
+    const char* what;
+    int ps;
+    int64_t cache_bytes;
+  };
+  const Variant variants[] = {
+      {"1 PS", 1, int64_t{64} << 20},
+      {"3 PS", 3, int64_t{64} << 20},
+      {"a 4 KiB cache (rows spill to RocksDB)", 1, 4096},
+  };
+  std::string first;
+  for (const auto& v : variants) {
+    TempDir dir;
+    JobShape shape;
+    shape.type = "deepfm";
+    shape.cache_bytes = v.cache_bytes;
+    const std::string checksum = Checksum(RunToEnd(dir, shape, v.ps, 2));
+    ASSERT_EQ(checksum.size(), 32u) << v.what;
+    if (first.empty()) first = checksum;
+    EXPECT_EQ(checksum, first) << v.what;
+  }
+}
+
+void KillLeftovers(const std::string& out_dir) {
+  for (const char* task : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}) {
+    const int pid = ClusterPid(out_dir, task);
+    if (pid > 0 &&
+        ReadFile("/proc/" + std::to_string(pid) + "/cmdline").find("tandem") != std::string::npos)
+      ::kill(pid, SIGKILL);
+  }
+}
+
+class DrilledModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DrilledModel, WorkerAndPsKillsEndWithTheFaultFreeModel) {
+  TempDir dir;
+  JobShape shape;
+  shape.type = GetParam();
+  shape.steps = 300;
+  shape.every_steps = 50;
+  WriteFile(dir.File("job.yaml"), ModelJob(dir.path(), shape));
+  auto r = Tandem({"drill", "--config", dir.File("job.yaml"), "--ps", "2", "--workers", "2",
+                   "--faults", "kill worker:1 @step 120; kill ps:0 @step 200"},
+                  milliseconds(150000));
+  KillLeftovers(dir.path() + "/out");
+  KillLeftovers(dir.path() + "/out-reference");
+  EXPECT_FALSE(r.timed_out) << r.output;
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  const auto report =
+      nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << r.output;
+  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
+  EXPECT_EQ(report["run"].value("model_checksum", "").size(), 32u) << report.dump(2);
+  EXPECT_EQ(report["run"].value("model_checksum", ""),
+            report["reference"].value("model_checksum", ""));
+  ASSERT_EQ(report["faults"].size(), 2u) << report.dump(2);
+  for (const auto& f : report["faults"]) {
+    EXPECT_TRUE(f.value("fired", false)) << report.dump(2);
+    EXPECT_TRUE(f.value("recovered", false)) << report.dump(2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DrilledModel, ::testing::Values("dcn_v2", "mmoe"));
+
+// "Switching models is one flag": configs/local.yaml with --set model.type=dcn_v2.
+TEST(ModelsJobTest, SetModelTypeOnTheLocalExampleTrainsDcnV2) {
+  TempDir dir;
+  auto r = Tandem({"local", "--config", std::string(TANDEM_SOURCE_DIR) + "/configs/local.yaml",
+                   "--set", "model.type=dcn_v2", "--set", "train.steps=30", "--set",
+                   "train.eval_every_steps=0", "--set", "ps.data_dir=" + dir.File("ps"), "--set",
+                   "checkpoint.dir=" + dir.File("ckpt"), "--set", "output.dir=" + dir.File("out")},
+                  milliseconds(90000));
+  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+  const std::string log = ReadFile(dir.File("out/logs/worker-0.log"));
+  EXPECT_NE(log.find("model.type dcn_v2 does not use, so ignores: model.interaction=dot"),
+            std::string::npos)
+      << log;
+  auto ex = Tandem({"export", "--checkpoint", dir.File("ckpt"), "--out", dir.File("bundle")});
+  ASSERT_EQ(ex.exit.exit_code, 0) << ex.output;
+  auto model = offline::ReadBundle(dir.File("bundle"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  // local.yaml's x0: 16 (bottom) + 26 x 16 = 432 wide; 3 full cross layers by default.
+  const auto& tensors = model->dense.tensors;
+  const auto cross = std::find_if(tensors.begin(), tensors.end(),
+                                  [](const auto& t) { return t.name == "cross.2.weight"; });
+  ASSERT_NE(cross, tensors.end());
+  EXPECT_EQ(cross->shape, (std::vector<int64_t>{432, 432}));
+}
+
+}  // namespace
+}  // namespace tandem::testing
