@@ -16,8 +16,13 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const config::JobConfig& 
   if (synthetic ? job.data.synthetic_eval_rows <= 0 : job.data.eval.empty()) return e;
   TANDEM_ASSIGN_OR_RETURN(e->source_, data::OpenSource(job, job.train.seed, /*eval=*/true));
   if (synthetic) {
-    data::SyntheticSpec spec{job.train.seed, e->schema_, job.data.synthetic_vocab,
-                             job.data.synthetic_zipf, 1u};
+    data::SyntheticSpec spec{job.train.seed,
+                             e->schema_,
+                             job.data.synthetic_vocab,
+                             job.data.synthetic_zipf,
+                             1u,
+                             job.data.synthetic_teacher == "linear",
+                             job.data.synthetic_task_correlation};
     e->teacher_ = std::make_unique<data::SyntheticGenerator>(spec);
   }
   const int64_t n = e->source_->num_records();

@@ -133,6 +133,9 @@ constexpr JobKey kJobKeys[] = {
     {"data.text.columns", Bind<&DataConfig::text_columns>, NonEmpty()},
     {"data.synthetic.vocab", Bind<&DataConfig::synthetic_vocab>, AtLeast(1)},
     {"data.synthetic.zipf", Bind<&DataConfig::synthetic_zipf>, Above(0)},
+    {"data.synthetic.teacher", Bind<&DataConfig::synthetic_teacher>, OneOf("fm|linear")},
+    {"data.synthetic.task_correlation", Bind<&DataConfig::synthetic_task_correlation>,
+     Within(0, 1)},
     {"data.synthetic.eval_rows", Bind<&DataConfig::synthetic_eval_rows>, AtLeast(0)},
     {"train.steps", Bind<&TrainConfig::steps>, AtLeast(1)},
     {"train.batch_size", Bind<&TrainConfig::batch_size>, AtLeast(1)},
@@ -946,8 +949,12 @@ std::string JobConfig::ToYaml() const {
 namespace {
 // model.type's own keys define the computation only for that type, and keys a type ignores do
 // not (issue 19): so a DLRM's hash is what it was before model.type existed, and changing an
-// unused key never makes processes of one job disagree.
-bool UsedByModel(std::string_view path, const std::string& type) {
+// unused key never makes processes of one job disagree. The generator's teacher keys of issue 19
+// count only away from their defaults, for the same reason.
+bool InHash(std::string_view path, const JobConfig& c) {
+  const std::string& type = c.model.type;
+  if (path == "data.synthetic.teacher") return c.data.synthetic_teacher != "fm";
+  if (path == "data.synthetic.task_correlation") return c.data.synthetic_task_correlation != 0;
   if (path == "model.type") return type != "dlrm";
   if (path == "model.interaction") return type == "dlrm";
   if (path.starts_with("model.dcn.")) return type == "dcn_v2";
@@ -961,7 +968,7 @@ std::string JobConfig::ComputationHash() const {
   JobConfig copy = *this;
   std::vector<std::string> lines;
   for (const JobKey& key : kJobKeys) {
-    if (!UsedByModel(key.path, model.type)) continue;
+    if (!InHash(key.path, *this)) continue;
     for (std::string_view section : kComputationSections) {
       if (key.path.starts_with(section)) {
         lines.push_back(std::string(key.path) + "=" + FormatField(key.bind(copy)));

@@ -83,9 +83,11 @@ struct DataConfig {
   std::string text_list_separator = ",";  // one character between the ids of a list column
   std::vector<std::string> text_columns;  // names in file order; empty = labels, I1..In, features
   // Synthetic generator (`data.synthetic.*`).
-  int64_t synthetic_vocab = 100000;     // ids per field, >= 1
-  double synthetic_zipf = 1.1;          // exponent > 0
-  int64_t synthetic_eval_rows = 20000;  // held-out rows, >= 0
+  int64_t synthetic_vocab = 100000;       // ids per field, >= 1
+  double synthetic_zipf = 1.1;            // exponent > 0
+  std::string synthetic_teacher = "fm";   // `data.synthetic.teacher`: fm | linear
+  double synthetic_task_correlation = 0;  // `data.synthetic.task_correlation` in [0, 1]
+  int64_t synthetic_eval_rows = 20000;    // held-out rows, >= 0
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

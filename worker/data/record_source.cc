@@ -197,7 +197,13 @@ StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::JobConfig& job,
   const config::DataConfig& config = job.data;
   const Schema schema = SchemaFromConfig(job);
   if (config.format == "synthetic") {
-    SyntheticSpec spec{seed, schema, config.synthetic_vocab, config.synthetic_zipf, eval ? 1u : 0u};
+    SyntheticSpec spec{seed,
+                       schema,
+                       config.synthetic_vocab,
+                       config.synthetic_zipf,
+                       eval ? 1u : 0u,
+                       config.synthetic_teacher == "linear",
+                       config.synthetic_task_correlation};
     const int64_t n = eval ? config.synthetic_eval_rows : kSyntheticTrainRecords;
     if (n <= 0) return Status::InvalidArgument("data: no synthetic eval rows configured");
     return std::unique_ptr<RecordSource>(std::make_unique<SyntheticSource>(spec, n));

@@ -102,6 +102,8 @@ double SyntheticGenerator::TeacherLogit(const RawRecord& r, int task) const {
   double logit = task == 0 ? kBias : kBias - 0.5;
   double fm[kFmFields][kFmDim] = {};
   const Schema& schema = spec_.schema;
+  const double rho = spec_.task_correlation;
+  const double own = std::sqrt(1.0 - rho * rho);  // correctly rounded: the same bits everywhere
   for (int f = 0; f < schema.num_categorical; ++f) {
     const auto table = static_cast<uint32_t>(schema.table_of(f));
     const uint32_t begin = r.offsets[f], end = r.offsets[f + 1];
@@ -113,14 +115,19 @@ double SyntheticGenerator::TeacherLogit(const RawRecord& r, int task) const {
       const uint64_t v = r.cat[k] == RawRecord::kMissingCat ? spec_.vocab : r.cat[k];
       const auto w = TeacherDraw(spec_.seed, tag, table, v);
       const double x = weighted ? static_cast<double>(r.weights[k]) : 1.0;
-      weight += weighted ? x * Signed(w[0]) : Signed(w[0]);
+      double id_weight = Signed(w[0]);
+      if (task > 0 && rho != 0) {
+        id_weight =
+            rho * Signed(TeacherDraw(spec_.seed, kTeacherTag, table, v)[0]) + own * id_weight;
+      }
+      weight += weighted ? x * id_weight : id_weight;
       for (int d = 0; d < kFmDim; ++d) vec[d] += weighted ? x * Signed(w[1 + d]) : Signed(w[1 + d]);
     }
     // The teacher pools a bag the way its feature does (sum or mean), so the model can match it.
     const double inv =
         end - begin == 1 || !schema.mean_of(f) ? 1.0 : 1.0 / static_cast<double>(end - begin);
     logit += kIdWeightScale * (weight * inv);
-    if (f < kFmFields) {
+    if (f < kFmFields && !spec_.linear_teacher) {
       for (int d = 0; d < kFmDim; ++d) fm[f][d] = kFmScale * (vec[d] * inv);
     }
   }

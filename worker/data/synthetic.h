@@ -22,6 +22,11 @@ struct SyntheticSpec {
   int64_t vocab = 100000;  // values per categorical field, >= 1
   double zipf = 1.1;       // exponent > 0
   uint32_t stream = 0;     // 0 = train, 1 = eval: same teacher, disjoint records
+  // The teacher (issue 19): fm (id weights + the pairwise FM term + dense), or linear (no
+  // pairwise term: what a wide model fits exactly).
+  bool linear_teacher = false;
+  // Task t > 0's id weights: rho * task 0's + sqrt(1 - rho^2) * its own (correlated labels).
+  double task_correlation = 0;
 };
 
 // A record before the feature transform, i.e. what a Criteo or text line spells.
