@@ -73,6 +73,54 @@ TEST(TrainerGpuTest, MixedPrecisionTrainsOnTheDevice) {
   EXPECT_GT(fp16->trainer->loss_scaler()->scale(), 1.0f);
 }
 
+// Issue 19: every model on the device learns like on the CPU, repeats its bits, and trains in
+// bf16 and fp16.
+config::JobConfig ModelJob(const std::string& type, const std::string& device,
+                           const std::string& precision) {
+  const bool two = type == "mmoe";
+  auto job = config::ParseJobConfig(
+      "data:\n  format: synthetic\n  num_categorical: 8\n  synthetic:\n    vocab: 100\n" +
+          std::string(two ? "  labels: [click, conversion]\n" : "") + "model:\n  type: " + type +
+          "\n  embedding_dim: 8\n  bottom_mlp: [32, 8]\n  top_mlp: [32, " + (two ? "2" : "1") +
+          "]\n  dcn: {cross_layers: 2, low_rank: 4, structure: parallel}\n"
+          "  mmoe: {num_experts: 3, expert_mlp: [16]}\n"
+          "train:\n  batch_size: 300\n  seed: 5\n  dense_optimizer: adam\n  dense_lr: 0.01\n"
+          "  device: " +
+          device + "\n  precision: " + precision + "\n",
+      "gpu-model.yaml", {});
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+class ModelGpuTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGpuTest, LearnsLikeTheCpuRepeatsItsBitsAndTrainsInMixedPrecision) {
+  SKIP_WITHOUT_GPU();
+  const std::string type = GetParam();
+  auto cpu = MakeTrainerRun(ModelJob(type, "cpu", "fp32"));
+  auto gpu = MakeTrainerRun(ModelJob(type, "cuda", "fp32"));
+  auto again = MakeTrainerRun(ModelJob(type, "cuda", "fp32"));
+  ASSERT_TRUE(cpu && gpu && again);
+  // The first step's loss: the same model on the same batch, within rounding.
+  auto first_cpu = cpu->Step(0);
+  auto first_gpu = gpu->Step(0);
+  ASSERT_TRUE(first_cpu.ok() && first_gpu.ok());
+  EXPECT_NEAR(first_gpu->loss, first_cpu->loss, 1e-4);
+  const double l_cpu = cpu->MeanLoss(200, 300);
+  const double l_gpu = gpu->MeanLoss(200, 300);
+  again->MeanLoss(0, 300);
+  EXPECT_NEAR(l_gpu, l_cpu, 0.01) << type << ": gpu " << l_gpu << " cpu " << l_cpu;
+  EXPECT_EQ(gpu->Checksum().Hex(), again->Checksum().Hex()) << type;
+  auto bf16 = MakeTrainerRun(ModelJob(type, "cuda", "bf16"));
+  auto fp16 = MakeTrainerRun(ModelJob(type, "cuda", "fp16"));
+  ASSERT_TRUE(bf16 && fp16);
+  EXPECT_NEAR(bf16->MeanLoss(200, 300), l_gpu, 0.02) << type;
+  EXPECT_NEAR(fp16->MeanLoss(200, 300), l_gpu, 0.02) << type;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelGpuTest,
+                         ::testing::Values("dcn_v2", "deepfm", "wide_deep", "mmoe"));
+
 #ifdef TANDEM_HAVE_CUDA
 TEST(TrainerGpuTest, DeviceAllReducePathGivesTheSameBitsAsNoCollective) {
   SKIP_WITHOUT_GPU();

@@ -21,7 +21,10 @@ namespace tandem::wire {
 
 // Bounds applied to every received message before anything else reads it.
 struct DecodeLimits {
-  size_t max_bulk_frames = 64;            // raw frames after the envelope
+  // Raw frames after the envelope. A push carries up to 3 per table (ids, gradients, a
+  // reduced-precision copy), and a job has up to 4096 tables, twice that with wide companions
+  // (issue 19): 64 dropped the pushes of any job with more than 32 tables.
+  size_t max_bulk_frames = 3 * 8192 + 8;
   size_t max_envelope_bytes = 4u << 20;   // the Cap'n Proto frame
   uint64_t max_total_bytes = 1ull << 31;  // envelope + bulk
   int max_nesting = 16;

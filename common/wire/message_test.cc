@@ -80,7 +80,7 @@ TEST(MessageTest, RejectsEmptyAndNonWordEnvelope) {
 
 TEST(MessageTest, RejectsTooManyFrames) {
   auto frames = Sample({1});
-  for (int i = 0; i < 80; ++i) frames.emplace_back(8);
+  for (size_t i = 0; i < DecodeLimits{}.max_bulk_frames + 1; ++i) frames.emplace_back(8);
   EXPECT_TRUE(InMessage::Decode(std::move(frames), DecodeLimits{}).status().IsInvalidArgument());
 }
 

@@ -67,6 +67,11 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
                                    std::chrono::milliseconds budget) {
   if (server < 0 || server >= static_cast<int>(sockets_.size()))
     return Status::InvalidArgument("unknown server handle");
+  // The server would drop it unanswered (too many frames to decode): say so instead of waiting.
+  if (message.bulk_count() > options_.limits.max_bulk_frames)
+    return Status::InvalidArgument("a message of " + std::to_string(message.bulk_count()) +
+                                   " bulk frames exceeds the limit of " +
+                                   std::to_string(options_.limits.max_bulk_frames));
   const auto deadline = Clock::now() + budget;
   const uint64_t id = next_request_id_++;
   WriteHeader(message.envelope().initHeader(), identity_, id,

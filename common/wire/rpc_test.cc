@@ -89,6 +89,24 @@ TEST_F(RpcTest, EchoReturnsBulkFramesIntact) {
   EXPECT_EQ(reply->bulk(1).size(), 4u);
 }
 
+// A job with many tables pushes a frame or more per table (issue 19's wide tables doubled the
+// count): 200 frames arrive; one past the limit is refused by the sender, not dropped unanswered.
+TEST_F(RpcTest, ManyBulkFramesArriveAndTooManyFailAtTheSender) {
+  StartServer();
+  OutMessage m = EchoRequest("many");
+  for (int i = 0; i < 200; ++i) m.AddBulkCopy(&i, sizeof(i));
+  auto reply = client_->Call(handle_, std::move(m), milliseconds(5000));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_TRUE(ReplyStatus(*reply).ok());
+  EXPECT_EQ(reply->bulk_count(), 200u);
+  OutMessage big = EchoRequest("too many");
+  const uint32_t word = 7;
+  for (size_t i = 0; i < DecodeLimits{}.max_bulk_frames + 1; ++i) big.AddBulkCopy(&word, 4);
+  auto refused = client_->Call(handle_, std::move(big), milliseconds(5000));
+  EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status();
+  EXPECT_NE(refused.status().message().find("bulk frames exceeds the limit"), std::string::npos);
+}
+
 TEST_F(RpcTest, OtherJobGetsWrongJob) {
   StartServer();
   Identity other = ClientIdentity();

@@ -273,8 +273,8 @@ TEST_P(DrilledModel, WorkerAndPsKillsEndWithTheFaultFreeModel) {
 
 INSTANTIATE_TEST_SUITE_P(Models, DrilledModel, ::testing::Values("dcn_v2", "mmoe"));
 
-// "Switching models is one flag": configs/local.yaml with --set model.type=dcn_v2.
-TEST(ModelsJobTest, SetModelTypeOnTheLocalExampleTrainsDcnV2) {
+// "Switching models is one flag": configs/local.yaml with --set model.type=dcn_v2, then deepfm.
+TEST(ModelsJobTest, SetModelTypeOnTheLocalExampleTrainsDcnV2AndDeepFm) {
   TempDir dir;
   auto r = Tandem({"local", "--config", std::string(TANDEM_SOURCE_DIR) + "/configs/local.yaml",
                    "--set", "model.type=dcn_v2", "--set", "train.steps=30", "--set",
@@ -296,6 +296,19 @@ TEST(ModelsJobTest, SetModelTypeOnTheLocalExampleTrainsDcnV2) {
                                   [](const auto& t) { return t.name == "cross.2.weight"; });
   ASSERT_NE(cross, tensors.end());
   EXPECT_EQ(cross->shape, (std::vector<int64_t>{432, 432}));
+
+  // deepfm on the same example: 26 tables and their 26 wide companions, 104 push frames a
+  // step (a job of more than 32 tables once had its pushes dropped as malformed).
+  TempDir fm;
+  auto f = Tandem({"local", "--config", std::string(TANDEM_SOURCE_DIR) + "/configs/local.yaml",
+                   "--set", "model.type=deepfm", "--set", "train.steps=20", "--set",
+                   "train.eval_every_steps=0", "--set", "ps.data_dir=" + fm.File("ps"), "--set",
+                   "checkpoint.dir=" + fm.File("ckpt"), "--set", "output.dir=" + fm.File("out")},
+                  milliseconds(90000));
+  ASSERT_EQ(f.exit.exit_code, 0) << f.output;
+  const auto lines = ReadJsonLines(fm.File("out/metrics.jsonl"));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(lines.back().value("final", false)) << lines.back();
 }
 
 }  // namespace
