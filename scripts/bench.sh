@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
 # Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
-# ps_replay recovery serve scale torch bag multihot; default: all but scale, torch, bag and
-# multihot). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint -- --rows
-# 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
+# ps_replay recovery serve scale torch bag multihot models; default: all but scale, torch, bag,
+# multihot and models). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint --
+# --rows 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
 # `serve` (bench/serve_bench.cc: `tandem serve` over HTTP against in-process scoring, and a
 # `tandem local` job's checkpoints applied as deltas while serving) takes about 1 to 1.5 minutes
 # on 2 cores; `scripts/bench.sh serve -- --only steady` (or `--only delta`) runs one half.
@@ -22,6 +22,16 @@
 # PyTorch's nn.EmbeddingBag on the same bags, sum and mean; target ratio 1.5) wants
 # python3-torch too, and asks for it here; when it cannot be installed, it prints tandem's
 # figures alone and says so. About 30 s: `scripts/bench.sh bag -- --reps 3 --runs 5`.
+# `dense` is bench/dense_bench.cc (DLRM at the Criteo-Kaggle shape; ARGS go to it), then
+# `models` at its defaults: bench/models_vs_torch.sh, the dense step (forward + backward, batch
+# 2048, one core) of each model type (dlrm dcn_v2 deepfm wide_deep mmoe) at its example config,
+# two lines per model: against the same step's GEMMs alone (raw cblas_sgemm, same run; target
+# ratio 0.7) and against its PyTorch twin (bench/torch_models.py, interleaved reps; target 1.5).
+# Both want python3-torch and ask for it here; without it they print tandem's figures alone and
+# say the PyTorch figure was skipped. `models` alone takes ARGS, e.g. `scripts/bench.sh models --
+# --reps 1 --runs 3 --models dcn_v2,mmoe`; at its defaults about 3 minutes on 2 cores.
+# bench/models_auc_vs_torch.sh (not run from here) trains each model and its twin on the same
+# data and steps and compares their eval AUCs (target: within 0.005).
 # `data` includes the general text format (issue 18): ParseTextLine over a multi-hot file (13
 # dense, 8 bags of mean length 20, 2 labels) against LineReader alone on the same file, target
 # ratio 0.3; `scripts/bench.sh data -- --only text` runs that part alone (a few seconds).
@@ -40,13 +50,14 @@ setup_groups=()
 want_torch=0
 for n in "${names[@]}"; do
   if [[ $n == torch ]]; then setup_groups=(bench); fi
-  if [[ $n == bag ]]; then want_torch=1; fi
+  if [[ $n == bag || $n == dense || $n == models ]]; then want_torch=1; fi
 done
 scripts/setup.sh ${setup_groups[@]+"${setup_groups[@]}"}
-# `bag` runs without torch (its PyTorch figure is then skipped), so a failed install is no error.
+# `bag`, `dense` and `models` run without torch (their PyTorch figures are then skipped), so a
+# failed install is no error.
 if ((want_torch)) && ((${#setup_groups[@]} == 0)); then
   scripts/setup.sh bench ||
-    echo "bench.sh: could not install python3-torch; 'bag' will skip its PyTorch figure" >&2
+    echo "bench.sh: could not install python3-torch; 'bag', 'dense' and 'models' will skip their PyTorch figures" >&2
 fi
 scripts/build.sh "${BUILD_DIR:-build}" >/dev/null
 # OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to SSE3 kernels (tandem
@@ -73,10 +84,16 @@ for n in "${names[@]}"; do
     BAG_BENCH="${BUILD_DIR:-build}/bench/embedding_bag_bench" bench/embedding_bag_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
     continue
   fi
+  if [[ $n == models ]]; then
+    MODELS_BENCH="${BUILD_DIR:-build}/bench/models_bench" bench/models_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
+    continue
+  fi
   bin="${BUILD_DIR:-build}/bench/${n}_bench"
   if [[ ! -x "$bin" ]]; then
-    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch bag multihot)" >&2
+    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch bag multihot models)" >&2
     exit 2
   fi
   "$bin" ${bench_args[@]+"${bench_args[@]}"}
+  # The per-model figures of issue 19 belong to `dense` too; ARGS are dense_bench's, not theirs.
+  if [[ $n == dense ]]; then MODELS_BENCH="${BUILD_DIR:-build}/bench/models_bench" bench/models_vs_torch.sh; fi
 done
