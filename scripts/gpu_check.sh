@@ -96,6 +96,10 @@ run_job cuda_fp32_k0 --set train.device=cuda
 run_job cuda_bf16_k0 --set train.device=cuda --set train.precision=bf16
 run_job cuda_fp32_k2 --set train.device=cuda --set train.embedding_staleness=2
 run_job cpu_fp32_k0 --set train.device=cpu --set train.threads=8
+# Issue 19's models on the device, each at the same shape (mmoe: one task here).
+for type in dcn_v2 deepfm wide_deep mmoe; do
+  run_job "cuda_${type}_k0" --set train.device=cuda --set model.type=$type
+done
 
 say "== benchmarks"
 "$BIN/gpu_dense_bench" 2>>"$LOG" | tee "$OUTDIR/bench.jsonl" | tee -a "$LOG" || failures+=(gpu_dense_bench)
