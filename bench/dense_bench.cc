@@ -4,8 +4,6 @@
 // the backend's GEMM GFLOP/s against raw cblas_sgemm on the same shapes in the same run.
 // Usage: dense_bench [threads] (OpenBLAS threads, default 1). Prints one JSON line per figure;
 // the OpenBLAS kernel set goes to stderr (pin it with OPENBLAS_CORETYPE, see cpu_backend.h).
-#include <cblas.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 
 #include "bench/bench_json.h"
 #include "bench/dlrm_shape.h"
+#include "bench/gemm_replay.h"
 #include "worker/device/cpu/cpu_backend.h"
 #include "worker/device/forwarding_backend.h"
 #include "worker/model/model.h"
@@ -32,12 +31,6 @@ constexpr double kPublishedPerCore = 7400;  // best published CPU DLRM figure we
 double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-struct GemmShape {
-  bool ta, tb;
-  int64_t m, n, k;
-  double flops() const { return 2.0 * m * n * k; }
-};
 
 // Forwards every op to the CPU backend and times the GEMMs (and records their shapes once).
 class TimingBackend final : public device::ForwardingBackend {
@@ -71,39 +64,6 @@ class TimingBackend final : public device::ForwardingBackend {
 };
 
 std::vector<float> Random(size_t n, uint32_t seed) { return model::testing::RandomVector(n, seed); }
-
-// Raw cblas_sgemm on one step's GEMM shapes, with its own operands (made once).
-class RawSgemm {
- public:
-  explicit RawSgemm(const std::vector<GemmShape>& shapes) : shapes_(shapes) {
-    for (const GemmShape& s : shapes_) {
-      a_.push_back(Random(s.m * s.k, 1));
-      b_.push_back(Random(s.k * s.n, 2));
-      c_.emplace_back(s.m * s.n);
-      flops_ += s.flops();
-    }
-  }
-
-  // Runs the shapes kStepsPerRun times; returns GFLOP/s.
-  double Gflops() {
-    const Clock::time_point t0 = Clock::now();
-    for (int step = 0; step < kStepsPerRun; ++step) {
-      for (size_t i = 0; i < shapes_.size(); ++i) Call(shapes_[i], i);
-    }
-    return flops_ * kStepsPerRun / Seconds(t0) / 1e9;
-  }
-
- private:
-  void Call(const GemmShape& s, size_t i) {
-    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
-                s.m, s.n, s.k, 1.0f, a_[i].data(), s.ta ? s.m : s.k, b_[i].data(), s.tb ? s.k : s.n,
-                0.0f, c_[i].data(), s.n);
-  }
-
-  std::vector<GemmShape> shapes_;
-  std::vector<std::vector<float>> a_, b_, c_;
-  double flops_ = 0;
-};
 
 struct Inputs {
   std::vector<float> dense = Random(kBatch * kDense, 3);
@@ -157,7 +117,7 @@ int Run(int64_t threads) {
     samples_per_s.push_back(kBatch * kStepsPerRun / seconds);
     gemm_share.push_back(timing.gemm_seconds / seconds);
     gemm_gflops.push_back(timing.gemm_flops / timing.gemm_seconds / 1e9);
-    raw_gflops.push_back(raw.Gflops());
+    raw_gflops.push_back(raw.Gflops(kStepsPerRun));
   }
   const double per_core = Median(samples_per_s) / static_cast<double>(threads);
   PrintFigure("dense_fwd_bwd_samples_per_s_per_core", per_core, "samples/s/core", true,

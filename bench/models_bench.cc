@@ -21,8 +21,6 @@
 //   --describe prints each model's inputs and settings as one JSON line and times nothing (what
 //   bench/torch_models.py builds its twin from, so both sides read one config loader).
 // Prints one JSON line per model (bench/bench_json.h's fields, plus details).
-#include <cblas.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +30,7 @@
 #include <vector>
 
 #include "bench/bench_json.h"
+#include "bench/gemm_replay.h"
 #include "common/config/job_config.h"
 #include "common/embedding/table_spec.h"
 #include "worker/data/record_source.h"
@@ -50,12 +49,6 @@ constexpr double kTargetRatio = 0.7;
 double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-struct GemmShape {
-  bool ta, tb;
-  int64_t m, n, k;
-  double flops() const { return 2.0 * m * n * k; }
-};
 
 // Records the GEMM shapes of the ops while `record` is set; always forwards, so the timed steps
 // run the inner backend's code paths (LinearForward stays fused).
@@ -84,40 +77,6 @@ class RecordingBackend final : public device::ForwardingBackend {
 };
 
 std::vector<float> Random(size_t n, uint32_t seed) { return model::testing::RandomVector(n, seed); }
-
-// Raw cblas_sgemm on one step's GEMM shapes, with its own operands (made once).
-class RawSgemm {
- public:
-  explicit RawSgemm(const std::vector<GemmShape>& shapes) : shapes_(shapes) {
-    for (const GemmShape& s : shapes_) {
-      a_.push_back(Random(s.m * s.k, 1));
-      b_.push_back(Random(s.k * s.n, 2));
-      c_.emplace_back(s.m * s.n);
-      flops_ += s.flops();
-    }
-  }
-
-  double flops_per_step() const { return flops_; }
-  // Seconds for `steps` replays of the step's GEMMs.
-  double Run(int steps) {
-    const Clock::time_point t0 = Clock::now();
-    for (int step = 0; step < steps; ++step) {
-      for (size_t i = 0; i < shapes_.size(); ++i) Call(shapes_[i], i);
-    }
-    return Seconds(t0);
-  }
-
- private:
-  void Call(const GemmShape& s, size_t i) {
-    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
-                s.m, s.n, s.k, 1.0f, a_[i].data(), s.ta ? s.m : s.k, b_[i].data(), s.tb ? s.k : s.n,
-                0.0f, c_[i].data(), s.n);
-  }
-
-  std::vector<GemmShape> shapes_;
-  std::vector<std::vector<float>> a_, b_, c_;
-  double flops_ = 0;
-};
 
 // The model's inputs as the trainer derives them from the job (worker/trainer.cc).
 model::ModelInputs InputsFromJob(const config::JobConfig& job) {

@@ -27,17 +27,6 @@ void WriteJob(const TempDir& dir, int64_t steps) {
   WriteFile(dir.File("job.yaml"), yaml);
 }
 
-// Kills what a drill interrupted by its timeout left running: the pids of cluster.json files,
-// each only while it is still a tandem process.
-void KillLeftovers(const std::string& out_dir) {
-  for (const char* task : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}) {
-    const int pid = ClusterPid(out_dir, task);
-    if (pid > 0 &&
-        ReadFile("/proc/" + std::to_string(pid) + "/cmdline").find("tandem") != std::string::npos)
-      ::kill(pid, SIGKILL);
-  }
-}
-
 CommandResult Drill(const TempDir& dir, const std::string& faults,
                     std::vector<std::string> extra = {},
                     milliseconds timeout = milliseconds(110000)) {

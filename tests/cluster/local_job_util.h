@@ -112,4 +112,24 @@ inline int ClusterPid(const std::string& out_dir, const std::string& task) {
   return 0;
 }
 
+// Kills what a drill interrupted by its timeout left running: the pids of cluster.json files,
+// each only while it is still a tandem process.
+inline void KillLeftovers(const std::string& out_dir) {
+  for (const char* task : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}) {
+    const int pid = ClusterPid(out_dir, task);
+    if (pid > 0 &&
+        ReadFile("/proc/" + std::to_string(pid) + "/cmdline").find("tandem") != std::string::npos)
+      ::kill(pid, SIGKILL);
+  }
+}
+
+// The last line of `output` that is a JSON object (predict's summary, eval's result).
+inline nlohmann::json LastJson(const std::string& output) {
+  nlohmann::json last;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') last = nlohmann::json::parse(line, nullptr, false);
+  return last;
+}
+
 }  // namespace tandem::testing

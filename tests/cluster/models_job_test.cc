@@ -18,6 +18,7 @@
 #include "common/testing/test_util.h"
 #include "offline/bundle.h"
 #include "tests/cluster/count_far.h"
+#include "tests/cluster/job_run_util.h"
 #include "tests/cluster/local_job_util.h"
 
 namespace tandem::testing {
@@ -65,45 +66,9 @@ std::string ModelJob(const std::string& dir, const JobShape& s) {
          "\n  keep: 2\noutput:\n  dir: " + dir + "/out\n";
 }
 
-CommandResult Tandem(std::vector<std::string> args, milliseconds timeout = milliseconds(60000)) {
-  args.insert(args.begin(), TANDEM_BINARY);
-  return RunCommand(args, {}, {"TF_CONFIG"}, timeout);
-}
-
 // Runs the job in `dir` to its end; its final metrics line (null, after failing, when none).
 nlohmann::json RunToEnd(const TempDir& dir, const JobShape& shape, int ps, int workers) {
-  WriteFile(dir.File("job.yaml"), ModelJob(dir.path(), shape));
-  auto r = Local(dir, ps, workers);
-  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
-  if (r.exit.exit_code != 0) return nlohmann::json();
-  auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
-  if (lines.empty() || !lines.back().value("final", false)) {
-    ADD_FAILURE() << "no final metrics line: " << r.output;
-    return nlohmann::json();
-  }
-  EXPECT_EQ(lines.back().value("model_checksum", "").size(), 32u) << lines.back();
-  return lines.back();
-}
-
-std::string Checksum(const nlohmann::json& final_line) {
-  return final_line.is_object() ? final_line.value("model_checksum", "") : "";
-}
-
-worker::FrozenModel Exported(const TempDir& dir) {
-  const std::string bundle = dir.File("bundle");
-  auto ex = Tandem({"export", "--checkpoint", dir.File("ckpt"), "--out", bundle});
-  EXPECT_EQ(ex.exit.exit_code, 0) << ex.output;
-  auto model = offline::ReadBundle(bundle);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? std::move(model).value() : worker::FrozenModel{};
-}
-
-nlohmann::json LastJson(const std::string& output) {
-  nlohmann::json last;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] == '{') last = nlohmann::json::parse(line, nullptr, false);
-  return last;
+  return RunJobToEnd(dir, ModelJob(dir.path(), shape), ps, workers);
 }
 
 bool HasTensor(const worker::FrozenModel& m, const std::string& name) {
@@ -229,15 +194,6 @@ TEST(ModelsJobTest, DeepFmChecksumIsTheSameAcrossPsCountAndCache) {
     ASSERT_EQ(checksum.size(), 32u) << v.what;
     if (first.empty()) first = checksum;
     EXPECT_EQ(checksum, first) << v.what;
-  }
-}
-
-void KillLeftovers(const std::string& out_dir) {
-  for (const char* task : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}) {
-    const int pid = ClusterPid(out_dir, task);
-    if (pid > 0 &&
-        ReadFile("/proc/" + std::to_string(pid) + "/cmdline").find("tandem") != std::string::npos)
-      ::kill(pid, SIGKILL);
   }
 }
 

@@ -25,6 +25,7 @@
 #include "common/testing/test_util.h"
 #include "offline/bundle.h"
 #include "tests/cluster/count_far.h"
+#include "tests/cluster/job_run_util.h"
 #include "tests/cluster/local_job_util.h"
 
 namespace tandem::testing {
@@ -71,40 +72,9 @@ std::string MultiHotJob(const std::string& dir, const JobShape& s) {
          "\n  keep: 2\noutput:\n  dir: " + dir + "/out\n";
 }
 
-CommandResult Tandem(std::vector<std::string> args, milliseconds timeout = milliseconds(60000)) {
-  args.insert(args.begin(), TANDEM_BINARY);
-  return RunCommand(args, {}, {"TF_CONFIG"}, timeout);
-}
-
 // Runs the job in `dir` to its end; its final metrics line (null, after failing, when none).
 nlohmann::json RunToEnd(const TempDir& dir, const JobShape& shape, int ps, int workers) {
-  WriteFile(dir.File("job.yaml"), MultiHotJob(dir.path(), shape));
-  auto r = Local(dir, ps, workers);
-  EXPECT_EQ(r.exit.exit_code, 0) << r.output;
-  if (r.exit.exit_code != 0) return nlohmann::json();
-  auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
-  if (lines.empty() || !lines.back().value("final", false)) {
-    ADD_FAILURE() << "no final metrics line: " << r.output;
-    return nlohmann::json();
-  }
-  const std::string checksum = lines.back().value("model_checksum", "");
-  EXPECT_EQ(checksum.size(), 32u) << lines.back();
-  EXPECT_NE(r.output.find("model_checksum " + checksum), std::string::npos) << r.output;
-  return lines.back();
-}
-
-std::string Checksum(const nlohmann::json& final_line) {
-  return final_line.is_object() ? final_line.value("model_checksum", "") : "";
-}
-
-// `tandem export` of the checkpoint dir's LATEST, read back.
-worker::FrozenModel Exported(const TempDir& dir) {
-  const std::string bundle = dir.File("bundle");
-  auto ex = Tandem({"export", "--checkpoint", dir.File("ckpt"), "--out", bundle});
-  EXPECT_EQ(ex.exit.exit_code, 0) << ex.output;
-  auto model = offline::ReadBundle(bundle);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? std::move(model).value() : worker::FrozenModel{};
+  return RunJobToEnd(dir, MultiHotJob(dir.path(), shape), ps, workers);
 }
 
 TEST(MultiHotJobTest, TwoWorkersWithBatchBEqualOneWorkerWithBatch2B) {
@@ -203,16 +173,6 @@ TEST(MultiHotJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
   EXPECT_EQ(lines.back()["model_checksum"].get<std::string>(), expected);
 }
 
-// Kills what a drill interrupted by its timeout left running (drill_test.cc's KillLeftovers).
-void KillLeftovers(const std::string& out_dir) {
-  for (const char* task : {"chief:0", "ps:0", "ps:1", "worker:0", "worker:1"}) {
-    const int pid = ClusterPid(out_dir, task);
-    if (pid > 0 &&
-        ReadFile("/proc/" + std::to_string(pid) + "/cmdline").find("tandem") != std::string::npos)
-      ::kill(pid, SIGKILL);
-  }
-}
-
 TEST(MultiHotJobTest, DrillWorkerKillEndsWithTheFaultFreeModel) {
   TempDir dir;
   JobShape shape;
@@ -244,14 +204,6 @@ std::vector<std::string> Lines(const std::string& text) {
   std::string line;
   while (std::getline(in, line)) out.push_back(line);
   return out;
-}
-
-// The last line of `output` that is a JSON object (predict's summary, eval's result).
-nlohmann::json LastJson(const std::string& output) {
-  nlohmann::json last;
-  for (const auto& line : Lines(output))
-    if (!line.empty() && line[0] == '{') last = nlohmann::json::parse(line, nullptr, false);
-  return last;
 }
 
 // `rows` records of the job's schema in data.format: text (labels, I1..I4, then the features in

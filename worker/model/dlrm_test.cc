@@ -84,67 +84,6 @@ void CheckDlrmGradients(const std::string& interaction) {
   }
 }
 
-// Issue 18: features of widths 2, 3 and 2 (dot projects the 3-wide one to the bottom MLP's
-// width 2 with a learned layer), two labels with loss weights 1 and 0.5.
-void CheckMixedWidthTwoLabelGradients(const std::string& interaction) {
-  auto be = MakeCpuBackend();
-  ModelConfig config = SmallConfig(interaction);
-  config.top_mlp = {5, 2};
-  ModelInputs inputs;
-  inputs.num_dense = kDense;
-  inputs.dims = {2, 3, 2};
-  inputs.num_labels = 2;
-  inputs.loss_weights = {1.0f, 0.5f};
-  auto created = Model::Create(config, inputs, 5, be.get());
-  ASSERT_TRUE(created.ok()) << created.status();
-  auto model = std::move(created).value();
-  const bool dot = interaction == "dot";
-  EXPECT_EQ(model->param_info().back().name, dot ? "proj.1.0.bias" : "top_mlp.1.bias");
-  const std::vector<float> shift = RandomVector(model->params().size(), 51, -0.2f, 0.2f);
-  for (size_t i = 0; i < shift.size(); ++i) model->params()[i] += shift[i];
-  std::vector<float> dense = RandomVector(kBatch * kDense, 50, -2.0f, 2.0f);
-  const std::vector<float> labels = {1, 0, 0, 0, 0, 1, 1, 1};  // batch x 2
-  const std::vector<float> weights = {1, 1, 0.5f, 1};
-  std::vector<std::vector<float>> pooled, d_pooled;
-  std::vector<const float*> pp;
-  std::vector<float*> dp;
-  for (size_t f = 0; f < inputs.dims.size(); ++f) {
-    pooled.push_back(RandomVector(kBatch * inputs.dims[f], 60 + f));
-    d_pooled.emplace_back(kBatch * inputs.dims[f]);
-  }
-  for (size_t f = 0; f < pooled.size(); ++f) {
-    pp.push_back(pooled[f].data());
-    dp.push_back(d_pooled[f].data());
-  }
-  auto step = [&] {
-    return model->ForwardBackward(kBatch, dense.data(), pp.data(), labels.data(), weights.data(),
-                                  1.0f, dp.data());
-  };
-  step();
-  const std::vector<float> grads(model->grads().begin(), model->grads().end());
-  const std::vector<std::vector<float>> want_pooled = d_pooled;
-  auto loss = [&] { return static_cast<double>(step()); };
-  testing::GradCheckOptions opt;
-  opt.step = 1e-3;
-  opt.atol = 5e-4;
-  EXPECT_EQ(CheckGradient(loss, model->params().data(), grads.size(), grads, opt), 0);
-  for (size_t f = 0; f < pooled.size(); ++f) {
-    EXPECT_EQ(CheckGradient(loss, pooled[f].data(), want_pooled[f].size(), want_pooled[f], opt), 0)
-        << "feature " << f;
-  }
-  // Two probabilities per sample.
-  std::vector<float> probs(kBatch * 2);
-  model->Predict(kBatch, dense.data(), pp.data(), probs.data());
-  for (float p : probs) EXPECT_TRUE(p > 0 && p < 1) << p;
-}
-
-TEST(DlrmTest, MixedWidthsAndTwoLabelsGradientsMatchFiniteDifferencesDot) {
-  CheckMixedWidthTwoLabelGradients("dot");
-}
-TEST(DlrmTest, MixedWidthsAndTwoLabelsGradientsMatchFiniteDifferencesConcat) {
-  CheckMixedWidthTwoLabelGradients("concat");
-}
-
 TEST(DlrmTest, DotGradientsMatchFiniteDifferences) { CheckDlrmGradients("dot"); }
 TEST(DlrmTest, ConcatGradientsMatchFiniteDifferences) { CheckDlrmGradients("concat"); }
 

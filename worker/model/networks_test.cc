@@ -1,5 +1,6 @@
-// Issue 19's models on the CPU backend: finite-difference checks of every whole model (which
-// covers each new layer: cross, FM, gates and experts, towers, the wide part), their flat
+// Every model type on the CPU backend: finite-difference checks of each whole model with
+// mixed-width fields, mean pooling and two weighted labels (which covers each layer: DLRM's
+// interactions and projections, cross, FM, gates and experts, towers, the wide part), their flat
 // layouts, and the shapes they refuse.
 #include <gtest/gtest.h>
 
@@ -113,6 +114,11 @@ TEST_P(NetworkGradientTest, MatchesFiniteDifferences) {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
+  // DLRM (issue 18's mixed widths): dot projects the 3-wide field to the bottom MLP's width.
+  cases.push_back({"dlrm_dot", Config("dlrm"), "bottom_mlp.0.weight", "proj.1.0.bias"});
+  ModelConfig concat = Config("dlrm");
+  concat.interaction = "concat";
+  cases.push_back({"dlrm_concat", concat, "bottom_mlp.0.weight", "top_mlp.1.bias"});
   cases.push_back(
       {"dcn_v2_full_stacked", Config("dcn_v2"), "bottom_mlp.0.weight", "top_mlp.1.bias"});
   ModelConfig low = Config("dcn_v2");
