@@ -41,7 +41,7 @@ int RunDatagen(const DatagenArgs& args) {
     spec.schema = data::SchemaFromConfig(*job);
     if (!args.vocab_given) spec.vocab = job->data.synthetic_vocab;
     if (!args.zipf_given) spec.zipf = job->data.synthetic_zipf;
-    spec.linear_teacher = job->data.synthetic_teacher == "linear";
+    spec.teacher = data::TeacherFromName(job->data.synthetic_teacher);
     spec.task_correlation = job->data.synthetic_task_correlation;
   }
   if (args.format == "criteo" && !spec.schema.single_hot()) {

@@ -21,7 +21,7 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const config::JobConfig& 
                              job.data.synthetic_vocab,
                              job.data.synthetic_zipf,
                              1u,
-                             job.data.synthetic_teacher == "linear",
+                             data::TeacherFromName(job.data.synthetic_teacher),
                              job.data.synthetic_task_correlation};
     e->teacher_ = std::make_unique<data::SyntheticGenerator>(spec);
   }

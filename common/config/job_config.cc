@@ -133,7 +133,7 @@ constexpr JobKey kJobKeys[] = {
     {"data.text.columns", Bind<&DataConfig::text_columns>, NonEmpty()},
     {"data.synthetic.vocab", Bind<&DataConfig::synthetic_vocab>, AtLeast(1)},
     {"data.synthetic.zipf", Bind<&DataConfig::synthetic_zipf>, Above(0)},
-    {"data.synthetic.teacher", Bind<&DataConfig::synthetic_teacher>, OneOf("fm|linear")},
+    {"data.synthetic.teacher", Bind<&DataConfig::synthetic_teacher>, OneOf("fm|linear|cross")},
     {"data.synthetic.task_correlation", Bind<&DataConfig::synthetic_task_correlation>,
      Within(0, 1)},
     {"data.synthetic.eval_rows", Bind<&DataConfig::synthetic_eval_rows>, AtLeast(0)},

@@ -85,7 +85,7 @@ struct DataConfig {
   // Synthetic generator (`data.synthetic.*`).
   int64_t synthetic_vocab = 100000;       // ids per field, >= 1
   double synthetic_zipf = 1.1;            // exponent > 0
-  std::string synthetic_teacher = "fm";   // `data.synthetic.teacher`: fm | linear
+  std::string synthetic_teacher = "fm";   // `data.synthetic.teacher`: fm | linear | cross
   double synthetic_task_correlation = 0;  // `data.synthetic.task_correlation` in [0, 1]
   int64_t synthetic_eval_rows = 20000;    // held-out rows, >= 0
   friend bool operator==(const DataConfig&, const DataConfig&) = default;

@@ -202,7 +202,7 @@ StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::JobConfig& job,
                        config.synthetic_vocab,
                        config.synthetic_zipf,
                        eval ? 1u : 0u,
-                       config.synthetic_teacher == "linear",
+                       TeacherFromName(config.synthetic_teacher),
                        config.synthetic_task_correlation};
     const int64_t n = eval ? config.synthetic_eval_rows : kSyntheticTrainRecords;
     if (n <= 0) return Status::InvalidArgument("data: no synthetic eval rows configured");

@@ -32,6 +32,7 @@ constexpr double kIdWeightScale = 0.6;
 constexpr double kFmScale = 0.8;
 constexpr int kFmFields = 4;  // pairwise term over the first few fields
 constexpr int kFmDim = 3;
+constexpr double kCrossScale = 2.0;  // the cross teacher's third-order term
 constexpr double kDenseScale = 0.3;
 
 double Uniform53(uint32_t hi, uint32_t lo) {  // [0, 1), exact
@@ -95,6 +96,12 @@ uint64_t SyntheticGenerator::SampleZipf(uint64_t u53) const {
   return static_cast<uint64_t>(std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
 }
 
+SyntheticSpec::Teacher TeacherFromName(const std::string& name) {
+  if (name == "linear") return SyntheticSpec::Teacher::kLinear;
+  if (name == "cross") return SyntheticSpec::Teacher::kCross;
+  return SyntheticSpec::Teacher::kFm;
+}
+
 double SyntheticGenerator::TeacherLogit(const RawRecord& r, int task) const {
   // Task 0 keeps the single-task teacher's tags and bias; later tasks (say, conversions) are
   // rarer and weigh ids by their own draws.
@@ -127,13 +134,22 @@ double SyntheticGenerator::TeacherLogit(const RawRecord& r, int task) const {
     const double inv =
         end - begin == 1 || !schema.mean_of(f) ? 1.0 : 1.0 / static_cast<double>(end - begin);
     logit += kIdWeightScale * (weight * inv);
-    if (f < kFmFields && !spec_.linear_teacher) {
+    if (f < kFmFields && spec_.teacher != SyntheticSpec::Teacher::kLinear) {
       for (int d = 0; d < kFmDim; ++d) fm[f][d] = kFmScale * (vec[d] * inv);
     }
   }
   for (int a = 0; a < kFmFields; ++a) {
     for (int b = a + 1; b < kFmFields; ++b) {
       for (int d = 0; d < kFmDim; ++d) logit += fm[a][d] * fm[b][d];
+    }
+  }
+  if (spec_.teacher == SyntheticSpec::Teacher::kCross) {
+    for (int a = 0; a < kFmFields; ++a) {
+      for (int b = a + 1; b < kFmFields; ++b) {
+        for (int c = b + 1; c < kFmFields; ++c) {
+          for (int d = 0; d < kFmDim; ++d) logit += kCrossScale * fm[a][d] * fm[b][d] * fm[c][d];
+        }
+      }
     }
   }
   for (size_t j = 0; j < r.dense.size(); ++j) {

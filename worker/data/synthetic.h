@@ -22,12 +22,17 @@ struct SyntheticSpec {
   int64_t vocab = 100000;  // values per categorical field, >= 1
   double zipf = 1.1;       // exponent > 0
   uint32_t stream = 0;     // 0 = train, 1 = eval: same teacher, disjoint records
-  // The teacher (issue 19): fm (id weights + the pairwise FM term + dense), or linear (no
-  // pairwise term: what a wide model fits exactly).
-  bool linear_teacher = false;
+  // The teacher (issue 19): fm (id weights + the pairwise FM term + dense), linear (no pairwise
+  // term: what a wide model fits exactly), or cross (fm plus third-order products of the same
+  // fields' vectors: what stacked cross layers represent and pairwise dots do not).
+  enum class Teacher { kFm, kLinear, kCross };
+  Teacher teacher = Teacher::kFm;
   // Task t > 0's id weights: rho * task 0's + sqrt(1 - rho^2) * its own (correlated labels).
   double task_correlation = 0;
 };
+
+// data.synthetic.teacher's value as a SyntheticSpec::Teacher (the config validated it).
+SyntheticSpec::Teacher TeacherFromName(const std::string& name);
 
 // A record before the feature transform, i.e. what a Criteo or text line spells.
 struct RawRecord {

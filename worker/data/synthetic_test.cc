@@ -105,23 +105,28 @@ double Logit(double p) { return std::log(p / (1.0 - p)); }
 
 // Issue 19's teachers: task_correlation 1 gives the later label the first one's id weights (so
 // with the linear teacher its logit is the first's minus the rarer bias, 0.5), 0 its own; the
-// linear teacher drops the pairwise term, so the fm teacher's logits differ from it.
+// linear teacher drops the pairwise term, so the fm teacher's logits differ from it, and the
+// cross teacher adds third-order products to the fm teacher.
 TEST(Synthetic, CorrelatedTasksAndTheLinearTeacher) {
   Schema two(13, 26, 2);
   SyntheticSpec spec = Spec(5, 100, two);
-  spec.linear_teacher = true;
+  spec.teacher = SyntheticSpec::Teacher::kLinear;
   spec.task_correlation = 1.0;
   SyntheticGenerator same(spec);
   spec.task_correlation = 0.0;
   SyntheticGenerator own(spec);
-  spec.linear_teacher = false;
+  spec.teacher = SyntheticSpec::Teacher::kFm;
   SyntheticGenerator fm(spec);
-  RawRecord a, b, c;
-  int far = 0, fm_differs = 0;
+  spec.teacher = SyntheticSpec::Teacher::kCross;
+  SyntheticGenerator cross(spec);
+  RawRecord a, b, c, d;
+  int far = 0, fm_differs = 0, cross_differs = 0;
   for (int64_t n = 0; n < 200; ++n) {
     same.GenerateRaw(n, &a);
     own.GenerateRaw(n, &b);
     fm.GenerateRaw(n, &c);
+    cross.GenerateRaw(n, &d);
+    cross_differs += d.p[0] != c.p[0];
     EXPECT_NEAR(Logit(a.p[0]) - Logit(a.p[1]), 0.5, 1e-9) << n;
     EXPECT_EQ(a.p[0], b.p[0]) << n;  // task 0 does not depend on the correlation
     far += std::fabs(Logit(b.p[0]) - Logit(b.p[1]) - 0.5) > 0.1;
@@ -129,6 +134,7 @@ TEST(Synthetic, CorrelatedTasksAndTheLinearTeacher) {
   }
   EXPECT_GT(far, 150);
   EXPECT_GT(fm_differs, 150);
+  EXPECT_GT(cross_differs, 150);  // the third-order term moves (nearly) every record
 }
 
 }  // namespace
