@@ -108,30 +108,15 @@ void ExpectServeEqualsPredict(const TempDir& dir) {
   }
   ASSERT_EQ(scores.size(), 20u);
   ASSERT_EQ(instances.size(), 20u);
-  SpawnOptions so;
-  so.argv = {TANDEM_BINARY, "serve", "--model", dir.File("bundle"),
-             "--port",      "0",     "--host",  "127.0.0.1"};
-  so.output_path = dir.File("serve.log");
-  so.unset_env = {"TF_CONFIG"};
-  auto spawned = Subprocess::Spawn(so);
-  ASSERT_TRUE(spawned.ok()) << spawned.status();
-  Subprocess server = std::move(spawned).value();
-  int port = 0;
-  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-       std::chrono::steady_clock::now() < until && !port;) {
-    const std::string log = ReadFile(so.output_path);
-    const auto at = log.find("listening on 127.0.0.1:");
-    if (at != std::string::npos) port = std::atoi(log.c_str() + at + 23);
-    if (!port) {
-      ASSERT_FALSE(server.Wait(milliseconds(50)).has_value()) << log;
-    }
-  }
-  ASSERT_NE(port, 0) << ReadFile(so.output_path);
+  std::optional<Subprocess> server;
+  const std::string serve_log = dir.File("serve.log");
+  const int port = StartServe(dir.File("bundle"), serve_log, &server);
+  ASSERT_NE(port, 0);
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(60, 0);
   auto res = client.Post("/v1/models/tandem:predict",
                          nlohmann::json{{"instances", instances}}.dump(), "application/json");
-  ASSERT_TRUE(res) << ReadFile(so.output_path);
+  ASSERT_TRUE(res) << ReadFile(serve_log);
   ASSERT_EQ(res->status, 200) << res->body;
   const auto answer = nlohmann::json::parse(res->body, nullptr, false);
   ASSERT_TRUE(answer.contains("predictions")) << res->body;
@@ -141,10 +126,7 @@ void ExpectServeEqualsPredict(const TempDir& dir) {
     std::snprintf(want, sizeof(want), "%.9g", answer["predictions"][i][0].get<double>());
     EXPECT_EQ(scores[i], want) << "record " << i;
   }
-  server.Signal(SIGTERM);
-  const auto served = server.Wait(milliseconds(20000));
-  ASSERT_TRUE(served.has_value());
-  EXPECT_EQ(served->exit_code, 0) << ReadFile(so.output_path);
+  StopServe(&*server, serve_log);
 }
 
 class EveryModel : public ::testing::TestWithParam<std::string> {};
@@ -281,25 +263,8 @@ TEST_P(DrilledModel, WorkerAndPsKillsEndWithTheFaultFreeModel) {
   shape.steps = 300;
   shape.every_steps = 50;
   WriteFile(dir.File("job.yaml"), ModelJob(dir.path(), shape));
-  auto r = Tandem({"drill", "--config", dir.File("job.yaml"), "--ps", "2", "--workers", "2",
-                   "--faults", "kill worker:1 @step 120; kill ps:0 @step 200"},
-                  milliseconds(150000));
-  KillLeftovers(dir.path() + "/out");
-  KillLeftovers(dir.path() + "/out-reference");
-  EXPECT_FALSE(r.timed_out) << r.output;
-  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
-  const auto report =
-      nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
-  ASSERT_TRUE(report.is_object()) << r.output;
-  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
-  EXPECT_EQ(report["run"].value("model_checksum", "").size(), 32u) << report.dump(2);
-  EXPECT_EQ(report["run"].value("model_checksum", ""),
-            report["reference"].value("model_checksum", ""));
-  ASSERT_EQ(report["faults"].size(), 2u) << report.dump(2);
-  for (const auto& f : report["faults"]) {
-    EXPECT_TRUE(f.value("fired", false)) << report.dump(2);
-    EXPECT_TRUE(f.value("recovered", false)) << report.dump(2);
-  }
+  ExpectDrillEndsWithTheFaultFreeModel(dir, "kill worker:1 @step 120; kill ps:0 @step 200", 2,
+                                       milliseconds(150000));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DrilledModel, ::testing::Values("dcn_v2", "mmoe"));

@@ -32,7 +32,6 @@ namespace tandem::testing {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 struct JobShape {
   int64_t steps = 40;
@@ -179,23 +178,7 @@ TEST(MultiHotJobTest, DrillWorkerKillEndsWithTheFaultFreeModel) {
   shape.steps = 300;
   shape.every_steps = 50;
   WriteFile(dir.File("job.yaml"), MultiHotJob(dir.path(), shape));
-  auto r = Tandem({"drill", "--config", dir.File("job.yaml"), "--ps", "2", "--workers", "2",
-                   "--faults", "kill worker:1 @step 120"},
-                  milliseconds(110000));
-  KillLeftovers(dir.path() + "/out");
-  KillLeftovers(dir.path() + "/out-reference");
-  EXPECT_FALSE(r.timed_out) << r.output;
-  ASSERT_EQ(r.exit.exit_code, 0) << r.output;
-  const auto report =
-      nlohmann::json::parse(ReadFile(dir.path() + "/out/drill.json"), nullptr, false);
-  ASSERT_TRUE(report.is_object()) << r.output;
-  EXPECT_EQ(report.value("checksums_equal", false), true) << report.dump(2);
-  EXPECT_EQ(report["run"].value("model_checksum", ""),
-            report["reference"].value("model_checksum", ""));
-  EXPECT_EQ(report["run"].value("model_checksum", "").size(), 32u) << report.dump(2);
-  ASSERT_EQ(report["faults"].size(), 1u) << report.dump(2);
-  EXPECT_TRUE(report["faults"][0].value("fired", false)) << report.dump(2);
-  EXPECT_TRUE(report["faults"][0].value("recovered", false)) << report.dump(2);
+  ExpectDrillEndsWithTheFaultFreeModel(dir, "kill worker:1 @step 120", 1, milliseconds(110000));
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -282,23 +265,10 @@ TEST(MultiHotJobTest, PredictAndServeScoreOneColumnPerLabel) {
 
   // `tandem serve` scores the same records under the feature names, lists as JSON lists, and
   // answers both labels' probabilities: the same as predict's, digit for digit.
-  SpawnOptions so;
-  so.argv = {TANDEM_BINARY, "serve", "--model", bundle, "--port", "0", "--host", "127.0.0.1"};
-  so.output_path = dir.File("serve.log");
-  so.unset_env = {"TF_CONFIG"};
-  auto spawned = Subprocess::Spawn(so);
-  ASSERT_TRUE(spawned.ok()) << spawned.status();
-  Subprocess server = std::move(spawned).value();
-  int port = 0;
-  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until && !port;) {
-    const std::string log = ReadFile(so.output_path);
-    const auto at = log.find("listening on 127.0.0.1:");
-    if (at != std::string::npos) port = std::atoi(log.c_str() + at + 23);
-    if (!port) {
-      ASSERT_FALSE(server.Wait(milliseconds(50)).has_value()) << log;
-    }
-  }
-  ASSERT_NE(port, 0) << ReadFile(so.output_path);
+  std::optional<Subprocess> server;
+  const std::string serve_log = dir.File("serve.log");
+  const int port = StartServe(bundle, serve_log, &server);
+  ASSERT_NE(port, 0);
   const std::vector<std::string> columns = {"I1",   "I2",      "I3",   "I4",  "user",
                                             "item", "history", "tags", "site"};
   nlohmann::json instances = nlohmann::json::array();
@@ -327,7 +297,7 @@ TEST(MultiHotJobTest, PredictAndServeScoreOneColumnPerLabel) {
   client.set_read_timeout(60, 0);
   auto res = client.Post("/v1/models/tandem:predict",
                          nlohmann::json{{"instances", instances}}.dump(), "application/json");
-  ASSERT_TRUE(res) << ReadFile(so.output_path);
+  ASSERT_TRUE(res) << ReadFile(serve_log);
   ASSERT_EQ(res->status, 200) << res->body;
   const auto answer = nlohmann::json::parse(res->body, nullptr, false);
   ASSERT_TRUE(answer.contains("predictions")) << res->body;
@@ -339,10 +309,7 @@ TEST(MultiHotJobTest, PredictAndServeScoreOneColumnPerLabel) {
     std::snprintf(want, sizeof(want), "%.9g\t%.9g", p[0].get<double>(), p[1].get<double>());
     EXPECT_EQ(lines[i], want) << "record " << i;
   }
-  server.Signal(SIGTERM);
-  const auto served = server.Wait(milliseconds(20000));
-  ASSERT_TRUE(served.has_value());
-  EXPECT_EQ(served->exit_code, 0) << ReadFile(so.output_path);
+  StopServe(&*server, serve_log);
 }
 
 }  // namespace
