@@ -11,14 +11,20 @@
 //    log off;
 //  - pull and push keys/s with ps.wire_precision bf16 against fp32, runs interleaved;
 //  - pull and push keys/s with CURVE on (security.keys: every frame encrypted and authenticated)
-//    against the same with CURVE off, runs interleaved.
+//    against the same with CURVE off, runs interleaved;
+//  - `procs`: pull and push keys/s with the shard in another process (this binary re-run as
+//    `serve-shard`), against raw ZeroMQ between two processes moving the same bytes each way
+//    (`serve-raw`), runs interleaved: the hot-path figures (dim 16 Adagrad, log on).
 #include <rocksdb/db.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -28,6 +34,7 @@
 #include "common/embedding/initializer.h"
 #include "common/ps_client.h"
 #include "common/slot_map.h"
+#include "common/subprocess.h"
 #include "common/testing/test_util.h"
 #include "common/wire/curve_keys.h"
 #include "server/ps/ps_service.h"
@@ -488,9 +495,168 @@ void CurveTwoConnections(zmq::context_t* ctx, uint32_t dim) {
               "keys/s", true, "the same two clients with CURVE off", Median(agg[0]));
 }
 
-int Main(int argc, char** argv) {
+// --- Two processes -------------------------------------------------------------------------
+
+// The child's side: blocks SIGTERM before any thread starts (so every thread inherits the
+// mask), serves, publishes its endpoint through `file` (written whole, then renamed), and
+// returns once SIGTERM arrives.
+void PublishAndWaitForTerm(const std::string& endpoint, const std::string& file) {
+  {
+    FILE* f = std::fopen((file + ".tmp").c_str(), "w");
+    if (f == nullptr) std::abort();
+    std::fputs(endpoint.c_str(), f);
+    std::fclose(f);
+    std::filesystem::rename(file + ".tmp", file);
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+}
+
+void BlockTerm() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int ServeShard(uint32_t dim, const std::string& dir, const std::string& file) {
+  BlockTerm();
   zmq::context_t ctx(2);
+  ShardServer s(&ctx, dir, dim, 1ull << 30, ps::Durability::kProcess, true);
+  PublishAndWaitForTerm(s.server->endpoint(), file);
+  return 0;
+}
+
+// Raw ZeroMQ: a request of one frame (keys) is answered with the rows of a pull; one of two
+// frames (keys, gradients) with an 8-byte acknowledgement, as a push is.
+int ServeRaw(uint32_t dim, const std::string& file) {
+  BlockTerm();
+  zmq::context_t ctx(2);
+  zmq::socket_t server(ctx, zmq::socket_type::router);
+  server.bind("tcp://127.0.0.1:0");
+  std::atomic<bool> stop{false};
+  std::vector<float> rows(kKeys * dim, 0.5f);
+  std::thread t([&] {
+    zmq::pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
+    while (!stop) {
+      zmq::poll(&item, 1, milliseconds(20));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      zmq::message_t id, part;
+      (void)server.recv(id);
+      int parts = 0;
+      do {
+        (void)server.recv(part);
+        ++parts;
+      } while (part.more());
+      server.send(id, zmq::send_flags::sndmore);
+      if (parts == 1)
+        server.send(zmq::message_t(rows.data(), rows.size() * 4), zmq::send_flags::none);
+      else
+        server.send(zmq::message_t(8), zmq::send_flags::none);
+    }
+  });
+  PublishAndWaitForTerm(server.get(zmq::sockopt::last_endpoint), file);
+  stop = true;
+  t.join();
+  return 0;
+}
+
+// A child running this binary in one of the serve modes, and the endpoint it published.
+struct Child {
+  Child(const std::vector<std::string>& args, const std::string& dir) {
+    const std::string file = dir + "/endpoint";
+    SpawnOptions o;
+    o.argv = {SelfExecutable()};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.argv.push_back(file);
+    o.output_path = dir + "/child.log";
+    process.emplace(std::move(Subprocess::Spawn(o)).value());
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (!std::filesystem::exists(file)) {
+      if (Clock::now() > deadline || !process->running()) {
+        std::fprintf(stderr, "ps_bench: the %s child did not start (see %s)\n", args[0].c_str(),
+                     o.output_path.c_str());
+        std::abort();
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    std::ifstream in(file);
+    std::getline(in, endpoint);
+  }
+  ~Child() { process->Stop(std::chrono::seconds(10)); }
+  std::optional<Subprocess> process;
+  std::string endpoint;
+};
+
+// Raw ZeroMQ keys/s between two processes: pulls (keys out, rows back) and pushes (keys and
+// gradients out, an acknowledgement back).
+std::pair<double, double> RawZmqProcs(zmq::context_t* ctx, const std::string& endpoint,
+                                      uint32_t dim, int reps) {
+  zmq::socket_t client(*ctx, zmq::socket_type::dealer);
+  client.connect(endpoint);
+  std::vector<uint64_t> keys = Keys(kKeys, 1);
+  std::vector<float> grads(kKeys * dim, 0.001f);
+  auto pull = [&] {
+    client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::none);
+    zmq::message_t reply;
+    (void)client.recv(reply);
+  };
+  auto push = [&] {
+    client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::sndmore);
+    client.send(zmq::message_t(grads.data(), grads.size() * 4), zmq::send_flags::none);
+    zmq::message_t reply;
+    (void)client.recv(reply);
+  };
+  pull();
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) pull();
+  const double p = kKeys * double(reps) / Seconds(t0);
+  push();
+  t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) push();
+  return {p, kKeys * double(reps) / Seconds(t0)};
+}
+
+void TwoProcesses(zmq::context_t* ctx, uint32_t dim) {
+  const std::string d = std::to_string(dim);
+  std::vector<double> pull, push, raw_pull, raw_push;
+  for (int run = 0; run < kRuns; ++run) {
+    {
+      testing::TempDir dir;
+      Child shard({"serve-shard", d, dir.path() + "/shard"}, dir.path());
+      PsClient c = MakeClient(ctx, {shard.endpoint}, dim);
+      auto keys = Keys(kKeys, 7);
+      int64_t step = 0;
+      Materialise(&c, keys, dim, &step);
+      pull.push_back(PullKeysPerSec(&c, keys, step, 20));
+      push.push_back(PushKeysPerSec(&c, keys, dim, &step, 20));
+    }
+    {
+      testing::TempDir dir;
+      Child raw({"serve-raw", d}, dir.path());
+      auto [p, q] = RawZmqProcs(ctx, raw.endpoint, dim, 20);
+      raw_pull.push_back(p);
+      raw_push.push_back(q);
+    }
+  }
+  PrintFigure("ps_pull_procs_dim" + d, Median(pull), "keys/s", true,
+              "raw zeromq between two processes, same bytes", Median(raw_pull));
+  PrintFigure("ps_push_procs_dim" + d, Median(push), "keys/s", true,
+              "raw zeromq between two processes, same bytes", Median(raw_push));
+}
+
+int Main(int argc, char** argv) {
   std::string only = argc > 1 ? argv[1] : "";
+  if (only == "serve-shard" && argc == 5) return ServeShard(std::stoi(argv[2]), argv[3], argv[4]);
+  if (only == "serve-raw" && argc == 4) return ServeRaw(std::stoi(argv[2]), argv[3]);
+  zmq::context_t ctx(2);
+  if (only.empty() || only == "procs") {
+    TwoProcesses(&ctx, 16);
+    TwoProcesses(&ctx, 64);
+  }
   if (only.empty() || only == "cached") {
     CachedPullPush(&ctx, 16);
     CachedPullPush(&ctx, 64);

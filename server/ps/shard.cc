@@ -443,22 +443,41 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
   }
   stats->rows_applied += apply_ids.size();
   const uint64_t seed = options_.seed;
-  uint64_t expired = 0;
   // The ids are distinct (validated per push, merged across ranks), and each row's update
-  // depends only on that row, so the store may visit them in any order.
-  Status s = store_->UpdateDistinct(table, apply_ids, [&](size_t k, RowRef row, bool existed) {
-    if (pre != nullptr) std::copy_n(row.embedding(), dim, &pre->rows[k * dim]);
-    // TTL is logical: a row not updated for ttl_steps is treated as absent (PROTOCOLS §4).
-    if (existed && spec.ttl_steps > 0 && row.meta()->last_updated_step < step - spec.ttl_steps) {
-      embedding::InitialRow(seed, spec, apply_ids[k], row);
-      ++expired;
-    }
-    embedding::ApplySparseUpdate(spec, &grads[size_t{src[k]} * dim], row);
-    row.meta()->last_updated_step = step;
-    row.meta()->frequency++;
+  // depends only on that row, so the store may visit them in any order, and a large table's
+  // rows may be split into parts applied at once on the pool (one table of a step would
+  // otherwise use one core). The store's stripes lock in ascending order, so parts never
+  // deadlock; each part adds its own pre- and post-images to the kept sum.
+  const size_t parts = ApplyParts(apply_ids.size());
+  std::vector<uint64_t> expired(parts, 0);
+  std::vector<Status> errors(parts);
+  pool_.ParallelFor(parts, [&](size_t part) {
+    const size_t begin = apply_ids.size() * part / parts;
+    const size_t end = apply_ids.size() * (part + 1) / parts;
+    std::span<const uint64_t> ids_part(apply_ids.data() + begin, end - begin);
+    errors[part] = store_->UpdateDistinct(table, ids_part, [&](size_t i, RowRef row, bool existed) {
+      const size_t k = begin + i;
+      if (pre != nullptr) std::copy_n(row.embedding(), dim, &pre->rows[k * dim]);
+      // TTL is logical: a row not updated for ttl_steps is treated as absent (PROTOCOLS §4).
+      if (existed && spec.ttl_steps > 0 && row.meta()->last_updated_step < step - spec.ttl_steps) {
+        embedding::InitialRow(seed, spec, apply_ids[k], row);
+        ++expired[part];
+      }
+      embedding::ApplySparseUpdate(spec, &grads[size_t{src[k]} * dim], row);
+      row.meta()->last_updated_step = step;
+      row.meta()->frequency++;
+    });
   });
-  stats->rows_expired += expired;
-  return s;
+  for (uint64_t e : expired) stats->rows_expired += e;
+  for (Status& e : errors) TANDEM_RETURN_IF_ERROR(std::move(e));
+  return Status::Ok();
+}
+
+// Parts of kMinPartIds ids or more, at most one per pool thread: smaller parts cost more in
+// handing out and stripe locking than they gain.
+size_t Shard::ApplyParts(size_t ids) const {
+  constexpr size_t kMinPartIds = 8192;
+  return std::clamp<size_t>(ids / kMinPartIds, 1, static_cast<size_t>(pool_.threads()));
 }
 
 Status Shard::Admit(uint32_t table, std::span<const uint64_t> ids, std::vector<uint32_t>* admitted,
@@ -539,9 +558,22 @@ Status Shard::ReadTablesForRecovery(std::span<const TableRead> reads, int64_t st
 }
 
 Status Shard::ReadTables(std::span<const TableRead> reads, bool from_pre_images) {
-  std::vector<Status> errors(reads.size());
-  pool_.ParallelFor(reads.size(), [&](size_t k) {
-    const TableRead& r = reads[k];
+  // A large table's ids are read in parts, as ApplyTable applies them.
+  std::vector<TableRead> parts;
+  parts.reserve(reads.size());
+  for (const TableRead& r : reads) {
+    // (an unknown table is one part: the store refuses it)
+    const bool known = r.table < options_.tables.size();
+    const size_t n = known ? ApplyParts(r.ids.size()) : 1;
+    const size_t dim = known ? options_.tables[r.table].dim : 0;
+    for (size_t part = 0; part < n; ++part) {
+      const size_t begin = r.ids.size() * part / n, end = r.ids.size() * (part + 1) / n;
+      parts.push_back({r.table, r.ids.subspan(begin, end - begin), r.out + begin * dim});
+    }
+  }
+  std::vector<Status> errors(parts.size());
+  pool_.ParallelFor(parts.size(), [&](size_t k) {
+    const TableRead& r = parts[k];
     errors[k] =
         from_pre_images ? ReadPreImages(r.table, r.ids, r.out) : Read(r.table, r.ids, r.out);
   });

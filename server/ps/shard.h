@@ -223,6 +223,8 @@ class Shard {
                      PreImages* pre, ShardStats* stats);
   Status ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t> ids,
                     std::span<const float> grads, PreImages* pre, ShardStats* stats);
+  // How many parts a table's `ids` are applied or read in at once on pool_.
+  size_t ApplyParts(size_t ids) const;
   // Admission (min_count > 1) needs to know which rows exist before deciding: drops the ids not
   // admitted yet and returns the positions of the rest.
   Status Admit(uint32_t table, std::span<const uint64_t> ids, std::vector<uint32_t>* admitted,

@@ -615,7 +615,9 @@ struct ManyTablesRun {
 
 // Steps of pushes from every rank: tables of very different sizes, ids shared across ranks
 // (summed) and across steps (updated again, expired, admitted).
-ManyTablesRun RunManyTables(uint32_t workers, int64_t k, int apply_threads) {
+// With `large`, tables 1 and 9 get 10-12k ids per rank and step (about 20k merged), so that one
+// table's rows are applied and read in parts at once (Shard::ApplyParts).
+ManyTablesRun RunManyTables(uint32_t workers, int64_t k, int apply_threads, bool large = false) {
   ::tandem::testing::TempDir dir;
   const auto o = ManyTables(dir.path(), workers, k, apply_threads);
   auto shard = std::move(Shard::Open(o)).value();
@@ -625,8 +627,10 @@ ManyTablesRun RunManyTables(uint32_t workers, int64_t k, int apply_threads) {
       std::map<uint32_t, std::vector<uint64_t>> ids;
       for (uint32_t t = 0; t < o.tables.size(); ++t) {
         if ((t + step + rank) % 6 == 0) continue;  // some tables without rows from this rank
-        const uint64_t n = 1 + (t * 37 + step * 11) % 200;
-        for (uint64_t i = 0; i < n; ++i) ids[t].push_back((i * (rank + 1) + step * 3) % 400);
+        const bool big = large && (t == 1 || t == 9);
+        const uint64_t n = big ? 10000 + step * 300 : 1 + (t * 37 + step * 11) % 200;
+        const uint64_t space = big ? 30000 : 400;
+        for (uint64_t i = 0; i < n; ++i) ids[t].push_back((i * (rank + 1) + step * 3) % space);
         std::sort(ids[t].begin(), ids[t].end());
         ids[t].erase(std::unique(ids[t].begin(), ids[t].end()), ids[t].end());
         if (step == 7) last[t].insert(last[t].end(), ids[t].begin(), ids[t].end());
@@ -681,6 +685,16 @@ TEST(ShardApplyThreadsTest, ModelIsTheSameWithOneOrFourThreadsAtK0) {
   ExpectSameRun(one, four);
   EXPECT_GT(one.stats.rows_not_admitted, 0u);
   EXPECT_GT(one.stats.rows_expired, 0u);
+  EXPECT_NE(one.pre_images, one.reads);
+}
+
+// One table's ~20k merged ids are applied in two parts at once, each adding its rows'
+// pre- and post-images to the kept sum: the same model, sum and pre-images as one thread.
+TEST(ShardApplyThreadsTest, LargeTablesAppliedInPartsGiveTheSameModel) {
+  const ManyTablesRun one = RunManyTables(/*workers=*/3, /*k=*/0, /*apply_threads=*/1, true);
+  const ManyTablesRun four = RunManyTables(3, 0, 4, true);
+  ExpectSameRun(one, four);
+  EXPECT_GT(one.stats.rows_applied, 8u * 2 * 16384);
   EXPECT_NE(one.pre_images, one.reads);
 }
 
