@@ -144,6 +144,12 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
   return Status::Ok();
 }
 
+namespace {
+Status BadRowsFrame() {
+  return Status::InvalidArgument("pull reply frame of partial rows, or of more rows than asked");
+}
+}  // namespace
+
 Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
                       std::vector<std::vector<float>>* rows, bool from_pre_images) {
   const size_t n_shards = shards_.size();
@@ -215,25 +221,35 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
       const size_t n = ids[s][i].size() * dim;
       float* dst = no_repeats[i] ? (*rows)[i].data() : unique_rows[i].data();
       const uint8_t precision = slices[k].getPrecision();
-      if (precision == static_cast<uint8_t>(WirePrecision::kFp32)) {
-        auto values = r.BulkAs<float>(slices[k].getValuesFrame());
-        if (!values.ok()) return values.status();
-        if (values->size() != n)
-          return Status::InvalidArgument("pull reply has the wrong number of values");
-        for (size_t j = 0; j < ids[s][i].size(); ++j)
-          std::copy_n(values->data() + j * dim, dim, dst + size_t{pos[s][i][j]} * dim);
-      } else if (precision <= static_cast<uint8_t>(WirePrecision::kFp16)) {
-        auto values = r.BulkAs<uint16_t>(slices[k].getValuesFrame());
-        if (!values.ok()) return values.status();
-        if (values->size() != n)
-          return Status::InvalidArgument("pull reply has the wrong number of values");
-        const auto p = static_cast<WirePrecision>(precision);
-        for (size_t j = 0; j < ids[s][i].size(); ++j)
-          DecodeHalf(p, values->subspan(j * dim, dim), {dst + size_t{pos[s][i][j]} * dim, dim});
-      } else {
+      if (precision > static_cast<uint8_t>(WirePrecision::kFp16))
         return Status::InvalidArgument("pull reply of unknown precision " +
                                        std::to_string(precision));
+      // The rows may span several frames (TableSlice.valuesFrames), each of whole rows.
+      const size_t frames = std::max<size_t>(1, slices[k].getValuesFrames());
+      size_t row = 0;
+      for (size_t f = 0; f < frames; ++f) {
+        const size_t frame = slices[k].getValuesFrame() + f;
+        const auto p = static_cast<WirePrecision>(precision);
+        size_t values = 0;
+        if (p == WirePrecision::kFp32) {
+          auto v = r.BulkAs<float>(frame);
+          if (!v.ok()) return v.status();
+          values = v->size();
+          if (values % dim != 0 || row + values / dim > ids[s][i].size()) return BadRowsFrame();
+          for (size_t j = 0; j < values / dim; ++j)
+            std::copy_n(v->data() + j * dim, dim, dst + size_t{pos[s][i][row + j]} * dim);
+        } else {
+          auto v = r.BulkAs<uint16_t>(frame);
+          if (!v.ok()) return v.status();
+          values = v->size();
+          if (values % dim != 0 || row + values / dim > ids[s][i].size()) return BadRowsFrame();
+          for (size_t j = 0; j < values / dim; ++j)
+            DecodeHalf(p, v->subspan(j * dim, dim), {dst + size_t{pos[s][i][row + j]} * dim, dim});
+        }
+        row += values / dim;
       }
+      if (row * dim != n)
+        return Status::InvalidArgument("pull reply has the wrong number of values");
       ++k;
     }
     return Status::Ok();

@@ -6,7 +6,7 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("tandem::wire");
 
 # One table's part of a pull or push: `count` ids in bulk frame `idsFrame` (u64 LE) and, for
-# rows or gradients, count x dim values in bulk frame `valuesFrame` (f32 LE).
+# rows or gradients, count x dim values from bulk frame `valuesFrame` on (f32 LE).
 struct TableSlice {
   tableId @0 :UInt32;
   count @1 :UInt32;
@@ -16,6 +16,11 @@ struct TableSlice {
   # How the values frame holds its values (common/wire_precision.h): 0 fp32, 1 bf16, 2 fp16
   # (ps.wire_precision; the PS keeps fp32 state).
   precision @5 :UInt8;
+  # The values may continue in the frames after `valuesFrame`: `valuesFrames` frames in all
+  # (0 reads as 1), each holding whole rows, in id order. Pull replies split a table's rows
+  # into frames of about 256 KiB: libzmq (CURVE above all) moves many such frames far faster
+  # than one frame of many MiB (bench/ps_bench.cc curve, procs).
+  valuesFrames @6 :UInt16;
 }
 
 struct PullRequest {

@@ -361,17 +361,35 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
   const auto precision = static_cast<WirePrecision>(req.getPrecision());
   // One list reader: each getTables() call counts against the message's traversal limit.
   const auto tables = req.getTables();
-  std::vector<TableRead> reads(tables.size());
-  std::vector<std::unique_ptr<float[]>> rows(tables.size());
+  // Each table's rows are read straight into the buffers of its reply frames (PullFrameRows
+  // rows each), so a large table costs no copy and no frame of many MiB.
+  std::vector<std::span<const uint64_t>> ids(tables.size());
   Status s;
+  size_t frames = 0;
   for (unsigned i = 0; i < tables.size() && s.ok(); ++i) {
-    reads[i].table = tables[i].getTableId();
-    s = internal::SliceIds(m, tables[i], &reads[i].ids);
-    const uint32_t dim = shard_->options().tables[reads[i].table].dim;
-    rows[i].reset(new float[reads[i].ids.size() * dim]);  // every value is written below
-    reads[i].out = rows[i].get();
+    s = internal::SliceIds(m, tables[i], &ids[i]);
+    const size_t per_frame = PullFrameRows(shard_->options().tables[tables[i].getTableId()].dim);
+    frames += std::max<size_t>(1, (ids[i].size() + per_frame - 1) / per_frame);
   }
-  // The tables are read in parallel on the shard's apply threads.
+  // Beyond kMaxPullReplyFrames (many large tables at once) one frame a table, as a receiver's
+  // frame limit (DecodeLimits) is far above the 8192 tables a request may name.
+  const bool split = frames <= kMaxPullReplyFrames;
+  std::vector<TableRead> reads;
+  std::vector<uint32_t> first_read(tables.size() + 1, 0);
+  std::vector<std::unique_ptr<float[]>> rows;
+  for (unsigned i = 0; i < tables.size() && s.ok(); ++i) {
+    const uint32_t table = tables[i].getTableId();
+    const uint32_t dim = shard_->options().tables[table].dim;
+    const size_t per_frame = split ? PullFrameRows(dim) : std::max<size_t>(1, ids[i].size());
+    first_read[i] = static_cast<uint32_t>(reads.size());
+    for (size_t begin = 0; begin == 0 || begin < ids[i].size(); begin += per_frame) {
+      const size_t count = std::min(per_frame, ids[i].size() - begin);
+      rows.emplace_back(new float[count * dim]);  // every value is written below
+      reads.push_back({table, ids[i].subspan(begin, count), rows.back().get()});
+    }
+    first_read[i + 1] = static_cast<uint32_t>(reads.size());
+  }
+  // The tables' frames are read in parallel on the shard's apply threads.
   if (s.ok()) {
     // Pre-images hold the rows before the last apply: only a k = 0 recovery pull reads them,
     // and only once the shard has applied the pulled step itself.
@@ -388,23 +406,32 @@ void PsService::AnswerPull(wire::InMessage& m, wire::Responder r) {
   auto body = reply.envelope().getBody().initPullReply();
   auto slices = body.initTables(tables.size());
   for (unsigned i = 0; i < tables.size(); ++i) {
-    const uint32_t dim = shard_->options().tables[reads[i].table].dim;
-    slices[i].setTableId(reads[i].table);
-    slices[i].setCount(static_cast<uint32_t>(reads[i].ids.size()));
+    const TableRead& first = reads[first_read[i]];
+    const uint32_t dim = shard_->options().tables[first.table].dim;
+    slices[i].setTableId(first.table);
+    slices[i].setCount(static_cast<uint32_t>(tables[i].getCount()));
     slices[i].setDim(dim);
-    slices[i].setValuesFrame(static_cast<uint16_t>(i));
-    const size_t n = reads[i].ids.size() * dim;
-    if (precision == WirePrecision::kFp32) {
-      reply.AddBulkArray(std::move(rows[i]), n);
-    } else {
-      std::unique_ptr<uint16_t[]> half(new uint16_t[n]);
-      EncodeHalf(precision, {rows[i].get(), n}, {half.get(), n});
-      slices[i].setPrecision(static_cast<uint8_t>(precision));
-      reply.AddBulkArray(std::move(half), n);
+    slices[i].setValuesFrame(static_cast<uint16_t>(reply.bulk_count()));
+    slices[i].setValuesFrames(static_cast<uint16_t>(first_read[i + 1] - first_read[i]));
+    if (precision != WirePrecision::kFp32) slices[i].setPrecision(static_cast<uint8_t>(precision));
+    for (uint32_t k = first_read[i]; k < first_read[i + 1]; ++k) {
+      const size_t n = reads[k].ids.size() * dim;
+      if (precision == WirePrecision::kFp32) {
+        reply.AddBulkArray(std::move(rows[k]), n);
+      } else {
+        std::unique_ptr<uint16_t[]> half(new uint16_t[n]);
+        EncodeHalf(precision, {rows[k].get(), n}, {half.get(), n});
+        reply.AddBulkArray(std::move(half), n);
+      }
     }
   }
   body.setAppliedStep(shard_->applied_step());
   r.Send(std::move(reply));
+}
+
+size_t PullFrameRows(uint32_t dim) {
+  constexpr size_t kFrameBytes = 256 << 10;
+  return std::max<size_t>(1, kFrameBytes / (size_t{std::max(dim, 1u)} * sizeof(float)));
 }
 
 }  // namespace tandem::ps

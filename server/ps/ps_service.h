@@ -32,6 +32,11 @@ struct PsServiceStats {
 };
 
 // Safe for concurrent use. `shard` and `server` must outlive the service.
+// Rows a pull reply carries in one frame of a table's values (about 256 KiB of fp32 rows;
+// TableSlice.valuesFrames), unless the reply would have more than kMaxPullReplyFrames frames.
+size_t PullFrameRows(uint32_t dim);
+inline constexpr size_t kMaxPullReplyFrames = 16384;
+
 class PsService {
  public:
   PsService(Shard* shard, wire::RpcServer* server);

@@ -93,6 +93,60 @@ TEST_F(PsServiceTest, ClientTrainsEmbeddingsTowardATarget) {
   EXPECT_LE(client.retained_pushes(), 1u);
 }
 
+// A large pull is answered in frames of whole rows (TableSlice.valuesFrames, about 256 KiB
+// each); the client puts every row where its id asked for it, repeated ids included.
+TEST_F(PsServiceTest, LargePullIsAnsweredInFramesOfWholeRows) {
+  Start(1);
+  const uint32_t dim = options_.tables[1].dim;
+  std::vector<uint64_t> ids(3 * PullFrameRows(dim) + 123);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i * 7919 + 1;
+  PsClient client = Client(0);
+  std::vector<float> grads(ids.size() * dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * static_cast<float>(i % 97);
+  TableGrads g{1, ids, grads};
+  ASSERT_TRUE(client.Push(0, {&g, 1}).ok());
+  std::vector<float> expect(ids.size() * dim);
+  ASSERT_TRUE(shard_->Read(1, ids, expect.data()).ok());
+
+  wire::RpcClient raw(&context_, Worker(0));
+  int h = *raw.Connect(server_->endpoint());
+  wire::OutMessage m;
+  auto req = m.envelope().getBody().initPullRequest();
+  req.setStep(1);
+  auto t = req.initTables(1);
+  t[0].setTableId(1);
+  t[0].setCount(static_cast<uint32_t>(ids.size()));
+  t[0].setDim(dim);
+  t[0].setIdsFrame(0);
+  m.AddBulkCopy(ids.data(), ids.size() * sizeof(uint64_t));
+  auto r = raw.Call(h, std::move(m), milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto slice = r->envelope().getBody().getPullReply().getTables()[0];
+  ASSERT_EQ(slice.getValuesFrames(), 4u);
+  std::vector<float> got;
+  for (uint32_t f = 0; f < slice.getValuesFrames(); ++f) {
+    auto v = r->BulkAs<float>(slice.getValuesFrame() + f);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->size() % dim, 0u);
+    EXPECT_LE(v->size() * sizeof(float), 256u << 10);
+    got.insert(got.end(), v->begin(), v->end());
+  }
+  EXPECT_EQ(got, expect);
+
+  // Through the client, with every id asked twice (the rows are de-duplicated, then spread).
+  std::vector<uint64_t> twice = ids;
+  twice.insert(twice.end(), ids.rbegin(), ids.rend());
+  std::vector<std::vector<float>> rows;
+  TableIds both{1, twice};
+  ASSERT_TRUE(client.Pull(1, {&both, 1}, &rows).ok());
+  ASSERT_EQ(rows[0].size(), twice.size() * dim);
+  EXPECT_TRUE(std::equal(expect.begin(), expect.end(), rows[0].begin()));
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_TRUE(std::equal(&expect[i * dim], &expect[(i + 1) * dim],
+                           &rows[0][(twice.size() - 1 - i) * dim]))
+        << i;
+}
+
 // Scenario 4: eight workers, four handler threads; seven pull early for step s+1 while one push
 // for step s is late. Parked pulls hold no thread, so the late push gets in and all finish.
 TEST_F(PsServiceTest, EarlyPullsDoNotBlockALatePush) {
