@@ -147,6 +147,46 @@ TEST_F(PsServiceTest, LargePullIsAnsweredInFramesOfWholeRows) {
         << i;
 }
 
+// A reply whose frames do not hold whole rows, or hold more rows than were asked for, is a
+// clear error at the client, never a write past the rows it asked for.
+TEST(PsClientRepliesTest, PullReplyFramesOfPartialOrExtraRowsAreRefused) {
+  zmq::context_t context(1);
+  enum class Bad { kPartialRow, kExtraRows, kMissingFrame } bad = Bad::kPartialRow;
+  wire::ServerOptions so;
+  so.lanes = PsLanes(2);
+  wire::RpcServer fake(&context, so, wire::Identity{});
+  fake.Handle(wire::Envelope::Body::PULL_REQUEST, 0, [&](wire::InMessage& m, wire::Responder r) {
+    const uint32_t count = m.envelope().getBody().getPullRequest().getTables()[0].getCount();
+    wire::OutMessage reply = r.NewReply();
+    auto t = reply.envelope().getBody().initPullReply().initTables(1);
+    t[0].setTableId(0);
+    t[0].setCount(count);
+    t[0].setDim(4);
+    t[0].setValuesFrame(0);
+    t[0].setValuesFrames(2);
+    const size_t first = bad == Bad::kPartialRow ? 4 * 1 + 2 : 4 * 1;
+    const size_t second = bad == Bad::kExtraRows ? 4 * (count + 3) : 4 * count - first;
+    reply.AddBulkVector(std::vector<float>(first, 1.0f));
+    if (bad != Bad::kMissingFrame) reply.AddBulkVector(std::vector<float>(second, 2.0f));
+    r.Send(std::move(reply));
+  });
+  ASSERT_TRUE(fake.Start().ok());
+  PsClientOptions o;
+  o.shards = {fake.endpoint()};
+  o.dims = {4};
+  o.timeout = milliseconds(5000);
+  PsClient client(&context, Worker(0), o);
+  std::vector<uint64_t> ids = {1, 2, 3, 4, 5};
+  TableIds t{0, ids};
+  for (Bad b : {Bad::kPartialRow, Bad::kExtraRows, Bad::kMissingFrame}) {
+    bad = b;
+    std::vector<std::vector<float>> rows;
+    const Status s = client.Pull(0, {&t, 1}, &rows);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  }
+  fake.Stop();
+}
+
 // Scenario 4: eight workers, four handler threads; seven pull early for step s+1 while one push
 // for step s is late. Parked pulls hold no thread, so the late push gets in and all finish.
 TEST_F(PsServiceTest, EarlyPullsDoNotBlockALatePush) {
