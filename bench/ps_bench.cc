@@ -164,6 +164,31 @@ std::pair<double, double> FlatGatherScatter(const std::vector<uint64_t>& keys, u
   return {gather, scatter};
 }
 
+// The raw ZeroMQ baselines' server: a request of one frame (keys) is answered with `rows`, as a
+// pull is; one of more frames (keys, gradients) with 8 bytes, as a push is. Runs until `stop`.
+std::thread RawAnswerer(zmq::socket_t* server, std::atomic<bool>* stop,
+                        const std::vector<float>& rows) {
+  return std::thread([server, stop, &rows] {
+    zmq::pollitem_t item{server->handle(), 0, ZMQ_POLLIN, 0};
+    while (!*stop) {
+      zmq::poll(&item, 1, milliseconds(20));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      zmq::message_t id, part;
+      (void)server->recv(id);
+      int parts = 0;
+      do {
+        (void)server->recv(part);
+        ++parts;
+      } while (part.more());
+      server->send(id, zmq::send_flags::sndmore);
+      if (parts == 1)
+        server->send(zmq::message_t(rows.data(), rows.size() * 4), zmq::send_flags::none);
+      else
+        server->send(zmq::message_t(8), zmq::send_flags::none);
+    }
+  });
+}
+
 // Baseline (b): raw ZeroMQ request/reply moving the bytes of a pull (keys out, rows back).
 double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
   zmq::socket_t server(*ctx, zmq::socket_type::router), client(*ctx, zmq::socket_type::dealer);
@@ -171,18 +196,7 @@ double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
   client.connect(server.get(zmq::sockopt::last_endpoint));
   std::atomic<bool> stop{false};
   std::vector<float> rows(kKeys * dim, 0.5f);
-  std::thread t([&] {
-    zmq::pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
-    while (!stop) {
-      zmq::poll(&item, 1, milliseconds(20));
-      if (!(item.revents & ZMQ_POLLIN)) continue;
-      zmq::message_t id, keys;
-      (void)server.recv(id);
-      (void)server.recv(keys);
-      server.send(id, zmq::send_flags::sndmore);
-      server.send(zmq::message_t(rows.data(), rows.size() * 4), zmq::send_flags::none);
-    }
-  });
+  std::thread t = RawAnswerer(&server, &stop, rows);
   std::vector<uint64_t> keys = Keys(kKeys, 1);
   auto once = [&] {
     client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::none);
@@ -532,8 +546,7 @@ int ServeShard(uint32_t dim, const std::string& dir, const std::string& file) {
   return 0;
 }
 
-// Raw ZeroMQ: a request of one frame (keys) is answered with the rows of a pull; one of two
-// frames (keys, gradients) with an 8-byte acknowledgement, as a push is.
+// Raw ZeroMQ in a process of its own (RawAnswerer).
 int ServeRaw(uint32_t dim, const std::string& file) {
   BlockTerm();
   zmq::context_t ctx(2);
@@ -541,25 +554,7 @@ int ServeRaw(uint32_t dim, const std::string& file) {
   server.bind("tcp://127.0.0.1:0");
   std::atomic<bool> stop{false};
   std::vector<float> rows(kKeys * dim, 0.5f);
-  std::thread t([&] {
-    zmq::pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
-    while (!stop) {
-      zmq::poll(&item, 1, milliseconds(20));
-      if (!(item.revents & ZMQ_POLLIN)) continue;
-      zmq::message_t id, part;
-      (void)server.recv(id);
-      int parts = 0;
-      do {
-        (void)server.recv(part);
-        ++parts;
-      } while (part.more());
-      server.send(id, zmq::send_flags::sndmore);
-      if (parts == 1)
-        server.send(zmq::message_t(rows.data(), rows.size() * 4), zmq::send_flags::none);
-      else
-        server.send(zmq::message_t(8), zmq::send_flags::none);
-    }
-  });
+  std::thread t = RawAnswerer(&server, &stop, rows);
   PublishAndWaitForTerm(server.get(zmq::sockopt::last_endpoint), file);
   stop = true;
   t.join();
