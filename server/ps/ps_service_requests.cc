@@ -51,6 +51,12 @@ Status ReadPushRequest(wire::InMessage& m, PushInput* in,
     v.table_id = t.getTableId();
     v.dim = t.getDim();
     TANDEM_RETURN_IF_ERROR(SliceIds(m, t, &v.ids));
+    // Only pull replies split a table's values over frames (TableSlice.valuesFrames): the log
+    // and the apply take a push's gradients as they arrived, one frame a table.
+    if (t.getValuesFrames() > 1)
+      return Status::InvalidArgument("table " + std::to_string(v.table_id) + ": gradients over " +
+                                     std::to_string(t.getValuesFrames()) +
+                                     " frames (a push carries one frame a table)");
     const uint8_t precision = t.getPrecision();
     if (precision == static_cast<uint8_t>(WirePrecision::kFp32)) {
       auto grads = m.BulkAs<float>(t.getValuesFrame());

@@ -293,6 +293,17 @@ TEST_F(PsServiceTest, HostileRequestsGetInvalidAndChangeNothing) {
               m.AddBulkCopy("1234567", 7);
             }),
             wire::ReplyCode::INVALID);
+  // Gradients split over frames (valuesFrames > 1): only pull replies are split.
+  EXPECT_EQ(send([&](wire::OutMessage& m) {
+              auto t = m.envelope().getBody().initPushRequest().initTables(1);
+              Slice(t[0], 0, 2, 4, 0, 1, 0);
+              t[0].setValuesFrames(2);
+              m.AddBulkCopy(ids.data(), 16);
+              std::vector<float> g(8, 0.f);  // the first frame alone would be a whole push
+              m.AddBulkCopy(g.data(), 32);
+              m.AddBulkCopy(g.data(), 32);
+            }),
+            wire::ReplyCode::INVALID);
   // bf16 gradients (ps.wire_precision): a frame whose size is not count x dim, one frame named
   // by two tables (it would be decoded twice), and an unknown precision.
   std::vector<uint16_t> half(8, 0x3F80);
