@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -189,6 +190,27 @@ std::thread RawAnswerer(zmq::socket_t* server, std::atomic<bool>* stop,
   });
 }
 
+// One raw request: the keys, then the gradients as a second frame when there are any (a push);
+// waits for the reply.
+void RawRequest(zmq::socket_t* client, const std::vector<uint64_t>& keys,
+                std::span<const float> grads) {
+  client->send(zmq::message_t(keys.data(), keys.size() * 8),
+               grads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  if (!grads.empty())
+    client->send(zmq::message_t(grads.data(), grads.size_bytes()), zmq::send_flags::none);
+  zmq::message_t reply;
+  (void)client->recv(reply);
+}
+
+// Keys/s of `request` (kKeys keys each) over `reps` timed calls after one untimed.
+template <typename Request>
+double RawKeysPerSec(int reps, Request request) {
+  request();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) request();
+  return kKeys * double(reps) / Seconds(t0);
+}
+
 // Baseline (b): raw ZeroMQ request/reply moving the bytes of a pull (keys out, rows back).
 double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
   zmq::socket_t server(*ctx, zmq::socket_type::router), client(*ctx, zmq::socket_type::dealer);
@@ -198,15 +220,7 @@ double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
   std::vector<float> rows(kKeys * dim, 0.5f);
   std::thread t = RawAnswerer(&server, &stop, rows);
   std::vector<uint64_t> keys = Keys(kKeys, 1);
-  auto once = [&] {
-    client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::none);
-    zmq::message_t reply;
-    (void)client.recv(reply);
-  };
-  once();
-  auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) once();
-  double v = kKeys * double(reps) / Seconds(t0);
+  const double v = RawKeysPerSec(reps, [&] { RawRequest(&client, keys, {}); });
   stop = true;
   t.join();
   return v;
@@ -596,25 +610,8 @@ std::pair<double, double> RawZmqProcs(zmq::context_t* ctx, const std::string& en
   client.connect(endpoint);
   std::vector<uint64_t> keys = Keys(kKeys, 1);
   std::vector<float> grads(kKeys * dim, 0.001f);
-  auto pull = [&] {
-    client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::none);
-    zmq::message_t reply;
-    (void)client.recv(reply);
-  };
-  auto push = [&] {
-    client.send(zmq::message_t(keys.data(), keys.size() * 8), zmq::send_flags::sndmore);
-    client.send(zmq::message_t(grads.data(), grads.size() * 4), zmq::send_flags::none);
-    zmq::message_t reply;
-    (void)client.recv(reply);
-  };
-  pull();
-  auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) pull();
-  const double p = kKeys * double(reps) / Seconds(t0);
-  push();
-  t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) push();
-  return {p, kKeys * double(reps) / Seconds(t0)};
+  return {RawKeysPerSec(reps, [&] { RawRequest(&client, keys, {}); }),
+          RawKeysPerSec(reps, [&] { RawRequest(&client, keys, grads); })};
 }
 
 void TwoProcesses(zmq::context_t* ctx, uint32_t dim) {
