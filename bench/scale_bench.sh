@@ -32,8 +32,10 @@
 #   checkpoint_s       worker 0's "checkpoint of step N written in X s" (median, and max): the
 #                      background write; checkpoint_held_s its "training held X s" (median).
 #   final_checkpoint_s worker 0's write time of the last step's checkpoint, and
-#                      final_checkpoint_copied_bytes what the shards copied for it (the SSTs
-#                      compaction wrote since the previous checkpoint; the rest is shared).
+#                      final_checkpoint_copied_bytes what the shards copied for it: a delta
+#                      part's change log since the previous checkpoint, or a full part's SSTs
+#                      compaction wrote since then (the rest is shared); final_delta_parts is
+#                      how many shards sent a delta part (the cheaper of the two).
 #   end_of_job_s       from the wall_time of the last step's metrics line to `tandem local`
 #                      exiting (taken by the shell right after it returns): the final
 #                      checkpoint, the final eval, the model checksum, the members leaving. final_line_to_exit_s is the part after the final line,
@@ -217,13 +219,16 @@ run_job() {  # DIR CACHE
   ckpt_max=$(sort -g <<<"$ckpts" | tail -1)
   # The final checkpoint: its write time, and the bytes the shards copied into checkpoint.dir
   # (SSTs compaction wrote since the previous checkpoint), which the end of the job waits for.
-  local final_ckpt_s final_copied=0 b
+  local final_ckpt_s final_copied=0 final_deltas=0 b
   final_ckpt_s=$(sed -n "s/.*checkpoint of step $((steps - 1)) written in \([0-9.]*\) s.*/\1/p" \
     "$dir/out/logs/worker-0.log" 2>/dev/null | tail -1 || true)
   for ((i = 0; i < PS; i++)); do
     b=$(sed -n "s/.*checkpoint part of step $((steps - 1)): [0-9]* files, [0-9]* copied (\([0-9]*\) bytes).*/\1/p" \
       "$dir/out/logs/ps-$i.log" 2>/dev/null | tail -1 || true)
     final_copied=$((final_copied + ${b:-0}))
+    if grep -q "the final part is step [0-9]* plus" "$dir/out/logs/ps-$i.log" 2>/dev/null; then
+      final_deltas=$((final_deltas + 1))
+    fi
   done
   local end_s="" final_s=""
   if [[ -n $last_step ]]; then
@@ -268,6 +273,7 @@ run_job() {  # DIR CACHE
     echo "checkpoint_held_s=${held:-null}"
     echo "final_checkpoint_s=${final_ckpt_s:-null}"
     echo "final_checkpoint_copied_bytes=$final_copied"
+    echo "final_delta_parts=$final_deltas"
     echo "end_of_job_s=${end_s:-null}"
     echo "final_line_to_exit_s=${final_s:-null}"
     echo "chief_exit_to_exit_s=${chief_s:-null}"
@@ -353,14 +359,14 @@ for j in "${!ratios[@]}"; do
     [[ $(get "$out/runs/ratio-$r-rep$rep" model_checksum) == "$ref_checksum" ]] || checksums_equal=false
   done
   cache_total=$(awk -v c="$(get "$out/runs/ratio-$r-rep1" cache_bytes)" -v p=$PS 'BEGIN {printf "%.0f", c * p}')
-  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_peak_anon_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
+  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_peak_anon_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
     "${labels[$j]/\//_}" "$sps" "$base_sps" "$rel" "$r" "$cache_total" "$table_rows" "$table_bytes" \
     "$vocab" "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "${rcs%,}" \
     "$(med "$r" mean_samples_per_sec)" "$(med "$r" ps_peak_rss_bytes)" \
     "$(med "$r" ps_peak_anon_bytes)" "$(med "$r" ps_dir_bytes)" \
     "$(med "$r" live_db_bytes)" "$(med "$r" checkpoint_dir_bytes)" "$(med "$r" checkpoints)" \
     "$(med "$r" checkpoint_s)" "$(med "$r" checkpoint_max_s)" "$(med "$r" checkpoint_held_s)" \
-    "$(med "$r" final_checkpoint_s)" "$(med "$r" final_checkpoint_copied_bytes)" "$(med "$r" end_of_job_s)" \
+    "$(med "$r" final_checkpoint_s)" "$(med "$r" final_checkpoint_copied_bytes)" "$(med "$r" final_delta_parts)" "$(med "$r" end_of_job_s)" \
     "$(med "$r" final_line_to_exit_s)" "$(med "$r" chief_exit_to_exit_s)" "$(med "$r" job_s)" "$(med "$r" evictions)" \
     "$(med "$r" writebacks)" "$(med "$r" cache_hits)" "$(med "$r" cache_misses)" \
     "$(med "$r" cache_bytes_used_max)" "$(get "$out/runs/ratio-$r-rep1" auc)" "$cs"

@@ -22,4 +22,16 @@ inline std::string ShardDurableDir(uint32_t shard) {
 
 inline constexpr char kDenseCheckpointFile[] = "dense.ckpt";
 
+// What a shard may make of a checkpoint part (server/ps/durable_copy.h): full, or a delta of its
+// previous full part when that copies less than a full one would (kDeltaIfCheaper), or whenever
+// it has one (kDelta). Only the job's last checkpoint asks for a delta (checkpoint.final_part).
+enum class PartKind { kFull, kDeltaIfCheaper, kDelta };
+
+// checkpoint.final_part's value ("cheaper", "delta", "full") as a PartKind.
+inline PartKind FinalPartKind(const std::string& final_part) {
+  if (final_part == "delta") return PartKind::kDelta;
+  if (final_part == "full") return PartKind::kFull;
+  return PartKind::kDeltaIfCheaper;
+}
+
 }  // namespace tandem

@@ -404,7 +404,8 @@ StatusOr<ModelChecksum> PsClient::Checksum(int64_t step, uint64_t* rows) {
 // deadline applies to each round of asking, never to the copy: a shard that keeps answering is
 // waited for however long its copy takes.
 StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
-                                                             const std::vector<int64_t>& retained) {
+                                                             const std::vector<int64_t>& retained,
+                                                             PartKind kind) {
   if (step < 0) return Status::InvalidArgument("checkpoint of step " + std::to_string(step));
   std::vector<size_t> todo(shards_.size());
   for (size_t s = 0; s < todo.size(); ++s) todo[s] = s;
@@ -413,6 +414,9 @@ StatusOr<std::vector<std::string>> PsClient::CheckpointParts(int64_t step,
     wire::OutMessage m;
     auto req = m.envelope().getBody().initCheckpointPartRequest();
     req.setStep(step);
+    req.setKind(kind == PartKind::kDelta            ? wire::PartKind::DELTA
+                : kind == PartKind::kDeltaIfCheaper ? wire::PartKind::DELTA_IF_CHEAPER
+                                                    : wire::PartKind::FULL);
     auto list = req.initRetainedSteps(static_cast<unsigned>(retained.size()));
     for (unsigned i = 0; i < retained.size(); ++i) list.set(i, retained[i]);
     return m;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_layout.h"
 #include "common/embedding_client.h"
 #include "common/flat_id_index.h"
 #include "common/model_checksum.h"
@@ -83,9 +84,11 @@ class PsClient : public EmbeddingClient {
   StatusOr<ModelChecksum> Checksum(int64_t step, uint64_t* rows = nullptr);
   // Every shard's part of checkpoint `step` (JSON each, by shard), once each has applied `step`
   // and copied its restore point to the durable copy (PROTOCOLS §7).
-  // `retained`: the committed checkpoints the chief keeps (the shards may collect the rest).
+  // `retained`: the committed checkpoints the chief keeps (the shards may collect the rest);
+  // `kind`: what a shard may make of its part (a delta only for the job's last checkpoint).
   StatusOr<std::vector<std::string>> CheckpointParts(int64_t step,
-                                                     const std::vector<int64_t>& retained = {});
+                                                     const std::vector<int64_t>& retained = {},
+                                                     PartKind kind = PartKind::kFull);
 
   void SetIdentity(const wire::Identity& identity) { rpc_.SetIdentity(identity); }
   int64_t shard_applied_step(size_t shard) const { return shards_[shard].applied; }

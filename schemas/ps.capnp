@@ -73,6 +73,15 @@ struct CheckpointPartRequest {
   step @0 :Int64;
   retainedSteps @1 :List(Int64);  # the committed checkpoints the chief keeps: the rest of the
                                   # shard's durable pool may be collected
+  kind @2 :PartKind;  # full unless it is the job's last checkpoint (checkpoint.final_part)
+}
+
+# What a shard may make of a checkpoint part (durable_copy.h): a full part, or a delta of its
+# previous full part when that copies less than the full part would, or whenever it can.
+enum PartKind {
+  full @0;
+  deltaIfCheaper @1;
+  delta @2;
 }
 
 struct CheckpointPartReply {

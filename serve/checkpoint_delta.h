@@ -3,7 +3,8 @@
 // the rows changed after checkpoint S are among the keys of the SSTs that checkpoint S' holds
 // and S does not. Those rows are read from S' and compared with what is being served; only the
 // ones that differ are applied. (A compaction rewrites unchanged rows into new SSTs: they are
-// read and compared, never applied.)
+// read and compared, never applied.) A delta part (durable_copy.h) adds the keys its change log
+// segments write: the rows changed after its base.
 #pragma once
 
 #include <cstdint>

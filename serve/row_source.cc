@@ -2,6 +2,7 @@
 
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_reader.h>
+#include <rocksdb/write_batch.h>
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +70,7 @@ StatusOr<std::shared_ptr<CheckpointRows>> CheckpointRows::Open(
   rows->parts_.resize(num_ps);
   rows->shards_.resize(num_ps);
   rows->part_dirs_.resize(num_ps);
+  rows->durable_dirs_.resize(num_ps);
   for (const auto& part : ckpt.manifest.parts) {
     if (part.name == "dense") continue;
     TANDEM_ASSIGN_OR_RETURN(ps::CheckpointPart cp, ps::CheckpointPartFromJson(part.detail));
@@ -90,6 +92,7 @@ StatusOr<std::shared_ptr<CheckpointRows>> CheckpointRows::Open(
     if (!store.ok()) return store.status().WithContext(part.name);
     rows->shards_[cp.shard] = std::move(store).value();
     rows->part_dirs_[cp.shard] = staged;
+    rows->durable_dirs_[cp.shard] = ckpt.root + "/" + ShardDurableDir(cp.shard);
     rows->parts_[cp.shard] = std::move(cp);
   }
   for (uint32_t s = 0; s < num_ps; ++s)
@@ -142,8 +145,39 @@ Status CheckpointRows::KeysNotIn(uint32_t shard, const ps::CheckpointPart& older
   if (shard >= parts_.size()) return Status::InvalidArgument("no shard " + std::to_string(shard));
   std::set<std::string> old_files;
   for (const auto& f : older.files)
-    if (f.is_sst) old_files.insert(f.path);
+    if (f.is_sst || f.is_log) old_files.insert(f.path);
   rocksdb::Options options;
+  // A delta part's rows changed after its base are the keys its change log segments write.
+  struct LoggedKeys : rocksdb::WriteBatch::Handler {
+    std::vector<std::string> keys;
+    void Put(const rocksdb::Slice& key, const rocksdb::Slice&) override {
+      keys.push_back(key.ToString());
+    }
+    void Delete(const rocksdb::Slice& key) override { keys.push_back(key.ToString()); }
+  };
+  const auto add_key = [&](const rocksdb::Slice& k) {
+    if (k.size() != 12) return;  // the checksum record and admission counters
+    auto big = [&](size_t at, size_t n) {
+      uint64_t v = 0;
+      for (size_t b = 0; b < n; ++b) v = v << 8 | static_cast<uint8_t>(k.data()[at + b]);
+      return v;
+    };
+    const uint32_t table = static_cast<uint32_t>(big(0, 4));
+    if (table >= specs_.size()) return;  // 0xFFFFFFFF: an admission counter
+    keys->emplace_back(table, big(4, 8));
+  };
+  for (const auto& f : parts_[shard].files) {
+    if (!f.is_log || old_files.count(f.path) != 0) continue;
+    TANDEM_RETURN_IF_ERROR(ps::ForEachChangeRecord(
+        durable_dirs_[shard] + "/" + f.path, [&](std::string&& rep) -> Status {
+          LoggedKeys logged;
+          rocksdb::WriteBatch batch(std::move(rep));
+          rocksdb::Status st = batch.Iterate(&logged);
+          if (!st.ok()) return Status::DataLoss(f.path + ": " + st.ToString());
+          for (const std::string& k : logged.keys) add_key(k);
+          return Status::Ok();
+        }));
+  }
   for (const auto& f : parts_[shard].files) {
     if (!f.is_sst || old_files.count(f.path) != 0) continue;
     const std::string path = part_dirs_[shard] + "/" + f.db_name;
@@ -151,18 +185,7 @@ Status CheckpointRows::KeysNotIn(uint32_t shard, const ps::CheckpointPart& older
     rocksdb::Status st = reader.Open(path);
     if (!st.ok()) return Status::DataLoss(path + ": " + st.ToString());
     std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(rocksdb::ReadOptions()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const rocksdb::Slice k = it->key();
-      if (k.size() != 12) continue;  // the checksum record and admission counters
-      auto big = [&](size_t at, size_t n) {
-        uint64_t v = 0;
-        for (size_t b = 0; b < n; ++b) v = v << 8 | static_cast<uint8_t>(k.data()[at + b]);
-        return v;
-      };
-      const uint32_t table = static_cast<uint32_t>(big(0, 4));
-      if (table >= specs_.size()) continue;  // 0xFFFFFFFF: an admission counter
-      keys->emplace_back(table, big(4, 8));
-    }
+    for (it->SeekToFirst(); it->Valid(); it->Next()) add_key(it->key());
     if (!it->status().ok()) return Status::DataLoss(path + ": " + it->status().ToString());
   }
   std::sort(keys->begin(), keys->end());

@@ -84,6 +84,7 @@ class CheckpointRows : public RowSource {
   std::vector<embedding::TableSpec> specs_;
   std::vector<ps::CheckpointPart> parts_;
   std::vector<std::string> part_dirs_;                       // by shard: the materialised part
+  std::vector<std::string> durable_dirs_;                    // by shard: its durable copy
   std::vector<std::unique_ptr<ps::EmbeddingStore>> shards_;  // by shard
 };
 

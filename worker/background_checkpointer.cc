@@ -12,8 +12,12 @@ using Clock = std::chrono::steady_clock;
 
 void UseClients(PsClient* ps, ChiefClient* chief, const std::string& determinism_class,
                 BackgroundCheckpointerOptions* options, std::chrono::milliseconds commit_budget) {
-  options->shard_parts = [ps](int64_t step, const std::vector<int64_t>& retained) {
-    return ps->CheckpointParts(step, retained);
+  const PartKind final_kind = options->job != nullptr
+                                  ? FinalPartKind(options->job->checkpoint.final_part)
+                                  : PartKind::kDeltaIfCheaper;
+  options->shard_parts = [ps, final_kind](int64_t step, const std::vector<int64_t>& retained,
+                                          bool final) {
+    return ps->CheckpointParts(step, retained, final ? final_kind : PartKind::kFull);
   };
   options->commit = [chief, determinism_class, commit_budget](int64_t step,
                                                               const std::vector<std::string>& parts,
@@ -39,11 +43,12 @@ BackgroundCheckpointer::~BackgroundCheckpointer() {
     TLOG_WARN("checkpoint of step {} abandoned: the chief never committed it", uncommitted_->step);
 }
 
-double BackgroundCheckpointer::Begin(int64_t step, worker::DenseState state) {
+double BackgroundCheckpointer::Begin(int64_t step, worker::DenseState state, bool final) {
   const auto t0 = Clock::now();
   MutexLock lock(&mu_);
   while (next_ || writing_) cv_.Wait();
   next_.emplace(step, std::move(state));
+  next_final_ = final;
   last_begun_ = step;
   cv_.SignalAll();
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -71,6 +76,7 @@ int64_t BackgroundCheckpointer::last_committed() const {
 void BackgroundCheckpointer::Run() {
   for (;;) {
     std::optional<std::pair<int64_t, worker::DenseState>> work;
+    bool final = false;
     std::optional<Uncommitted> commit;
     {
       MutexLock lock(&mu_);
@@ -81,6 +87,7 @@ void BackgroundCheckpointer::Run() {
         commit = uncommitted_;
       } else if (next_) {
         work = std::move(next_);
+        final = next_final_;
         next_.reset();
         writing_ = true;
       } else if (uncommitted_ && !stopping_) {
@@ -90,7 +97,7 @@ void BackgroundCheckpointer::Run() {
       }
     }
     if (work) {
-      auto parts = Write(work->first, work->second);
+      auto parts = Write(work->first, work->second, final);
       MutexLock lock(&mu_);
       writing_ = false;
       if (parts.ok()) {
@@ -121,14 +128,15 @@ void BackgroundCheckpointer::Run() {
 }
 
 StatusOr<std::vector<std::string>> BackgroundCheckpointer::Write(int64_t step,
-                                                                 const worker::DenseState& state) {
+                                                                 const worker::DenseState& state,
+                                                                 bool final) {
   const config::JobConfig& job = *options_.job;
   const auto t0 = Clock::now();
   const std::string rel = CheckpointDirName(step) + "/" + kDenseCheckpointFile;
   worker::DenseFileInfo info;
   TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(job.checkpoint.dir + "/" + rel, state, &info));
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts,
-                          options_.shard_parts(step, retained_));
+                          options_.shard_parts(step, retained_, final));
   char crc[16];
   std::snprintf(crc, sizeof crc, "%08x", info.crc32c);
   std::vector<std::string> parts;

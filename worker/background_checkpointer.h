@@ -29,9 +29,10 @@ namespace tandem::worker {
 struct BackgroundCheckpointerOptions {
   const config::JobConfig* job = nullptr;
   // Every shard's part of checkpoint `step`, JSON each (PsClient::CheckpointParts); `retained`:
-  // the committed checkpoints the chief keeps. Called on the checkpointer's thread only.
-  std::function<StatusOr<std::vector<std::string>>(int64_t step,
-                                                   const std::vector<int64_t>& retained)>
+  // the committed checkpoints the chief keeps; `final`: the job's last checkpoint. Called on the
+  // checkpointer's thread only.
+  std::function<StatusOr<std::vector<std::string>>(
+      int64_t step, const std::vector<int64_t>& retained, bool final)>
       shard_parts;
   // Asks the chief to commit the manifest's parts (ChiefClient::CommitCheckpoint); `retained`
   // gets the committed checkpoints it keeps. kUnavailable and the like: the chief is away (try
@@ -56,8 +57,9 @@ class BackgroundCheckpointer {
 
   // Hands checkpoint `step` over. Waits while the previous one is still being written, so that
   // checkpoints asked for faster than they can be written hold training up instead of piling up
-  // snapshots. Returns the seconds it waited.
-  double Begin(int64_t step, worker::DenseState state);
+  // snapshots. Returns the seconds it waited. `final`: the job stops after this step (its
+  // shards may then copy what they wrote since their last part instead of new SSTs).
+  double Begin(int64_t step, worker::DenseState state, bool final = false);
 
   // Waits until every checkpoint handed over is written and committed, at most `budget`.
   // kDeadlineExceeded when the newest is not committed by then, or the error that lost it.
@@ -76,7 +78,8 @@ class BackgroundCheckpointer {
   };
   void Run();
   // The dense file and every shard's part, as the chief's parts.
-  StatusOr<std::vector<std::string>> Write(int64_t step, const worker::DenseState& state);
+  StatusOr<std::vector<std::string>> Write(int64_t step, const worker::DenseState& state,
+                                           bool final);
   // One commit attempt; true when it is settled (committed, or refused for good).
   bool TryCommit(const Uncommitted& c);
 
@@ -84,6 +87,7 @@ class BackgroundCheckpointer {
   mutable Mutex mu_;
   CondVar cv_{&mu_};
   std::optional<std::pair<int64_t, worker::DenseState>> next_ GUARDED_BY(mu_);
+  bool next_final_ GUARDED_BY(mu_) = false;
   bool writing_ GUARDED_BY(mu_) = false;
   std::optional<Uncommitted> uncommitted_ GUARDED_BY(mu_);
   int64_t last_begun_ GUARDED_BY(mu_) = -1;

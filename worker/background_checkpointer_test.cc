@@ -31,7 +31,7 @@ struct FakeCluster {
 
   void Install(BackgroundCheckpointerOptions* o) {
     o->retry_every = milliseconds(20);
-    o->shard_parts = [this](int64_t step, const std::vector<int64_t>&) {
+    o->shard_parts = [this](int64_t step, const std::vector<int64_t>&, bool) {
       std::this_thread::sleep_for(milliseconds(write_delay_ms.load()));
       MutexLock lock(&mu);
       parts_asked.push_back(step);
@@ -127,7 +127,7 @@ TEST(BackgroundCheckpointerTest, ARefusalIsFinalAndFinishSaysWhy) {
 
 TEST(BackgroundCheckpointerTest, AShardThatCannotCutLosesTheCheckpointWithItsReason) {
   Fixture f;
-  f.options.shard_parts = [](int64_t, const std::vector<int64_t>&) {
+  f.options.shard_parts = [](int64_t, const std::vector<int64_t>&, bool) {
     return StatusOr<std::vector<std::string>>(Status::Unavailable("shard 1 is down"));
   };
   BackgroundCheckpointer c(f.options);

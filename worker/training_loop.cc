@@ -639,8 +639,8 @@ Status TrainingLoop::HandleCheckpoint(int64_t step, const StepInput& in, const S
   if (o_.rank == 0 && o_.checkpoint &&
       (in.scheduled || in.timed || last || (st.stop_agreed && step + 1 < total_))) {
     auto t2 = Clock::now();
-    TANDEM_RETURN_IF_ERROR(
-        o_.checkpoint(step, *trainer_).WithContext("checkpoint of step " + std::to_string(step)));
+    TANDEM_RETURN_IF_ERROR(o_.checkpoint(step, *trainer_, last || st.stop_agreed)
+                               .WithContext("checkpoint of step " + std::to_string(step)));
     TLOG_INFO("checkpoint of step {}: training held {:.3f} s{}", step, Since(t2),
               in.timed && !in.scheduled ? " (every_seconds)" : "");
     last_checkpoint_ = Clock::now();

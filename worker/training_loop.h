@@ -70,7 +70,8 @@ struct TrainingLoopOptions {
   // path at announced steps, and cannot apply anything after the others (no push follows), so
   // the callback may finish the checkpoint in the background: it should only snapshot the dense
   // state before returning.
-  std::function<Status(int64_t step, const Trainer& trainer)> checkpoint;
+  // `final`: the job stops after this step (its last step, or a stop was agreed).
+  std::function<Status(int64_t step, const Trainer& trainer, bool final)> checkpoint;
   // Called once the trainer exists, before the first step (a resume restores the dense state).
   std::function<Status(Trainer* trainer)> restore;
 

@@ -262,7 +262,7 @@ class WorkerRun {
   }
 
   // Rank 0 finishes checkpoints off the training thread, with a client of its own.
-  std::function<Status(int64_t, const Trainer&)> StartCheckpointer() {
+  std::function<Status(int64_t, const Trainer&, bool)> StartCheckpointer() {
     PsClientOptions cpo = po_;
     cpo.interrupted = nullptr;  // checkpoints go on through a recovery
     checkpoint_ps_ = std::make_unique<PsClient>(ctx_.context, self_, cpo);
@@ -270,8 +270,8 @@ class WorkerRun {
     co.job = &job_;
     UseClients(checkpoint_ps_.get(), chief_.get(), determinism_class_, &co);
     checkpointer_ = std::make_unique<BackgroundCheckpointer>(co);
-    return [this](int64_t step, const Trainer& trainer) {
-      const double waited = checkpointer_->Begin(step, SnapshotDenseState(trainer, step));
+    return [this](int64_t step, const Trainer& trainer, bool final) {
+      const double waited = checkpointer_->Begin(step, SnapshotDenseState(trainer, step), final);
       if (waited > 0.01)
         TLOG_INFO("checkpoint of step {} waited {:.3f} s for the previous one to be written", step,
                   waited);

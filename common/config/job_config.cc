@@ -180,6 +180,7 @@ constexpr JobKey kJobKeys[] = {
     {"checkpoint.every_seconds", Bind<&CheckpointConfig::every_seconds>, AtLeast(0)},
     {"checkpoint.keep", Bind<&CheckpointConfig::keep>, AtLeast(2)},
     {"checkpoint.resume", Bind<&CheckpointConfig::resume>, OneOf("auto|never|required")},
+    {"checkpoint.final_part", Bind<&CheckpointConfig::final_part>, OneOf("cheaper|delta|full")},
     {"output.dir", Bind<&OutputConfig::dir>, NonEmpty()},
     {"security.keys", Bind<&SecurityConfig::keys>, Any()},
     {"security.max_connections", Bind<&SecurityConfig::max_connections>, Within(1, 1000000)},

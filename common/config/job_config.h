@@ -167,6 +167,9 @@ struct CheckpointConfig {
   int64_t every_seconds = 0;    // 0 = off, >= 0
   int64_t keep = 3;             // >= 2
   std::string resume = "auto";  // auto | never | required
+  // The job's last checkpoint: cheaper (a delta of the previous one when that copies less) |
+  // delta (whenever there is a previous one) | full (every checkpoint self-contained).
+  std::string final_part = "cheaper";
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 

@@ -26,6 +26,7 @@
 
 #include "common/crc32c.h"
 #include "common/durable_file.h"
+#include "server/ps/embedding_store.h"
 #include "server/ps/file_io.h"
 
 namespace tandem::ps {
@@ -35,6 +36,7 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kPoolDir = "sst";
 constexpr std::string_view kStepPrefix = "step-";
+constexpr std::string_view kLogDir = "log";
 constexpr std::string_view kTmpSuffix = ".tmp";
 // FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
 constexpr std::string_view kRocksCrc32cName = "FileChecksumCrc32c";
@@ -305,7 +307,8 @@ bool SafeRelativePath(const std::string& path) {
   for (const auto& part : fs::path(path)) {
     if (part.empty() || part == "." || part == "..") return false;
   }
-  return path.starts_with(std::string(kPoolDir) + "/") || path.starts_with(kStepPrefix);
+  return path.starts_with(std::string(kPoolDir) + "/") ||
+         path.starts_with(std::string(kLogDir) + "/") || path.starts_with(kStepPrefix);
 }
 
 bool SafeName(const std::string& name) {
@@ -368,6 +371,99 @@ StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
   return std::move(job.part);
 }
 
+StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir,
+                                            const CheckpointPart& base,
+                                            const std::vector<ChangeSegment>& segments,
+                                            const std::string& durable_root, uint32_t shard,
+                                            int64_t step, CopyProgress* progress) {
+  if (base.base_step >= 0)
+    return Status::InvalidArgument("delta part of step " + std::to_string(step) +
+                                   ": its base (step " + std::to_string(base.step) +
+                                   ") is itself a delta");
+  CheckpointPart part;
+  part.shard = shard;
+  part.step = step;
+  part.base_step = base.step;
+  part.files = base.files;
+  {
+    // The restore point's own files: RocksDB's recorded CRCs for SSTs (nothing read), the small
+    // rest read here.
+    TANDEM_ASSIGN_OR_RETURN(auto recorded, RecordedSstChecksums(restore_point_dir));
+    TANDEM_ASSIGN_OR_RETURN(auto listing, ListFiles(restore_point_dir));
+    for (const auto& [name, size] : listing) {
+      const std::optional<uint64_t> number = SstNumber(name);
+      auto rec = number ? recorded.find(*number) : recorded.end();
+      uint32_t crc = 0;
+      if (rec != recorded.end()) {
+        crc = rec->second;
+      } else {
+        TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(restore_point_dir + "/" + name));
+        crc = sum.crc32c;
+      }
+      part.local_files.push_back(CheckpointFile{"", name, size, crc, number.has_value(), false});
+    }
+  }
+  const fs::path root(durable_root);
+  TANDEM_RETURN_IF_ERROR(CreateDirsDurably(root / kLogDir));
+  if (progress != nullptr) {
+    uint64_t total = 0;
+    for (const ChangeSegment& seg : segments) total += seg.size_bytes;
+    progress->bytes_total = total;
+    progress->bytes_done = 0;
+  }
+  std::vector<std::string> staged;
+  const auto unstage = [&] {
+    for (const std::string& to : staged) ::unlink((to + std::string(kTmpSuffix)).c_str());
+  };
+  for (const ChangeSegment& seg : segments) {
+    if (progress != nullptr && progress->cancel) {
+      unstage();
+      return Status::Cancelled("durable copy of shard " + std::to_string(shard) + " stopped");
+    }
+    if (!seg.complete) {
+      unstage();
+      return Status::InvalidArgument("change log segment " + seg.path + " is incomplete");
+    }
+    char name[64];
+    std::snprintf(name, sizeof name, "%016llu-%s.log", static_cast<unsigned long long>(seg.seq),
+                  Hex32(seg.crc32c).c_str());
+    CheckpointFile file{std::string(kLogDir) + "/" + name,
+                        "changes-" + std::to_string(seg.seq),
+                        seg.size_bytes,
+                        seg.crc32c,
+                        /*is_sst=*/false,
+                        /*is_log=*/true};
+    const std::string to = (root / file.path).string();
+    if (FileSize(to) != seg.size_bytes) {
+      StatusOr<FileSum> sum = Stage(seg.path, to, seg.crc32c);
+      if (!sum.ok()) {
+        unstage();
+        return sum.status().WithContext("durable copy of shard " + std::to_string(shard));
+      }
+      staged.push_back(to);
+      part.bytes_copied += sum->size_bytes;
+      ++part.files_copied;
+    }
+    part.files.push_back(std::move(file));
+    if (progress != nullptr) progress->bytes_done += seg.size_bytes;
+  }
+  Status s;
+  for (const std::string& to : staged)
+    if (s.ok()) s = FsyncPath(to + std::string(kTmpSuffix), O_RDONLY);
+  for (const std::string& to : staged) {
+    const std::string tmp = to + std::string(kTmpSuffix);
+    if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);
+  }
+  if (s.ok()) s = FsyncDir((root / kLogDir).string());
+  if (!s.ok()) {
+    unstage();
+    return s.WithContext("durable copy of shard " + std::to_string(shard));
+  }
+  std::sort(part.files.begin(), part.files.end(),
+            [](const CheckpointFile& a, const CheckpointFile& b) { return a.path < b.path; });
+  return part;
+}
+
 Status VerifyPart(const std::string& durable_root, const CheckpointPart& part, bool full,
                   const CheckpointPart* verified) {
   std::map<std::string, const CheckpointFile*> known;
@@ -400,12 +496,21 @@ Status MaterializePart(const std::string& durable_root, const CheckpointPart& pa
   fs::create_directories(out_dir, ec);
   if (ec) return ErrorCodeStatus(ec, "materialize: mkdir " + out_dir);
   Status s;
+  std::vector<std::string> logs;
   for (const CheckpointFile& file : part.files) {
     if (!SafeRelativePath(file.path) || !SafeName(file.db_name)) {
       s = Status::InvalidArgument("materialize: bad file entry " + file.path);
       break;
     }
     const std::string from = durable_root + "/" + file.path;
+    if (file.is_log) {
+      if (FileSize(from) != file.size_bytes) {
+        s = Status::DataLoss("materialize: " + from + " is missing or has the wrong size");
+        break;
+      }
+      logs.push_back(from);  // in path order, which is the log's
+      continue;
+    }
     const std::string to = out_dir + "/" + file.db_name;
     if (FileSize(from) != file.size_bytes) {
       s = Status::DataLoss("materialize: " + from + " is missing or has the wrong size");
@@ -420,6 +525,7 @@ Status MaterializePart(const std::string& durable_root, const CheckpointPart& pa
       break;
     }
   }
+  if (s.ok() && !logs.empty()) s = ReplayChangeLogs(out_dir, logs);
   if (!s.ok()) fs::remove_all(out_dir, ec);  // ours, and incomplete
   return s;
 }
@@ -429,7 +535,11 @@ Status CollectGarbage(const std::string& durable_root,
   std::set<std::string> keep_files, keep_dirs;
   for (const CheckpointPart& part : retained) {
     keep_dirs.insert(StepDirName(part.step));
-    for (const CheckpointFile& f : part.files) keep_files.insert(f.path);
+    for (const CheckpointFile& f : part.files) {
+      keep_files.insert(f.path);
+      // A delta part's base files live in its base's step directory.
+      if (f.path.starts_with(kStepPrefix)) keep_dirs.insert(f.path.substr(0, f.path.find('/')));
+    }
   }
   std::error_code ec;
   if (!fs::is_directory(durable_root, ec)) return Status::Ok();
@@ -449,7 +559,8 @@ Status CollectGarbage(const std::string& durable_root,
     const std::string name = it->path().filename().string();
     std::error_code type_ec;
     if (!it->is_directory(type_ec)) continue;
-    if (name == kPoolDir || (name.starts_with(kStepPrefix) && keep_dirs.count(name))) {
+    if (name == kPoolDir || name == kLogDir ||
+        (name.starts_with(kStepPrefix) && keep_dirs.count(name))) {
       ec = sweep(it->path(), name);
     } else if (name.starts_with(kStepPrefix)) {
       doomed.push_back(it->path());
@@ -467,17 +578,30 @@ Status CollectGarbage(const std::string& durable_root,
 nlohmann::json CheckpointPartToJson(const CheckpointPart& part) {
   nlohmann::json files = nlohmann::json::array();
   for (const CheckpointFile& f : part.files) {
-    files.push_back({{"path", f.path},
-                     {"db_name", f.db_name},
-                     {"size", f.size_bytes},
-                     {"crc32c", Hex32(f.crc32c)},
-                     {"sst", f.is_sst}});
+    nlohmann::json j = {{"path", f.path},
+                        {"db_name", f.db_name},
+                        {"size", f.size_bytes},
+                        {"crc32c", Hex32(f.crc32c)},
+                        {"sst", f.is_sst}};
+    if (f.is_log) j["log"] = true;
+    files.push_back(std::move(j));
   }
-  return {{"shard", part.shard},
-          {"step", part.step},
-          {"files", std::move(files)},
-          {"bytes_copied", part.bytes_copied},
-          {"files_copied", part.files_copied}};
+  nlohmann::json j = {{"shard", part.shard},
+                      {"step", part.step},
+                      {"files", std::move(files)},
+                      {"bytes_copied", part.bytes_copied},
+                      {"files_copied", part.files_copied}};
+  if (part.base_step >= 0) {
+    j["base_step"] = part.base_step;
+    nlohmann::json local = nlohmann::json::array();
+    for (const CheckpointFile& f : part.local_files)
+      local.push_back({{"db_name", f.db_name},
+                       {"size", f.size_bytes},
+                       {"crc32c", Hex32(f.crc32c)},
+                       {"sst", f.is_sst}});
+    j["local_files"] = std::move(local);
+  }
+  return j;
 }
 
 namespace {
@@ -510,6 +634,11 @@ StatusOr<CheckpointFile> FileFromJson(const nlohmann::json& j) {
   f.is_sst = j.at("sst").get<bool>();
   if (f.is_sst != f.path.starts_with(std::string(kPoolDir) + "/"))
     return Status::InvalidArgument(where + "sst does not match its path");
+  if (j.contains("log") && !j.at("log").is_boolean())
+    return Status::InvalidArgument(where + "bad log");
+  f.is_log = j.contains("log") && j.at("log").get<bool>();
+  if (f.is_log != f.path.starts_with(std::string(kLogDir) + "/"))
+    return Status::InvalidArgument(where + "log does not match its path");
   return f;
 }
 
@@ -539,6 +668,37 @@ StatusOr<CheckpointPart> PartFromJson(const nlohmann::json& j) {
   }
   part.bytes_copied = j.contains("bytes_copied") ? j.at("bytes_copied").get<uint64_t>() : 0;
   part.files_copied = j.contains("files_copied") ? j.at("files_copied").get<uint64_t>() : 0;
+  if (j.contains("base_step")) {
+    if (!j.at("base_step").is_number_integer() || j.at("base_step").get<int64_t>() < 0 ||
+        j.at("base_step").get<int64_t>() >= part.step)
+      return Status::InvalidArgument("checkpoint part: bad base_step");
+    part.base_step = j.at("base_step").get<int64_t>();
+    if (j.contains("local_files")) {
+      if (!j.at("local_files").is_array())
+        return Status::InvalidArgument("checkpoint part: bad local_files");
+      for (const nlohmann::json& f : j.at("local_files")) {
+        if (!f.is_object() || !f.contains("db_name") || !f.at("db_name").is_string() ||
+            !SafeName(f.at("db_name").get<std::string>()) || !IsUnsigned(f, "size", UINT64_MAX) ||
+            !f.contains("sst") || !f.at("sst").is_boolean())
+          return Status::InvalidArgument("checkpoint part: bad local file");
+        const std::string crc = f.contains("crc32c") && f.at("crc32c").is_string()
+                                    ? f.at("crc32c").get<std::string>()
+                                    : std::string();
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
+        if (crc.size() != 8 || end != crc.c_str() + 8 ||
+            !std::isxdigit(static_cast<uint8_t>(crc[0])))
+          return Status::InvalidArgument("checkpoint part: bad local file crc32c");
+        part.local_files.push_back(
+            CheckpointFile{"", f.at("db_name").get<std::string>(), f.at("size").get<uint64_t>(),
+                           static_cast<uint32_t>(v), f.at("sst").get<bool>(), false});
+      }
+    }
+  }
+  const bool has_logs = std::any_of(part.files.begin(), part.files.end(),
+                                    [](const CheckpointFile& f) { return f.is_log; });
+  if (has_logs && part.base_step < 0)
+    return Status::InvalidArgument("checkpoint part: change log segments in a full part");
   return part;
 }
 

@@ -12,6 +12,14 @@
 //   step-<12-digit step>/           the rest of the restore point (CURRENT, MANIFEST-*, OPTIONS-*,
 //                                   WAL files), copied whole each step (they are small), or
 //                                   hard-linked to the previous part's file when identical.
+//   log/<16-digit seq>-<crc>.log    change log segments (change_log.h) of delta parts.
+//
+// A part is full (the restore point's files) or a delta: the files of an earlier full part of
+// the same process (its `base_step`) and the change log segments written from that part's
+// restore point to this one's, replayed in order on top of it. A delta's cost follows what the
+// job wrote since its base; a full part's, what compaction rewrote since the previous part,
+// which for a table of 10^7 rows and more is most of it (issue 21). A restore, a read or a
+// re-partition of a delta part materializes it (MaterializePart), which replays its segments.
 //
 // Every new file is written tmp + fsync + rename, and its directory fsynced, in phases over all
 // of a part's files (all written, then all fsynced, then all renamed, then each directory
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/ps/change_log.h"
 
 namespace tandem::ps {
 
@@ -38,6 +47,7 @@ struct CheckpointFile {
   uint64_t size_bytes = 0;
   uint32_t crc32c = 0;  // CRC32C of the whole content
   bool is_sst = false;  // lives in the shared pool
+  bool is_log = false;  // a change log segment (under log/), replayed, never opened by RocksDB
 
   friend bool operator==(const CheckpointFile&, const CheckpointFile&) = default;
 };
@@ -47,7 +57,13 @@ struct CheckpointFile {
 struct CheckpointPart {
   uint32_t shard = 0;
   int64_t step = 0;
-  std::vector<CheckpointFile> files;  // sorted by path
+  std::vector<CheckpointFile> files;  // sorted by path (so segments are in log order)
+  // A delta part: the step of the full part whose files it lists with its segments; -1: full.
+  int64_t base_step = -1;
+  // A delta part: the files of its own restore point (db_name, size, CRC32C; no path, none is
+  // in the durable copy), so that a resume on the same shard can check and use that local
+  // restore point instead of replaying the segments.
+  std::vector<CheckpointFile> local_files;
   // Cost of the copy that made this part (not needed to restore it).
   uint64_t bytes_copied = 0;
   uint64_t files_copied = 0;
@@ -83,6 +99,17 @@ StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
                                        int64_t step, const CheckpointPart* previous,
                                        CopyProgress* progress = nullptr);
 
+// Makes the delta part of `step`: the files of `base` (a full part in `durable_root`) and the
+// change log `segments` (their local files, in order) copied under log/, written and committed
+// as CopyToDurable's files are; `local_files` describe the restore point at
+// `restore_point_dir` (the state the part stands for), read but not copied. kInvalidArgument
+// when `base` is not a full part or a segment is incomplete; I/O errors as CopyToDurable.
+StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir,
+                                            const CheckpointPart& base,
+                                            const std::vector<ChangeSegment>& segments,
+                                            const std::string& durable_root, uint32_t shard,
+                                            int64_t step, CopyProgress* progress = nullptr);
+
 // Checks that every file of `part` is present under `durable_root` with its recorded size and,
 // with `full`, re-reads it and checks its CRC32C, except files listed identically in
 // `verified` (a part whose files were already checked, or null). kDataLoss naming the first
@@ -92,9 +119,11 @@ Status VerifyPart(const std::string& durable_root, const CheckpointPart& part, b
 
 // Builds at `out_dir` (which must not exist) a directory RocksDB can open holding exactly the
 // part: hard links to the pool's SSTs (copies across file systems) and copies of the other
-// files, under their RocksDB names. Checks presence and sizes, not checksums (VerifyPart does).
-// The result is input for RebuildLiveDb; it is not fsynced (a crash means building it again).
-// kAlreadyExists if out_dir exists; kDataLoss when a file is missing or has the wrong size.
+// files, under their RocksDB names; for a delta part, its segments are then replayed into it
+// (ReplayChangeLogs; kDataLoss when one is damaged). Checks presence and sizes, not checksums
+// (VerifyPart does). The result is input for RebuildLiveDb; it is not fsynced (a crash means
+// building it again). kAlreadyExists if out_dir exists; kDataLoss when a file is missing or has the
+// wrong size.
 Status MaterializePart(const std::string& durable_root, const CheckpointPart& part,
                        const std::string& out_dir);
 
@@ -105,7 +134,8 @@ Status MaterializePart(const std::string& durable_root, const CheckpointPart& pa
 Status CollectGarbage(const std::string& durable_root, const std::vector<CheckpointPart>& retained);
 
 // JSON for the manifest: {"shard", "step", "files": [{"path", "db_name", "size", "crc32c"
-// (8 lower-case hex digits), "sst"}], "bytes_copied", "files_copied"}.
+// (8 lower-case hex digits), "sst", "log" (only when true)}], "bytes_copied", "files_copied",
+// "base_step" and "local_files": [{"db_name", "size", "crc32c", "sst"}] (only for a delta part)}.
 nlohmann::json CheckpointPartToJson(const CheckpointPart& part);
 // kInvalidArgument naming the field when `json` is not such an object.
 StatusOr<CheckpointPart> CheckpointPartFromJson(const nlohmann::json& json);

@@ -381,6 +381,127 @@ TEST_F(DurableCopyTest, CollectGarbageKeepsWhatRetainedPartsNeed) {
   EXPECT_EQ(Restore(second, "after-gc"), rows_second_);
 }
 
+// A store with a change log: a full part at step 1, then updates, erasures and new rows, and a
+// delta part at step 2 made of step 1's files and the log written since.
+class DeltaPartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions o = Options(tmp_.File("live"));
+    o.change_log_dir = tmp_.File("changes");
+    auto store = EmbeddingStore::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(store).value();
+    Write(store_.get(), Range(0, kRows), 1);
+    uint64_t seq1 = 0, seq2 = 0;
+    ASSERT_TRUE(store_->CreateCheckpoint(tmp_.File("rp-1"), &seq1).ok());
+    auto base = CopyToDurable(tmp_.File("rp-1"), root_, 0, 1, nullptr);
+    ASSERT_TRUE(base.ok()) << base.status();
+    base_ = *base;
+    Write(store_.get(), Range(100, 110), 2);
+    const std::vector<uint64_t> erased = {5, 6, 7};
+    ASSERT_TRUE(store_->Erase(0, erased).ok());
+    Write(store_.get(), Range(kRows, kRows + 50), 3);
+    ASSERT_TRUE(store_->SetAdmissionCount(1, 77, 4).ok());
+    ASSERT_TRUE(store_->CreateCheckpoint(tmp_.File("rp-2"), &seq2).ok());
+    ASSERT_GT(seq2, seq1);
+    want_ = Dump(store_.get());
+    ASSERT_TRUE(store_->Checksum(&want_sum_).ok());
+    segments_ = store_->change_log()->Sealed(seq1, seq2);
+    ASSERT_FALSE(segments_.empty());
+    auto delta = CopyDeltaToDurable(tmp_.File("rp-2"), base_, segments_, root_, 0, 2);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    delta_ = *delta;
+  }
+
+  // The rows and checksum of a store opened on the materialized part.
+  std::pair<Rows, ModelChecksum> Restore(const CheckpointPart& part, const std::string& name) {
+    const std::string out = tmp_.File("mat-" + name), live = tmp_.File("live-" + name);
+    Status s = MaterializePart(root_, part, out);
+    EXPECT_TRUE(s.ok()) << s;
+    s = RebuildLiveDb(out, live);
+    EXPECT_TRUE(s.ok()) << s;
+    auto store = OpenOrDie(live);
+    ModelChecksum sum;
+    if (store == nullptr) return {};
+    bool scanned = true;
+    EXPECT_TRUE(store->Checksum(&sum, nullptr, nullptr, &scanned).ok());
+    EXPECT_FALSE(scanned) << "the replayed log carries the stored sum";
+    return {Dump(store.get()), sum};
+  }
+
+  testing::TempDir tmp_;
+  const std::string root_ = tmp_.File("ckpt/shards/shard-0");
+  std::unique_ptr<EmbeddingStore> store_;
+  CheckpointPart base_, delta_;
+  std::vector<ChangeSegment> segments_;
+  Rows want_;
+  ModelChecksum want_sum_;
+};
+
+TEST_F(DeltaPartTest, CopiesOnlyTheLogAndRestoresTheNewerRows) {
+  EXPECT_EQ(delta_.base_step, 1);
+  EXPECT_EQ(delta_.step, 2);
+  uint64_t log_bytes = 0;
+  for (const ChangeSegment& s : segments_) log_bytes += s.size_bytes;
+  EXPECT_EQ(delta_.bytes_copied, log_bytes);
+  EXPECT_EQ(delta_.files_copied, segments_.size());
+  size_t logs = 0;
+  for (const CheckpointFile& f : delta_.files) {
+    logs += f.is_log;
+    if (!f.is_log) {
+      EXPECT_NE(FindFile(base_, f.path), nullptr) << f.path;
+    }
+  }
+  EXPECT_EQ(logs, segments_.size());
+  auto back = CheckpointPartFromJson(nlohmann::json::parse(CheckpointPartToJson(delta_).dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, delta_);
+
+  // Only the durable copy remains.
+  store_.reset();
+  for (const char* dir : {"live", "rp-1", "rp-2", "changes"}) fs::remove_all(tmp_.File(dir));
+  EXPECT_TRUE(VerifyPart(root_, delta_, /*full=*/true).ok());
+  auto [rows, sum] = Restore(delta_, "delta");
+  EXPECT_EQ(rows, want_);
+  EXPECT_EQ(sum, want_sum_);
+  EXPECT_EQ(rows.count({0, 5}), 0u) << "an erasure is replayed";
+  EXPECT_TRUE(VerifyPart(root_, delta_, /*full=*/true).ok()) << "restoring leaves it intact";
+}
+
+TEST_F(DeltaPartTest, GarbageCollectionKeepsTheBaseFilesADeltaNeeds) {
+  testing::WriteFile(root_ + "/log/0000000000000099-00000000.log.tmp", "torn");
+  ASSERT_TRUE(CollectGarbage(root_, {delta_}).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/log/0000000000000099-00000000.log.tmp"));
+  EXPECT_TRUE(fs::exists(root_ + "/" + StepDirName(1))) << "the base's step directory";
+  EXPECT_TRUE(VerifyPart(root_, delta_, /*full=*/true).ok());
+  EXPECT_EQ(Restore(delta_, "after-gc").first, want_);
+  // Once no kept part is a delta, its segments go.
+  ASSERT_TRUE(CollectGarbage(root_, {base_}).ok());
+  EXPECT_TRUE(Names(root_ + "/log").empty());
+}
+
+TEST_F(DeltaPartTest, DamagedSegmentIsDataLossAndIncompleteOneIsRefused) {
+  const CheckpointFile* log = nullptr;
+  for (const CheckpointFile& f : delta_.files)
+    if (f.is_log) log = &f;
+  ASSERT_NE(log, nullptr);
+  FlipByte(root_ + "/" + log->path, log->size_bytes / 2);
+  EXPECT_TRUE(VerifyPart(root_, delta_, /*full=*/true).IsDataLoss());
+  Status s = MaterializePart(root_, delta_, tmp_.File("mat-damaged"));
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  EXPECT_FALSE(fs::exists(tmp_.File("mat-damaged"))) << "nothing half-made is left";
+
+  std::vector<ChangeSegment> incomplete = segments_;
+  incomplete.back().complete = false;
+  EXPECT_TRUE(CopyDeltaToDurable(tmp_.File("rp-2"), base_, incomplete, root_, 0, 3)
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_TRUE(CopyDeltaToDurable(tmp_.File("rp-2"), delta_, segments_, root_, 0, 3)
+                  .status()
+                  .IsInvalidArgument())
+      << "a delta of a delta";
+}
+
 TEST(DurableCopyJsonTest, PartRoundTrips) {
   CheckpointPart part;
   part.shard = 2;
@@ -409,6 +530,23 @@ TEST(DurableCopyJsonTest, MalformedPartsAreRefused) {
   bad[5]["files"][0]["size"] = "10";
   bad[6]["files"][0]["sst"] = false;  // a pool path must be an SST
   bad[7].erase("step");
+  // A change log segment only in a delta part, and only under log/.
+  nlohmann::json segment = {{"path", "log/0000000000000001-00000001.log"},
+                            {"db_name", "changes-1"},
+                            {"size", 10},
+                            {"crc32c", "00000001"},
+                            {"sst", false},
+                            {"log", true}};
+  bad.push_back(good);
+  bad.back()["files"].push_back(segment);  // no base_step
+  bad.push_back(good);
+  bad.back()["base_step"] = 0;
+  bad.back()["step"] = 5;
+  bad.back()["files"].push_back(segment);
+  bad.back()["files"][1]["path"] = "step-000000000001/x.log";  // not under log/
+  bad.push_back(good);
+  bad.back()["step"] = 5;
+  bad.back()["base_step"] = 5;  // not older than the part
   for (size_t i = 0; i < bad.size(); ++i) {
     auto r = CheckpointPartFromJson(bad[i]);
     EXPECT_TRUE(r.status().IsInvalidArgument()) << i << " " << r.status();

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/model_checksum.h"
 #include "common/sync.h"
+#include "server/ps/change_log.h"
 #include "server/ps/row_cache.h"
 
 namespace tandem::ps {
@@ -362,6 +363,7 @@ struct EmbeddingStore::Impl {
   StoreOptions options;
   std::vector<uint32_t> row_bytes;  // by table
   std::unique_ptr<rocksdb::DB> db;
+  std::unique_ptr<ChangeLog> changes;  // StoreOptions::change_log_dir, or null
   rocksdb::ReadOptions read_options;
   rocksdb::WriteOptions write_options;
   std::vector<std::unique_ptr<Stripe>> stripes;
@@ -397,6 +399,8 @@ struct EmbeddingStore::Impl {
   Status Write(rocksdb::WriteBatch* batch) {
     if (batch->Count() == 0) return Status::Ok();
     rocksdb::Status s = db->Write(write_options, batch);
+    // After RocksDB took it, under the caller's stripe lock: the log's order is RocksDB's.
+    if (s.ok() && changes != nullptr) changes->Append(batch->Data());
     batch->Clear();
     return FromRocks(s, "store: write");
   }
@@ -838,6 +842,9 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
                                      "store: open " + options.db_dir));
   }
   impl->db.reset(db);
+  if (!options.change_log_dir.empty() && !options.read_only) {
+    TANDEM_ASSIGN_OR_RETURN(impl->changes, ChangeLog::Open(options.change_log_dir));
+  }
   // Durability comes from the push log and restore points (PROTOCOLS §6), not the WAL.
   impl->write_options.disableWAL = true;
   {
@@ -1064,8 +1071,14 @@ Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
 
 // REQUIRES: no concurrent Update/Erase/SetAdmissionCount (restore points are taken after a fully
 // applied step), or the checkpoint may hold part of them.
-Status EmbeddingStore::CreateCheckpoint(const std::string& dir) {
+Status EmbeddingStore::CreateCheckpoint(const std::string& dir, uint64_t* change_seq) {
   TANDEM_RETURN_IF_ERROR(FlushDirty());
+  // Cut before the checkpoint: a write between the two is in both, which a replay tolerates;
+  // cut after, one could be in neither.
+  if (impl_->changes != nullptr) {
+    const uint64_t seq = impl_->changes->Cut();
+    if (change_seq != nullptr) *change_seq = seq;
+  }
   rocksdb::Checkpoint* raw = nullptr;
   TANDEM_RETURN_IF_ERROR(
       FromRocks(rocksdb::Checkpoint::Create(impl_->db.get(), &raw), "store: checkpoint"));
@@ -1182,6 +1195,32 @@ StoreStats EmbeddingStore::stats() const {
     total.writebacks += s->cache.writebacks();
   }
   return total;
+}
+
+ChangeLog* EmbeddingStore::change_log() { return impl_->changes.get(); }
+
+// Opened read-write with the store's own options: the materialized part's SSTs are hard links
+// into the durable pool, which RocksDB never writes to (its SSTs are immutable; compaction only
+// unlinks them here). Writes skip the WAL and are flushed before the close.
+Status ReplayChangeLogs(const std::string& db_dir, const std::vector<std::string>& logs) {
+  rocksdb::Options options = RocksOptions();
+  options.create_if_missing = false;
+  options.info_log = std::make_shared<NullLogger>();
+  options.disable_auto_compactions = true;  // one replay, then read: compaction can wait
+  rocksdb::DB* raw = nullptr;
+  TANDEM_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(options, db_dir, &raw), "replay: open " + db_dir));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  for (const std::string& path : logs) {
+    TANDEM_RETURN_IF_ERROR(ForEachChangeRecord(path, [&](std::string&& rep) -> Status {
+      rocksdb::WriteBatch batch(std::move(rep));
+      return FromRocks(db->Write(wo, &batch), "replay " + path);
+    }));
+  }
+  TANDEM_RETURN_IF_ERROR(FromRocks(db->Flush(rocksdb::FlushOptions()), "replay: flush " + db_dir));
+  return FromRocks(db->Close(), "replay: close " + db_dir);
 }
 
 // SST and blob files are immutable, so they are hard-linked; the small rest (MANIFEST, CURRENT,

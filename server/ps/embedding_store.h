@@ -26,6 +26,8 @@
 
 namespace tandem::ps {
 
+class ChangeLog;
+
 struct StoreOptions {
   std::string db_dir;                        // the live RocksDB directory
   std::vector<embedding::TableSpec> tables;  // indexed by table_id (0..n-1)
@@ -37,6 +39,9 @@ struct StoreOptions {
   // db_dir, so a directory whose SSTs are hard links into a checkpoint's durable copy can be
   // read safely. Every writing call then fails (kInvalidArgument from RocksDB).
   bool read_only = false;
+  // Where the store logs every write it makes to RocksDB (change_log.h), for checkpoint parts
+  // that are a previous part plus what was written since. Empty: no log.
+  std::string change_log_dir;
 };
 
 struct StoreStats {
@@ -93,8 +98,11 @@ class EmbeddingStore {
   // clean. Holds every stripe for its duration: other calls wait for it.
   Status FlushDirty();
   // FlushDirty, then a RocksDB checkpoint (hard links; the memtable is flushed first) in
-  // `dir`, which must not exist.
-  Status CreateCheckpoint(const std::string& dir);
+  // `dir`, which must not exist. With a change log, `change_seq` (may be null) gets the segment
+  // the log was cut at: the checkpoint holds every write of segments up to it.
+  Status CreateCheckpoint(const std::string& dir, uint64_t* change_seq = nullptr);
+  // The change log (null without StoreOptions::change_log_dir).
+  ChangeLog* change_log();
 
   // Visits every stored row (cache and RocksDB, each row once, newest version), and every
   // admission counter, in unspecified order. For checksums, tests and export.
@@ -130,6 +138,10 @@ class EmbeddingStore {
   explicit EmbeddingStore(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Replays the change log segments at `logs`, in order, into the RocksDB at `db_dir` (a
+// materialized checkpoint part), then flushes it. kDataLoss when a segment is damaged.
+Status ReplayChangeLogs(const std::string& db_dir, const std::vector<std::string>& logs);
 
 // Replaces `live_dir` with a copy of the checkpoint at `checkpoint_dir` made of hard links
 // (falling back to copies across file systems). The checkpoint itself is left untouched.

@@ -261,6 +261,17 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
     return;
   }
   const auto kept = m.envelope().getBody().getCheckpointPartRequest().getRetainedSteps();
+  PartKind kind = PartKind::kFull;
+  switch (m.envelope().getBody().getCheckpointPartRequest().getKind()) {
+    case wire::PartKind::DELTA_IF_CHEAPER:
+      kind = PartKind::kDeltaIfCheaper;
+      break;
+    case wire::PartKind::DELTA:
+      kind = PartKind::kDelta;
+      break;
+    default:  // FULL, or a value this version does not know
+      break;
+  }
   std::vector<int64_t> retained;
   for (int64_t s : kept) retained.push_back(s);
   MutexLock lock(&part_mu_);
@@ -273,9 +284,9 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
   part_copy_ = std::make_unique<PartCopy>();
   part_copy_->step = step;
   PartCopy* copy = part_copy_.get();
-  copy->thread = std::thread([this, copy, step, retained = std::move(retained)] {
-    StatusOr<CheckpointPart> part =
-        shard_->CheckpointPartAt(step, shard_->options().durable_dir, retained, &copy->progress);
+  copy->thread = std::thread([this, copy, step, kind, retained = std::move(retained)] {
+    StatusOr<CheckpointPart> part = shard_->CheckpointPartAt(step, shard_->options().durable_dir,
+                                                             retained, &copy->progress, kind);
     MutexLock done_lock(&part_mu_);
     copy->result = std::move(part);
     copy->done = true;

@@ -107,6 +107,8 @@ Status Shard::Recover() {
   so.seed = options_.seed;
   so.cache_bytes = options_.cache_bytes;
   so.memory_only = options_.memory_only;
+  // Only checkpoint parts read the change log: without a durable copy it would be dead weight.
+  if (!options_.durable_dir.empty()) so.change_log_dir = options_.dir + "/changes";
   TANDEM_ASSIGN_OR_RETURN(store_, EmbeddingStore::Open(so));
 
   uint64_t replayed = 0;
@@ -279,15 +281,18 @@ Status Shard::CutAndReleaseK1() {
 void Shard::TakeCutPoint(int64_t step) {
   if (replaying_) return;
   std::string dir;
-  Status s = TakeRestorePointLocked(&dir);
+  uint64_t seq = 0;
+  Status s = TakeRestorePointLocked(&dir, &seq);
   if (!s.ok()) {
     // Training goes on; the checkpoint of this step fails when its part is asked for.
     TLOG_ERROR("restore point for the checkpoint of step {}: {}", step, s.ToString());
     return;
   }
   cut_points_[step] = dir;
+  if (seq != 0) cut_seqs_[step] = seq;
   // A cut whose part is never asked for (its worker died) must not pin a restore point forever.
   while (cut_points_.size() > 3) cut_points_.erase(cut_points_.begin());
+  std::erase_if(cut_seqs_, [&](const auto& e) { return !cut_points_.count(e.first); });
 }
 
 void Shard::AdvanceAppliedK1(int64_t step) {
@@ -639,7 +644,7 @@ uint64_t Shard::ReplayFromLsn() const {
   return from;
 }
 
-Status Shard::TakeRestorePointLocked(std::string* dir) {
+Status Shard::TakeRestorePointLocked(std::string* dir, uint64_t* change_seq) {
   RestoreMarker m;
   m.timeline = timeline_;
   m.step = applied_;
@@ -652,7 +657,16 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
   if (fs::exists(base + ".done")) return Status::Ok();
   std::error_code ec;
   fs::remove_all(base, ec);  // a checkpoint left half-made by a crash
-  TANDEM_RETURN_IF_ERROR(store_->CreateCheckpoint(base));
+  uint64_t cut = 0;
+  TANDEM_RETURN_IF_ERROR(store_->CreateCheckpoint(base, &cut));
+  if (change_seq != nullptr) *change_seq = cut;
+  if (ChangeLog* changes = store_->change_log(); changes != nullptr && delta_base_seq_ == 0) {
+    // No base yet: the next one is a restore point not yet copied (a pending cut, or this one
+    // or a later one), and no delta needs what was written before it.
+    uint64_t keep_after = cut;
+    for (const auto& [step, s] : cut_seqs_) keep_after = std::min(keep_after, s);
+    changes->DropThrough(keep_after);
+  }
   TANDEM_RETURN_IF_ERROR(WriteRestoreMarker(base + ".done", m));
   TANDEM_RETURN_IF_ERROR(log_->Roll());
   bytes_since_restore_point_ = 0;
@@ -678,18 +692,54 @@ Status Shard::TakeRestorePointLocked(std::string* dir) {
   return Status::Ok();
 }
 
+std::optional<std::vector<ChangeSegment>> Shard::DeltaSegments(const std::string& dir,
+                                                               const std::string& durable_root,
+                                                               uint64_t seq, PartKind kind) {
+  ChangeLog* changes = store_->change_log();
+  if (changes == nullptr || !delta_base_ || seq == 0) return std::nullopt;
+  const auto full = [&](const std::string& why) {
+    TLOG_INFO("shard {}: the final part is copied in full: {}", options_.shard_index, why);
+    return std::nullopt;
+  };
+  if (Status s = VerifyPart(durable_root, delta_base_->part, /*full=*/false); !s.ok())
+    return full("its base, step " + std::to_string(delta_base_->part.step) + ": " + s.ToString());
+  std::vector<ChangeSegment> segments = changes->Sealed(delta_base_->change_seq, seq);
+  uint64_t log_bytes = 0;
+  for (const ChangeSegment& s : segments) {
+    if (!s.complete) return full("change log segment " + s.path + " is incomplete");
+    log_bytes += s.size_bytes;
+  }
+  uint64_t sst_bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".sst") sst_bytes += e.file_size(ec);
+  // A small table rewritten by compaction costs less than the writes that changed it.
+  if (kind == PartKind::kDeltaIfCheaper && (ec || log_bytes >= sst_bytes))
+    return full("the change log since step " + std::to_string(delta_base_->part.step) + " (" +
+                std::to_string(log_bytes) + " bytes) is not smaller than the table's SSTs (" +
+                std::to_string(sst_bytes) + " bytes)");
+  TLOG_INFO(
+      "shard {}: the final part is step {} plus {} change log segments ({} bytes; the "
+      "table's SSTs are {} bytes)",
+      options_.shard_index, delta_base_->part.step, segments.size(), log_bytes, sst_bytes);
+  return segments;
+}
+
 StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string& durable_root,
                                                  const std::vector<int64_t>& retained,
-                                                 CopyProgress* progress) {
+                                                 CopyProgress* progress, PartKind kind) {
   // The copy runs outside mu_: pushes and applies go on while a part is copied.
   MutexLock copy_lock(&copy_mu_);
   if (last_part_ && last_part_->step == step) return *last_part_;  // a resent request
   std::string dir;
+  uint64_t seq = 0;  // the change log segment of the restore point; 0: unknown
   {
     MutexLock lock(&mu_);
     auto cut = cut_points_.find(step);
     if (cut != cut_points_.end()) {
       dir = cut->second;
+      auto at = cut_seqs_.find(step);
+      if (at != cut_seqs_.end()) seq = at->second;
     } else {
       const int64_t applied = applied_.load();
       if (applied < step || cuts_.count(step) > 0)
@@ -705,16 +755,34 @@ StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string
         return Status::FailedPrecondition(
             "checkpoint of step " + std::to_string(step) +
             " was not announced, and pushes of later steps are already applied");
-      TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir));
+      TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir, &seq));
       cut_points_[step] = dir;
+      if (seq != 0) cut_seqs_[step] = seq;
     }
   }
-  TANDEM_ASSIGN_OR_RETURN(CheckpointPart part,
-                          CopyToDurable(dir, durable_root, options_.shard_index, step,
-                                        last_part_ ? &*last_part_ : nullptr, progress));
+  std::optional<std::vector<ChangeSegment>> delta;
+  if (kind != PartKind::kFull) delta = DeltaSegments(dir, durable_root, seq, kind);
+  StatusOr<CheckpointPart> made =
+      delta ? CopyDeltaToDurable(dir, delta_base_->part, *delta, durable_root, options_.shard_index,
+                                 step, progress)
+            : CopyToDurable(dir, durable_root, options_.shard_index, step,
+                            last_part_ ? &*last_part_ : nullptr, progress);
+  TANDEM_RETURN_IF_ERROR(made.status());
+  CheckpointPart part = std::move(made).value();
+  if (ChangeLog* changes = store_->change_log(); changes != nullptr && !delta) {
+    // A full part is the base of the next delta; what the log holds before it is not needed.
+    if (seq != 0) {
+      delta_base_ = DeltaBase{part, seq};
+      changes->DropThrough(seq);
+    } else {
+      delta_base_.reset();
+    }
+    delta_base_seq_ = delta_base_ ? seq : 0;
+  }
   {
     MutexLock lock(&mu_);  // the restore point may go now
     cut_points_.erase(cut_points_.begin(), cut_points_.upper_bound(step));
+    cut_seqs_.erase(cut_seqs_.begin(), cut_seqs_.upper_bound(step));
   }
   last_part_ = part;
   parts_[step] = part;

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint_layout.h"
 #include "common/embedding/table_spec.h"
 #include "common/flat_id_index.h"
 #include "common/model_checksum.h"
@@ -181,9 +182,15 @@ class Shard {
   // `retained`: the committed checkpoints the chief keeps; once every one of them is a part this
   // process took, pool files no kept part needs are deleted (CollectGarbage).
   // `progress` (may be null) follows the copy (CopyToDurable).
+  // `kind` (the job's last checkpoint asks for a delta): when this process made a full part
+  // before, the store's change log since that part's restore point is whole and, for
+  // kDeltaIfCheaper, smaller than the restore point's SSTs, the part is a delta of it
+  // (CopyDeltaToDurable): the job's end costs what it wrote since its previous checkpoint, not
+  // what compaction rewrote (issue 21). Full parts become the base of the next delta.
   StatusOr<CheckpointPart> CheckpointPartAt(int64_t step, const std::string& durable_root,
                                             const std::vector<int64_t>& retained = {},
-                                            CopyProgress* progress = nullptr);
+                                            CopyProgress* progress = nullptr,
+                                            PartKind kind = PartKind::kFull);
 
   int64_t applied_step() const;
   uint64_t timeline() const { return timeline_; }
@@ -237,7 +244,10 @@ class Shard {
   // replaying). A failure is logged: the checkpoint then fails when its part is asked for.
   void TakeCutPoint(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `dir` (may be null) gets the restore point's directory.
-  Status TakeRestorePointLocked(std::string* dir = nullptr) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `change_seq` (may be null) gets the change log segment the restore point was cut at; it is
+  // left alone when the restore point already existed (its cut is unknown then).
+  Status TakeRestorePointLocked(std::string* dir = nullptr, uint64_t* change_seq = nullptr)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts and logs (once per episode) a push refused because its log record failed; returns
   // `error`. LogWritable() ends the episode after a record was written again.
   Status RefuseUnlogged(Status error) EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -303,10 +313,28 @@ class Shard {
   // Restore points cut for checkpoints whose part is not copied yet, by step: never deleted by
   // the keep-two rule until then.
   std::map<int64_t, std::string> cut_points_ GUARDED_BY(mu_);
+  // The change log segment each of cut_points_ was cut at (absent: unknown).
+  std::map<int64_t, uint64_t> cut_seqs_ GUARDED_BY(mu_);
 
   Mutex copy_mu_;  // one CheckpointPartAt at a time (CopyToDurable and CollectGarbage)
   std::optional<CheckpointPart> last_part_ GUARDED_BY(copy_mu_);  // the newest checkpoint part
   std::map<int64_t, CheckpointPart> parts_ GUARDED_BY(copy_mu_);  // parts this process took
+  // The newest full part this process made and the change log segment its restore point was
+  // cut at: a final part may be it plus the segments after.
+  struct DeltaBase {
+    CheckpointPart part;
+    uint64_t change_seq = 0;
+  };
+  std::optional<DeltaBase> delta_base_ GUARDED_BY(copy_mu_);
+  // delta_base_'s change_seq, 0 without one: read by restore points, which drop the segments no
+  // delta can need while there is no base.
+  std::atomic<uint64_t> delta_base_seq_{0};
+  // The segments after delta_base_ up to `seq` (the restore point at `dir`'s cut), when a delta
+  // part of them is possible and cheaper than the restore point's SSTs; nullopt otherwise.
+  std::optional<std::vector<ChangeSegment>> DeltaSegments(const std::string& dir,
+                                                          const std::string& durable_root,
+                                                          uint64_t seq, PartKind kind)
+      EXCLUSIVE_LOCKS_REQUIRED(copy_mu_);
 };
 
 }  // namespace tandem::ps

@@ -136,9 +136,14 @@ Status CheckSource(const ShardOptions& options, const RestoreSource& source) {
 }
 
 // How many of the part's files `dir` holds under their RocksDB names with the right size.
+// The files a local restore point of `part` holds: a full part's own, or a delta's local_files.
+const std::vector<CheckpointFile>& LocalFiles(const CheckpointPart& part) {
+  return part.base_step >= 0 ? part.local_files : part.files;
+}
+
 size_t FilesPresent(const std::string& dir, const CheckpointPart& part) {
   size_t n = 0;
-  for (const CheckpointFile& f : part.files) {
+  for (const CheckpointFile& f : LocalFiles(part)) {
     struct stat st;
     const std::string path = dir + "/" + f.db_name;
     n += ::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == f.size_bytes;
@@ -169,13 +174,17 @@ std::optional<RestoreMarker> PickLocal(const ShardOptions& options, const Restor
 Status RepairLocal(const ShardOptions& options, const std::string& durable_root,
                    const CheckpointPart& part, const std::string& dir, RestoreReport* report) {
   std::set<std::string> listed;
-  for (const CheckpointFile& f : part.files) {
+  for (const CheckpointFile& f : LocalFiles(part)) {
     listed.insert(f.db_name);
     const std::string local = dir + "/" + f.db_name;
     StatusOr<FileSum> sum = Stream(local, -1);
     if (sum.ok() && Matches(*sum, f)) continue;
     const std::string why = !sum.ok() ? sum.status().message()
                                       : std::to_string(sum->size_bytes) + " bytes, CRC32C mismatch";
+    // A delta part's restore point files are in no durable copy: the caller rebuilds the part
+    // from its base and change log instead.
+    if (part.base_step >= 0)
+      return Status::DataLoss("restore point file " + local + " is damaged (" + why + ")");
     const std::string from = durable_root + "/" + f.path;
     TANDEM_RETURN_IF_ERROR(FetchAgain(from, local, f).WithContext("repairing " + local));
     TLOG_WARN("shard {}: restore point file {} is damaged ({}): repaired from the durable copy {}",
@@ -339,7 +348,16 @@ StatusOr<RestoreReport> PrepareShardForResume(const ShardOptions& options,
   if (source.num_ps != options.num_shards) {
     TANDEM_RETURN_IF_ERROR(Repartition(options, source, marker.name, &report));
   } else if (auto local = PickLocal(options, source, source.parts[options.shard_index])) {
-    TANDEM_RETURN_IF_ERROR(RestoreLocal(options, source, *local, marker.name, &report));
+    Status s = RestoreLocal(options, source, *local, marker.name, &report);
+    if (!s.ok() && s.IsDataLoss() && source.parts[options.shard_index].base_step >= 0) {
+      TLOG_WARN(
+          "shard {}: {}: the checkpoint's part is a delta, restoring it from the durable "
+          "copy instead",
+          options.shard_index, s.message());
+      report.repaired.clear();
+      s = RestoreDurable(options, source, marker.name, &report);
+    }
+    TANDEM_RETURN_IF_ERROR(s);
   } else {
     TANDEM_RETURN_IF_ERROR(RestoreDurable(options, source, marker.name, &report));
   }

@@ -291,6 +291,87 @@ TEST(ShardRestoreTest, RepartitionedOntoThreeAndOntoOneShardKeepsTheModel) {
   }
 }
 
+// A job's final checkpoint after a full one (issue 21): each shard sends the full part's files
+// plus its change log since, and a resume — onto the same shards or re-partitioned — rebuilds
+// exactly the model of the final step.
+TEST(ShardRestoreTest, FinalDeltaPartRestoresTheModelOnAnyShardCount) {
+  ::tandem::testing::TempDir dir;
+  constexpr int64_t kBase = 2;
+  // A table much larger than what the steps after the full part touch, as at scale.
+  const auto ids_of = [](int64_t step) {
+    std::map<uint32_t, std::vector<uint64_t>> ids;
+    const uint64_t from = step <= kBase ? 0 : 40 * static_cast<uint64_t>(step);
+    const uint64_t to = step <= kBase ? 3000 : from + 60;
+    for (uint64_t id = from; id < to; ++id) {
+      ids[0].push_back(id);
+      if (id % 2 == 0) ids[1].push_back(id);
+    }
+    return ids;
+  };
+  RestoreSource source;
+  source.checkpoint_dir = dir.path() + "/ckpt";
+  source.step = kStep;
+  source.num_ps = 2;
+  std::string expected;
+  {
+    std::vector<std::unique_ptr<Shard>> shards;
+    for (uint32_t i = 0; i < 2; ++i) {
+      auto opened = Shard::Open(JobShard(dir.path(), i, 2));
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      shards.push_back(std::move(opened).value());
+      Shard* shard = shards.back().get();
+      for (int64_t step = 0; step <= kStep; ++step) {
+        auto push = MakePush(step, 0, ids_of(step), shard->options());
+        ASSERT_TRUE(shard->Push(push.input()).ok());
+        if (step != kBase) continue;
+        auto full = shard->CheckpointPartAt(kBase, shard->options().durable_dir, {kBase});
+        ASSERT_TRUE(full.ok()) << full.status();
+        EXPECT_EQ(full->base_step, -1);
+      }
+      auto part = shard->CheckpointPartAt(kStep, shard->options().durable_dir, {kBase, kStep},
+                                          nullptr, PartKind::kDeltaIfCheaper);
+      ASSERT_TRUE(part.ok()) << part.status();
+      EXPECT_EQ(part->base_step, kBase) << "shard " << i;
+      uint64_t log_bytes = 0;
+      for (const CheckpointFile& f : part->files)
+        if (f.is_log) log_bytes += f.size_bytes;
+      EXPECT_GT(log_bytes, 0u);
+      EXPECT_EQ(part->bytes_copied, log_bytes) << "only the change log is copied";
+      source.parts.push_back(*part);
+    }
+    expected = ChecksumOf(Raw(shards));
+  }
+  // The same shards: shard 1 resumes from its own restore point, checked against the part's
+  // local_files; shard 0's is damaged, and a delta's files are in no durable copy, so it is
+  // rebuilt from the base and the change log instead.
+  {
+    const std::string local = LocalAtStep(dir.path(), 0);
+    ASSERT_FALSE(local.empty());
+    const CheckpointFile* sst = nullptr;
+    for (const CheckpointFile& f : source.parts[0].local_files)
+      if (f.is_sst) sst = &f;
+    ASSERT_NE(sst, nullptr);
+    FlipByte(local + "/" + sst->db_name, sst->size_bytes / 2);
+    std::vector<std::unique_ptr<Shard>> shards;
+    for (uint32_t i = 0; i < 2; ++i) {
+      auto report = PrepareShardForResume(JobShard(dir.path(), i, 2), source);
+      ASSERT_TRUE(report.ok()) << report.status();
+      EXPECT_EQ(report->kind, i == 0 ? RestoreKind::kDurable : RestoreKind::kLocal) << i;
+      auto opened = Shard::Open(JobShard(dir.path(), i, 2));
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      EXPECT_EQ((*opened)->applied_step(), kStep);
+      shards.push_back(std::move(opened).value());
+    }
+    EXPECT_EQ(ChecksumOf(Raw(shards)), expected);
+  }
+  for (uint32_t n : {3u, 1u}) {
+    auto shards =
+        Resume(dir.path() + "/onto-" + std::to_string(n), n, source, RestoreKind::kRepartitioned);
+    ASSERT_EQ(shards.size(), n);
+    EXPECT_EQ(ChecksumOf(Raw(shards)), expected) << n << " shards";
+  }
+}
+
 TEST(ShardRestoreTest, SourceThatDoesNotDescribeTheJobIsRefused) {
   ::tandem::testing::TempDir dir;
   RestoreSource source;

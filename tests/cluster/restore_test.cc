@@ -25,10 +25,12 @@ constexpr int64_t kMoreSteps = 60;  // the continued runs
 constexpr int64_t kCheckpointStep = kSteps - 1;
 constexpr int64_t kPreviousStep = kCheckpointStep - 20;  // the checkpoint before it
 
-void WriteJob(const TempDir& dir) {
+// `final_part`: what the shards make of the job's last checkpoint (checkpoint.final_part).
+void WriteJob(const TempDir& dir, const std::string& final_part) {
   std::string yaml = SmallJob(dir.path(), kSteps);
   const std::string key = "checkpoint:\n  dir: " + dir.path() + "/ckpt\n";
-  yaml.replace(yaml.find(key), key.size(), key + "  every_steps: 20\n  keep: 2\n");
+  yaml.replace(yaml.find(key), key.size(),
+               key + "  every_steps: 20\n  keep: 2\n  final_part: " + final_part + "\n");
   WriteFile(dir.File("job.yaml"), yaml);
 }
 
@@ -40,10 +42,20 @@ nlohmann::json FinalLine(const TempDir& dir) {
 }
 
 // A copy of the stopped job `from` in `to` (data, checkpoints, outputs), its config naming `to`.
-void CopyJob(const TempDir& from, const TempDir& to) {
+void CopyJob(const TempDir& from, const TempDir& to, const std::string& final_part = "full") {
   for (const char* sub : {"ps", "ckpt", "out"})
     fs::copy(from.path() + "/" + sub, to.path() + "/" + sub, fs::copy_options::recursive);
-  WriteJob(to);
+  WriteJob(to, final_part);
+}
+
+// Shard `shard`'s part of the checkpoint LATEST names (its "detail").
+nlohmann::json LatestPart(const TempDir& dir, int shard) {
+  const auto latest = nlohmann::json::parse(ReadFile(dir.path() + "/ckpt/LATEST"));
+  const auto manifest = nlohmann::json::parse(
+      ReadFile(dir.path() + "/ckpt/" + latest["manifest"].get<std::string>()));
+  for (const auto& part : manifest["parts"])
+    if (part["name"] == "shard-" + std::to_string(shard)) return part["detail"];
+  return {};
 }
 
 void FlipByte(const std::string& path, uint64_t offset) {
@@ -90,12 +102,18 @@ std::string PsLog(const TempDir& dir, int shard) {
 
 class RestoreTest : public ::testing::Test {
  protected:
-  // One 2 PS x 2 worker run to kSteps (checkpointed at its last step), shared by every test:
-  // each test works on a copy. The reference: that run continued on its own 2 shards.
+  // One 2 PS x 2 worker run to kSteps (checkpointed at its last step, every part full), shared
+  // by every test: each test works on a copy. The reference: that run continued on its own 2
+  // shards. The same run with a delta as its last checkpoint (checkpoint.final_part: delta):
+  // the same model, its last checkpoint each shard's part of step 19 plus its change log since.
   static void SetUpTestSuite() {
     first_ = new TempDir;
-    WriteJob(*first_);
+    WriteJob(*first_, "full");
     auto r = Local(*first_, 2, 2);
+    ASSERT_EQ(r.exit.exit_code, 0) << r.output;
+    first_delta_ = new TempDir;
+    WriteJob(*first_delta_, "delta");
+    r = Local(*first_delta_, 2, 2);
     ASSERT_EQ(r.exit.exit_code, 0) << r.output;
     reference_ = new TempDir;
     CopyJob(*first_, *reference_);
@@ -105,6 +123,7 @@ class RestoreTest : public ::testing::Test {
     ASSERT_TRUE(expected_->contains("model_checksum")) << *expected_;
   }
   static void TearDownTestSuite() {
+    delete first_delta_;
     delete expected_;
     delete reference_;
     delete first_;
@@ -124,11 +143,13 @@ class RestoreTest : public ::testing::Test {
   }
 
   static TempDir* first_;
+  static TempDir* first_delta_;
   static TempDir* reference_;
   static nlohmann::json* expected_;
 };
 
 TempDir* RestoreTest::first_ = nullptr;
+TempDir* RestoreTest::first_delta_ = nullptr;
 TempDir* RestoreTest::reference_ = nullptr;
 nlohmann::json* RestoreTest::expected_ = nullptr;
 
@@ -192,6 +213,68 @@ TEST_F(RestoreTest, DamagedDurableSstSkipsToThePreviousCheckpoint) {
   EXPECT_NE(chief.find("checkpoint of step " + std::to_string(kCheckpointStep) + " skipped"),
             std::string::npos)
       << chief;
+  EXPECT_NE(chief.find("resuming from the checkpoint of step " + std::to_string(kPreviousStep)),
+            std::string::npos)
+      << chief;
+}
+
+// The job's last checkpoint as a delta (issue 21: the end of a job costs what it wrote since the
+// previous checkpoint): shard 1's directory is lost, so it rebuilds the part from the durable
+// copy (step 19's files, then the change log replayed); shard 0's own restore point is damaged,
+// and a delta's restore point files are in no durable copy, so it does the same, naming the
+// file. Both end with the model of the run whose every checkpoint was full.
+TEST_F(RestoreTest, FinalDeltaPartIsResumedFromTheDurableCopyWhenItsRestorePointIsLost) {
+  TempDir dir;
+  CopyJob(*first_delta_, dir, "delta");
+  for (int shard : {0, 1}) {
+    const nlohmann::json part = LatestPart(dir, shard);
+    ASSERT_EQ(part.value("base_step", int64_t{-1}), kPreviousStep) << part;
+    ASSERT_FALSE(part["local_files"].empty()) << part;
+  }
+  std::string damaged;
+  const nlohmann::json part0 = LatestPart(dir, 0);
+  for (const auto& f : part0["local_files"])
+    if (f["sst"].get<bool>()) damaged = f["db_name"].get<std::string>();
+  ASSERT_FALSE(damaged.empty());
+  const std::string local = LocalRestorePoint(dir, 0) + "/" + damaged;
+  FlipByte(local, fs::file_size(local) / 2);
+  fs::remove_all(dir.path() + "/ps/shard-1");
+  ContinueAndExpectTheReferenceModel(dir, 2);
+  EXPECT_NE(PsLog(dir, 1).find("from the durable copy"), std::string::npos) << PsLog(dir, 1);
+  const std::string log = PsLog(dir, 0);
+  EXPECT_NE(log.find(damaged + " is damaged"), std::string::npos) << log;
+  EXPECT_NE(log.find("restoring it from the durable copy instead"), std::string::npos) << log;
+}
+
+// The same delta resumed as is (each shard's own restore point, checked against the part's
+// local_files) and onto three shards (every old part rebuilt and re-partitioned).
+TEST_F(RestoreTest, FinalDeltaPartContinuesOnTheSameAndOnThreeShardsWithTheSameModel) {
+  for (int ps : {2, 3}) {
+    TempDir dir;
+    CopyJob(*first_delta_, dir, "delta");
+    ContinueAndExpectTheReferenceModel(dir, ps);
+    for (int i = 0; i < ps; ++i)
+      EXPECT_NE(PsLog(dir, i).find(ps == 2 ? "from its local restore point" : "re-partitioned"),
+                std::string::npos)
+          << PsLog(dir, i);
+  }
+}
+
+// A damaged change log segment in the durable copy: the chief skips the delta for the previous
+// checkpoint, naming the file, and the job still ends with the same model.
+TEST_F(RestoreTest, DamagedChangeLogSkipsToThePreviousCheckpoint) {
+  TempDir dir;
+  CopyJob(*first_delta_, dir, "delta");
+  std::string segment;
+  const nlohmann::json part1 = LatestPart(dir, 1);
+  for (const auto& f : part1["files"])
+    if (f.value("log", false)) segment = f["path"].get<std::string>();
+  ASSERT_FALSE(segment.empty()) << part1;
+  const std::string path = dir.path() + "/ckpt/shards/shard-1/" + segment;
+  FlipByte(path, fs::file_size(path) / 2);
+  ContinueAndExpectTheReferenceModel(dir, 2);
+  const std::string chief = ReadFile(dir.path() + "/out/logs/chief-0.log");
+  EXPECT_NE(chief.find(segment), std::string::npos) << chief;
   EXPECT_NE(chief.find("resuming from the checkpoint of step " + std::to_string(kPreviousStep)),
             std::string::npos)
       << chief;

@@ -1,0 +1,183 @@
+#include "server/ps/change_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "common/crc32c.h"
+#include "common/errno_status.h"
+#include "common/log.h"
+#include "server/ps/file_io.h"
+
+namespace tandem::ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Appends reach the file in writes of about this size: a writeback batch is a few KiB.
+constexpr size_t kBufferBytes = 1 << 20;
+constexpr size_t kHeaderBytes = 8;
+// A record larger than this is damage, not a batch (FlushDirty writes batches of ~4 MiB).
+constexpr uint32_t kMaxRecordBytes = 1u << 30;
+
+std::string SegmentPath(const std::string& dir, uint64_t seq) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llu.log", static_cast<unsigned long long>(seq));
+  return dir + "/" + name;
+}
+
+void PutU32(char* at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) at[i] = static_cast<char>(v >> (8 * i));
+}
+
+uint32_t GetU32(const unsigned char* at) {
+  return uint32_t{at[0]} | uint32_t{at[1]} << 8 | uint32_t{at[2]} << 16 | uint32_t{at[3]} << 24;
+}
+
+}  // namespace
+
+ChangeLog::ChangeLog(std::string dir) : dir_(std::move(dir)) {}
+
+ChangeLog::~ChangeLog() {
+  MutexLock lock(&mu_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+StatusOr<std::unique_ptr<ChangeLog>> ChangeLog::Open(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return ErrnoToStatus(ec.value(), "change log: remove " + dir);
+  fs::create_directories(dir, ec);
+  if (ec) return ErrnoToStatus(ec.value(), "change log: mkdir " + dir);
+  return std::unique_ptr<ChangeLog>(new ChangeLog(dir));
+}
+
+void ChangeLog::FlushBufferLocked() {
+  if (buffer_.empty()) return;
+  if (open_.complete) {
+    Status s = WriteAll(fd_, buffer_.data(), buffer_.size(), open_.path);
+    if (!s.ok()) {
+      // Once per segment: the store goes on, and the next checkpoint part is copied in full.
+      TLOG_WARN("change log: {} (the parts that need this segment are copied in full)",
+                s.ToString());
+      open_.complete = false;
+    }
+  }
+  buffer_.clear();
+}
+
+void ChangeLog::Append(std::string_view batch_rep) {
+  char header[kHeaderBytes];
+  PutU32(header, static_cast<uint32_t>(batch_rep.size()));
+  PutU32(header + 4, Crc32c(batch_rep.data(), batch_rep.size()));
+  MutexLock lock(&mu_);
+  if (fd_ < 0) {
+    open_ = ChangeSegment{seq_, SegmentPath(dir_, seq_), 0, 0, true};
+    fd_ = ::open(open_.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      TLOG_WARN("change log: {}", ErrnoToStatus(errno, "create " + open_.path).ToString());
+      open_.complete = false;
+      fd_ = ::open("/dev/null", O_WRONLY | O_CLOEXEC);  // the segment stays incomplete
+    }
+  }
+  open_.crc32c = Crc32cExtend(open_.crc32c, header, kHeaderBytes);
+  open_.crc32c = Crc32cExtend(open_.crc32c, batch_rep.data(), batch_rep.size());
+  open_.size_bytes += kHeaderBytes + batch_rep.size();
+  buffer_.append(header, kHeaderBytes);
+  buffer_.append(batch_rep);
+  if (buffer_.size() >= kBufferBytes) FlushBufferLocked();
+}
+
+void ChangeLog::CloseOpenLocked() {
+  if (fd_ < 0) return;
+  FlushBufferLocked();
+  if (::close(fd_) != 0 && open_.complete) {
+    TLOG_WARN("change log: {}", ErrnoToStatus(errno, "close " + open_.path).ToString());
+    open_.complete = false;
+  }
+  fd_ = -1;
+  sealed_.push_back(std::move(open_));
+  open_ = ChangeSegment{};
+}
+
+uint64_t ChangeLog::Cut() {
+  MutexLock lock(&mu_);
+  CloseOpenLocked();
+  return seq_++;
+}
+
+std::vector<ChangeSegment> ChangeLog::Sealed(uint64_t after, uint64_t through) const {
+  MutexLock lock(&mu_);
+  std::vector<ChangeSegment> out;
+  for (const ChangeSegment& s : sealed_)
+    if (s.seq > after && s.seq <= through) out.push_back(s);
+  return out;
+}
+
+void ChangeLog::DropThrough(uint64_t seq) {
+  MutexLock lock(&mu_);
+  std::vector<ChangeSegment> kept;
+  for (ChangeSegment& s : sealed_) {
+    if (s.seq > seq) {
+      kept.push_back(std::move(s));
+    } else {
+      ::unlink(s.path.c_str());
+    }
+  }
+  sealed_ = std::move(kept);
+}
+
+Status ForEachChangeRecord(const std::string& path,
+                           const std::function<Status(std::string&& batch_rep)>& fn) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoToStatus(errno, "change log: open " + path);
+  // Buffered reads: segments are read once, front to back.
+  std::string buf;
+  size_t at = 0;
+  bool eof = false;
+  const auto fill = [&](size_t need) -> Status {
+    while (buf.size() - at < need && !eof) {
+      buf.erase(0, at);
+      at = 0;
+      const size_t old = buf.size();
+      buf.resize(old + std::max<size_t>(need, kBufferBytes));
+      const ssize_t n = ::read(fd.get(), buf.data() + old, buf.size() - old);
+      if (n < 0) {
+        buf.resize(old);
+        if (errno == EINTR) continue;
+        return ErrnoToStatus(errno, "change log: read " + path);
+      }
+      buf.resize(old + static_cast<size_t>(n));
+      if (n == 0) eof = true;
+    }
+    return Status::Ok();
+  };
+  uint64_t offset = 0;
+  for (;;) {
+    TANDEM_RETURN_IF_ERROR(fill(kHeaderBytes));
+    if (buf.size() == at) return Status::Ok();
+    const auto torn = [&] {
+      return Status::DataLoss("change log: " + path + ": torn or damaged record at byte " +
+                              std::to_string(offset));
+    };
+    if (buf.size() - at < kHeaderBytes) return torn();
+    const auto* h = reinterpret_cast<const unsigned char*>(buf.data() + at);
+    const uint32_t size = GetU32(h), crc = GetU32(h + 4);
+    if (size > kMaxRecordBytes) return torn();
+    TANDEM_RETURN_IF_ERROR(fill(kHeaderBytes + size));
+    if (buf.size() - at < kHeaderBytes + size) return torn();
+    const char* payload = buf.data() + at + kHeaderBytes;
+    if (Crc32c(payload, size) != crc) return torn();
+    TANDEM_RETURN_IF_ERROR(fn(std::string(payload, size)));
+    at += kHeaderBytes + size;
+    offset += kHeaderBytes + size;
+  }
+}
+
+}  // namespace tandem::ps

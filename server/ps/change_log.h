@@ -1,0 +1,86 @@
+// Every write the store makes to RocksDB, in order, cut into segments at restore points (issue
+// 21: a final checkpoint that does not grow with the table). A checkpoint part may then be the
+// previous full part plus the segments written since (durable_copy.h, "delta parts"): its cost
+// follows what the job wrote since that part, where a copy of the restore point's new SSTs
+// follows what compaction rewrote, which at 10^7 rows and more is most of the table.
+//
+// A segment is `<dir>/<16-digit seq>.log`, a sequence of records
+//   u32 little-endian payload size | u32 little-endian CRC32C of the payload | payload,
+// each payload one rocksdb::WriteBatch's representation (WriteBatch::Data()). Replaying the
+// records of segments in order into a RocksDB that holds the state at the segments' start gives
+// the state at their end: a write is appended only after RocksDB took it, under the lock that
+// orders the writes of its keys, so the log's order of any one key's writes is RocksDB's. A
+// write racing a cut may land in the segment after a restore point that already holds it;
+// replaying it again changes nothing (a put or delete of the value the key already has).
+//
+// The log is a copy, not a source of truth: an append that fails (a full disk) marks the
+// segment incomplete, the store goes on, and a part that would need that segment is copied in
+// full instead.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/sync.h"
+
+namespace tandem::ps {
+
+struct ChangeSegment {
+  uint64_t seq = 0;
+  std::string path;
+  uint64_t size_bytes = 0;
+  uint32_t crc32c = 0;    // of the whole file
+  bool complete = false;  // every append while it was open was written
+};
+
+// Thread-safe.
+class ChangeLog {
+ public:
+  // Opens the log at `dir`, created if absent. Segments a previous process left are deleted:
+  // a new process has no part to be a delta of.
+  static StatusOr<std::unique_ptr<ChangeLog>> Open(const std::string& dir);
+  ~ChangeLog();
+
+  // Appends one WriteBatch representation to the open segment (created on first use). Buffered;
+  // errors only mark the segment incomplete.
+  void Append(std::string_view batch_rep);
+
+  // Seals the open segment: every append before the call is in a sealed segment numbered at or
+  // below the returned seq, every later one in a higher one. An empty segment leaves no file.
+  uint64_t Cut();
+
+  // The sealed segments numbered in (after, through], in order.
+  std::vector<ChangeSegment> Sealed(uint64_t after, uint64_t through) const;
+
+  // Deletes the sealed segments numbered at or below `seq`.
+  void DropThrough(uint64_t seq);
+
+  ChangeLog(const ChangeLog&) = delete;
+  ChangeLog& operator=(const ChangeLog&) = delete;
+
+ private:
+  explicit ChangeLog(std::string dir);
+  void FlushBufferLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseOpenLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  mutable Mutex mu_;
+  uint64_t seq_ GUARDED_BY(mu_) = 1;  // of the open segment
+  int fd_ GUARDED_BY(mu_) = -1;       // the open segment's file, or -1 before its first append
+  ChangeSegment open_ GUARDED_BY(mu_);
+  std::string buffer_ GUARDED_BY(mu_);
+  std::vector<ChangeSegment> sealed_ GUARDED_BY(mu_);
+};
+
+// Reads the records of the segment at `path` in order, giving each WriteBatch representation to
+// `fn` (which may stop the walk with an error). kDataLoss when a record is torn or fails its
+// CRC; errors of `fn` are returned as they are.
+Status ForEachChangeRecord(const std::string& path,
+                           const std::function<Status(std::string&& batch_rep)>& fn);
+
+}  // namespace tandem::ps

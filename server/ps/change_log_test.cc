@@ -1,0 +1,126 @@
+#include "server/ps/change_log.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "common/testing/test_util.h"
+
+namespace tandem::ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> Records(const std::string& path, Status* status = nullptr) {
+  std::vector<std::string> out;
+  Status s = ForEachChangeRecord(path, [&](std::string&& rep) {
+    out.push_back(std::move(rep));
+    return Status::Ok();
+  });
+  if (status != nullptr) *status = s;
+  EXPECT_TRUE(status != nullptr || s.ok()) << s;
+  return out;
+}
+
+TEST(ChangeLogTest, CutsSealSegmentsThatHoldTheAppendsInOrder) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  (*log)->Append("a");
+  (*log)->Append(std::string(3 << 20, 'b'));  // larger than the write buffer
+  const uint64_t first = (*log)->Cut();
+  const uint64_t empty = (*log)->Cut();  // nothing appended: no segment
+  (*log)->Append("c");
+  const uint64_t third = (*log)->Cut();
+  (*log)->Append("d");  // still open: not sealed
+  EXPECT_LT(first, empty);
+  EXPECT_LT(empty, third);
+
+  auto all = (*log)->Sealed(0, third + 10);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].seq, first);
+  EXPECT_EQ(all[1].seq, third);
+  for (const ChangeSegment& s : all) {
+    EXPECT_TRUE(s.complete);
+    EXPECT_EQ(fs::file_size(s.path), s.size_bytes);
+    const std::string bytes = testing::ReadFile(s.path);
+    EXPECT_EQ(Crc32c(bytes.data(), bytes.size()), s.crc32c);
+  }
+  EXPECT_EQ(Records(all[0].path), (std::vector<std::string>{"a", std::string(3 << 20, 'b')}));
+  EXPECT_EQ(Records(all[1].path), (std::vector<std::string>{"c"}));
+  EXPECT_EQ((*log)->Sealed(first, third).size(), 1u);
+  EXPECT_TRUE((*log)->Sealed(third, third + 10).empty());
+
+  (*log)->DropThrough(first);
+  EXPECT_FALSE(fs::exists(all[0].path));
+  EXPECT_TRUE(fs::exists(all[1].path));
+  ASSERT_EQ((*log)->Sealed(0, third).size(), 1u);
+}
+
+TEST(ChangeLogTest, ANewProcessStartsWithoutTheOldSegments) {
+  testing::TempDir tmp;
+  std::string old_path;
+  {
+    auto log = ChangeLog::Open(tmp.File("changes"));
+    ASSERT_TRUE(log.ok());
+    (*log)->Append("x");
+    (*log)->Cut();
+    old_path = (*log)->Sealed(0, 100).at(0).path;
+  }
+  ASSERT_TRUE(fs::exists(old_path));
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok());
+  EXPECT_FALSE(fs::exists(old_path));
+  EXPECT_TRUE((*log)->Sealed(0, 100).empty());
+}
+
+TEST(ChangeLogTest, TornOrDamagedRecordsAreDataLoss) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok());
+  (*log)->Append("first record");
+  (*log)->Append("second record");
+  (*log)->Cut();
+  const std::string path = (*log)->Sealed(0, 100).at(0).path;
+  const std::string bytes = testing::ReadFile(path);
+
+  testing::WriteFile(tmp.File("torn"), bytes.substr(0, bytes.size() - 3));
+  Status s;
+  EXPECT_EQ(Records(tmp.File("torn"), &s).size(), 1u);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+
+  std::string flipped = bytes;
+  flipped[10] ^= 0x40;  // inside the first payload
+  testing::WriteFile(tmp.File("flipped"), flipped);
+  EXPECT_TRUE(Records(tmp.File("flipped"), &s).empty());
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+
+  std::string huge = bytes;
+  huge[3] = static_cast<char>(0x7f);  // a size no batch has
+  testing::WriteFile(tmp.File("huge"), huge);
+  Records(tmp.File("huge"), &s);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+
+  EXPECT_TRUE(ForEachChangeRecord(tmp.File("absent"), [](std::string&&) {
+                return Status::Ok();
+              }).IsNotFound());
+}
+
+TEST(ChangeLogTest, AnUnwritableSegmentIsMarkedIncomplete) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok());
+  fs::remove_all(tmp.File("changes"));  // its directory is gone: the segment cannot be made
+  (*log)->Append("lost");
+  const uint64_t seq = (*log)->Cut();
+  auto sealed = (*log)->Sealed(0, seq);
+  ASSERT_EQ(sealed.size(), 1u);
+  EXPECT_FALSE(sealed[0].complete);
+}
+
+}  // namespace
+}  // namespace tandem::ps
