@@ -67,7 +67,9 @@ bool SameFloat(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // A Criteo job trained by `tandem local` (2 RocksDB shards, 1 worker), checkpointing every
 // `every` steps and keeping them all; C1 admits an id on its third sight, so some ids have no
-// row. Trained once per test binary.
+// row. Its last checkpoint is a delta (checkpoint.final_part: delta): the previous one's files
+// plus each shard's change log since, which export --since, --follow and whole opens read.
+// Trained once per test binary.
 class Job {
  public:
   Job(int64_t steps, int64_t every) {
@@ -97,7 +99,7 @@ class Job {
            "collective:\n  timeout_ms: 20000\n"
            "checkpoint:\n  dir: " +
            dir.path() + "/ckpt\n  every_steps: " + std::to_string(every) +
-           "\n  keep: 1000\noutput:\n  dir: " + dir.path() + "/out\n";
+           "\n  keep: 1000\n  final_part: delta\noutput:\n  dir: " + dir.path() + "/out\n";
   }
   std::vector<std::string> LocalArgv() const {
     return {TANDEM_BINARY, "local", "--config",  dir.File("job.yaml"),
