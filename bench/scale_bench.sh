@@ -6,10 +6,11 @@
 # compactions, checkpoints of a big live DB, the end of the job).
 #
 # Usage: bench/scale_bench.sh [--vocab V] [--rows R] [--steps S] [--reps N] [--out DIR]
-#                             [--eval-rows E] [--ckpt-every C] [--keep]
+#                             [--eval-rows E] [--ckpt-every C] [--set KEY=VALUE]... [--keep]
 #   (or scripts/bench.sh scale -- ARGS). Defaults: vocab 20000000 ids per field, rows = one
 #   pass over the data (steps x 2 x 1024), 1200 steps, 1 rep, out/scale_bench, 20000 eval rows,
-#   a checkpoint every steps/4 steps. A quick run: --vocab 200000 --rows 200000 --steps 200.
+#   a checkpoint every steps/4 steps. --set adds a job override to every run (e.g.
+#   checkpoint.final_part=full). A quick run: --vocab 200000 --rows 200000 --steps 200.
 #   TANDEM=path/to/tandem overrides the binary (default ${BUILD_DIR:-build}/cli/tandem).
 #
 # Prints one JSON line per cache setting (medians over --reps), then one line of samples/s
@@ -47,8 +48,8 @@ cd "$(dirname "$0")/.."
 from_caller() { if [[ $1 == /* ]]; then echo "$1"; else echo "$caller/$1"; fi; }
 
 vocab=20000000 rows=0 steps=1200 reps=1 out=out/scale_bench eval_rows=20000 ckpt_every=0
-keep=0
-usage() { sed -n '8,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+keep=0 extra_sets=()
+usage() { sed -n '8,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 while (($# > 0)); do
   case $1 in
     --vocab) vocab=$2; shift 2 ;;
@@ -59,6 +60,7 @@ while (($# > 0)); do
     --eval-rows) eval_rows=$2; shift 2 ;;
     --ckpt-every) ckpt_every=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --set) extra_sets+=("$2"); shift 2 ;;
     -h | --help) usage 0 ;;
     *) echo "scale_bench: unknown argument '$1'" >&2; usage ;;
   esac
@@ -139,6 +141,7 @@ job_sets() {  # DIR CACHE
     ps.storage=rocksdb ps.cache_bytes=$cache "ps.data_dir=$dir/ps"
     "checkpoint.dir=$dir/ckpt" checkpoint.every_steps=$ckpt_every checkpoint.resume=never
     "output.dir=$dir/out" metrics.port=0
+    ${extra_sets[@]+"${extra_sets[@]}"}
   )
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -42,20 +43,22 @@ uint32_t GetU32(const unsigned char* at) {
 
 }  // namespace
 
-ChangeLog::ChangeLog(std::string dir) : dir_(std::move(dir)) {}
+ChangeLog::ChangeLog(std::string dir, uint64_t segment_bytes)
+    : dir_(std::move(dir)), segment_bytes_(std::max<uint64_t>(1, segment_bytes)) {}
 
 ChangeLog::~ChangeLog() {
   MutexLock lock(&mu_);
   if (fd_ >= 0) ::close(fd_);
 }
 
-StatusOr<std::unique_ptr<ChangeLog>> ChangeLog::Open(const std::string& dir) {
+StatusOr<std::unique_ptr<ChangeLog>> ChangeLog::Open(const std::string& dir,
+                                                     uint64_t segment_bytes) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec) return ErrnoToStatus(ec.value(), "change log: remove " + dir);
   fs::create_directories(dir, ec);
   if (ec) return ErrnoToStatus(ec.value(), "change log: mkdir " + dir);
-  return std::unique_ptr<ChangeLog>(new ChangeLog(dir));
+  return std::unique_ptr<ChangeLog>(new ChangeLog(dir, segment_bytes));
 }
 
 void ChangeLog::FlushBufferLocked() {
@@ -92,6 +95,10 @@ void ChangeLog::Append(std::string_view batch_rep) {
   buffer_.append(header, kHeaderBytes);
   buffer_.append(batch_rep);
   if (buffer_.size() >= kBufferBytes) FlushBufferLocked();
+  if (open_.size_bytes >= segment_bytes_) {
+    CloseOpenLocked();  // sealed: it may be copied to the durable copy before the next cut
+    ++seq_;
+  }
 }
 
 void ChangeLog::CloseOpenLocked() {

@@ -13,6 +13,9 @@
 // write racing a cut may land in the segment after a restore point that already holds it;
 // replaying it again changes nothing (a put or delete of the value the key already has).
 //
+// A segment also ends when it reaches `segment_bytes`, so that the shard can copy sealed
+// segments to the durable copy while the job runs and the job's last part copies at most one.
+//
 // The log is a copy, not a source of truth: an append that fails (a full disk) marks the
 // segment incomplete, the store goes on, and a part that would need that segment is copied in
 // full instead.
@@ -41,9 +44,12 @@ struct ChangeSegment {
 // Thread-safe.
 class ChangeLog {
  public:
+  static constexpr uint64_t kDefaultSegmentBytes = 64ull << 20;
+
   // Opens the log at `dir`, created if absent. Segments a previous process left are deleted:
   // a new process has no part to be a delta of.
-  static StatusOr<std::unique_ptr<ChangeLog>> Open(const std::string& dir);
+  static StatusOr<std::unique_ptr<ChangeLog>> Open(const std::string& dir,
+                                                   uint64_t segment_bytes = kDefaultSegmentBytes);
   ~ChangeLog();
 
   // Appends one WriteBatch representation to the open segment (created on first use). Buffered;
@@ -64,11 +70,12 @@ class ChangeLog {
   ChangeLog& operator=(const ChangeLog&) = delete;
 
  private:
-  explicit ChangeLog(std::string dir);
+  ChangeLog(std::string dir, uint64_t segment_bytes);
   void FlushBufferLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseOpenLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
+  const uint64_t segment_bytes_;
   mutable Mutex mu_;
   uint64_t seq_ GUARDED_BY(mu_) = 1;  // of the open segment
   int fd_ GUARDED_BY(mu_) = -1;       // the open segment's file, or -1 before its first append

@@ -61,6 +61,24 @@ TEST(ChangeLogTest, CutsSealSegmentsThatHoldTheAppendsInOrder) {
   ASSERT_EQ((*log)->Sealed(0, third).size(), 1u);
 }
 
+TEST(ChangeLogTest, ASegmentEndsAtItsSizeAndTheCutSealsTheRest) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"), /*segment_bytes=*/100);
+  ASSERT_TRUE(log.ok());
+  for (int i = 0; i < 5; ++i) (*log)->Append(std::string(60, static_cast<char>('a' + i)));
+  // 68 bytes a record: segments of two records each, the fifth still open.
+  auto sealed = (*log)->Sealed(0, UINT64_MAX);
+  ASSERT_EQ(sealed.size(), 2u);
+  const uint64_t cut = (*log)->Cut();
+  sealed = (*log)->Sealed(0, cut);
+  ASSERT_EQ(sealed.size(), 3u);
+  std::string all;
+  for (const ChangeSegment& s : sealed)
+    for (const std::string& r : Records(s.path)) all += r.substr(0, 1);
+  EXPECT_EQ(all, "abcde") << "in order across segments";
+  EXPECT_TRUE((*log)->Sealed(cut, UINT64_MAX).empty());
+}
+
 TEST(ChangeLogTest, ANewProcessStartsWithoutTheOldSegments) {
   testing::TempDir tmp;
   std::string old_path;

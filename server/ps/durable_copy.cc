@@ -311,6 +311,14 @@ bool SafeRelativePath(const std::string& path) {
          path.starts_with(std::string(kLogDir) + "/") || path.starts_with(kStepPrefix);
 }
 
+// "log/<16-digit seq>-<crc>.log": where a change log segment lives in a durable root.
+std::string SegmentDurablePath(const ChangeSegment& seg) {
+  char name[64];
+  std::snprintf(name, sizeof name, "%016llu-%s.log", static_cast<unsigned long long>(seg.seq),
+                Hex32(seg.crc32c).c_str());
+  return std::string(kLogDir) + "/" + name;
+}
+
 bool SafeName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
 }
@@ -371,6 +379,25 @@ StatusOr<CheckpointPart> CopyToDurable(const std::string& restore_point_dir,
   return std::move(job.part);
 }
 
+StatusOr<uint64_t> UploadSegment(const ChangeSegment& segment, const std::string& durable_root) {
+  if (!segment.complete)
+    return Status::InvalidArgument("change log segment " + segment.path + " is incomplete");
+  const fs::path root(durable_root);
+  const std::string to = (root / SegmentDurablePath(segment)).string();
+  if (FileSize(to) == segment.size_bytes) return uint64_t{0};
+  TANDEM_RETURN_IF_ERROR(CreateDirsDurably(root / kLogDir));
+  TANDEM_ASSIGN_OR_RETURN(FileSum sum, Stage(segment.path, to, segment.crc32c));
+  const std::string tmp = to + std::string(kTmpSuffix);
+  Status s = FsyncPath(tmp, O_RDONLY);
+  if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);
+  if (s.ok()) s = FsyncDir((root / kLogDir).string());
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return sum.size_bytes;
+}
+
 StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir,
                                             const CheckpointPart& base,
                                             const std::vector<ChangeSegment>& segments,
@@ -424,13 +451,8 @@ StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir
       unstage();
       return Status::InvalidArgument("change log segment " + seg.path + " is incomplete");
     }
-    char name[64];
-    std::snprintf(name, sizeof name, "%016llu-%s.log", static_cast<unsigned long long>(seg.seq),
-                  Hex32(seg.crc32c).c_str());
-    CheckpointFile file{std::string(kLogDir) + "/" + name,
-                        "changes-" + std::to_string(seg.seq),
-                        seg.size_bytes,
-                        seg.crc32c,
+    CheckpointFile file{SegmentDurablePath(seg), "changes-" + std::to_string(seg.seq),
+                        seg.size_bytes,          seg.crc32c,
                         /*is_sst=*/false,
                         /*is_log=*/true};
     const std::string to = (root / file.path).string();

@@ -110,6 +110,12 @@ StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir
                                             const std::string& durable_root, uint32_t shard,
                                             int64_t step, CopyProgress* progress = nullptr);
 
+// Copies the sealed, complete change log segment `segment` under log/ in `durable_root` (as
+// CopyDeltaToDurable names it), unless a file of its size is there: written, fsynced, renamed
+// and its directory fsynced, so that a delta part made later need not copy it. Returns the
+// bytes copied. kInvalidArgument for an incomplete segment; I/O errors as CopyToDurable.
+StatusOr<uint64_t> UploadSegment(const ChangeSegment& segment, const std::string& durable_root);
+
 // Checks that every file of `part` is present under `durable_root` with its recorded size and,
 // with `full`, re-reads it and checks its CRC32C, except files listed identically in
 // `verified` (a part whose files were already checked, or null). kDataLoss naming the first

@@ -843,7 +843,8 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   }
   impl->db.reset(db);
   if (!options.change_log_dir.empty() && !options.read_only) {
-    TANDEM_ASSIGN_OR_RETURN(impl->changes, ChangeLog::Open(options.change_log_dir));
+    TANDEM_ASSIGN_OR_RETURN(
+        impl->changes, ChangeLog::Open(options.change_log_dir, options.change_log_segment_bytes));
   }
   // Durability comes from the push log and restore points (PROTOCOLS §6), not the WAL.
   impl->write_options.disableWAL = true;

@@ -42,6 +42,7 @@ struct StoreOptions {
   // Where the store logs every write it makes to RocksDB (change_log.h), for checkpoint parts
   // that are a previous part plus what was written since. Empty: no log.
   std::string change_log_dir;
+  uint64_t change_log_segment_bytes = 64ull << 20;
 };
 
 struct StoreStats {

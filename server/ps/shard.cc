@@ -58,6 +58,12 @@ Shard::Shard(const ShardOptions& options) : options_(options), pool_(options.app
 }
 
 Shard::~Shard() {
+  {
+    MutexLock lock(&upload_mu_);
+    stop_uploading_ = true;
+    upload_cv_.SignalAll();
+  }
+  if (uploader_.joinable()) uploader_.join();
   store_.reset();
   log_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
@@ -74,6 +80,8 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options) {
   if (::flock(shard->lock_fd_, LOCK_EX | LOCK_NB) != 0)
     return Status::FailedPrecondition(options.dir + " is in use by another process");
   TANDEM_RETURN_IF_ERROR(shard->Recover());
+  if (shard->store_->change_log() != nullptr && !options.durable_dir.empty())
+    shard->uploader_ = std::thread([s = shard.get()] { s->UploadLoop(); });
   return shard;
 }
 
@@ -107,8 +115,10 @@ Status Shard::Recover() {
   so.seed = options_.seed;
   so.cache_bytes = options_.cache_bytes;
   so.memory_only = options_.memory_only;
-  // Only checkpoint parts read the change log: without a durable copy it would be dead weight.
-  if (!options_.durable_dir.empty()) so.change_log_dir = options_.dir + "/changes";
+  // Only delta checkpoint parts read the change log: otherwise it would be dead weight.
+  if (options_.change_log && !options_.durable_dir.empty())
+    so.change_log_dir = options_.dir + "/changes";
+  so.change_log_segment_bytes = options_.change_log_segment_bytes;
   TANDEM_ASSIGN_OR_RETURN(store_, EmbeddingStore::Open(so));
 
   uint64_t replayed = 0;
@@ -692,6 +702,39 @@ Status Shard::TakeRestorePointLocked(std::string* dir, uint64_t* change_seq) {
   return Status::Ok();
 }
 
+StatusOr<uint64_t> Shard::UploadSealedSegments() {
+  ChangeLog* changes = store_->change_log();
+  MutexLock lock(&copy_mu_);
+  if (changes == nullptr || !delta_base_ || options_.durable_dir.empty()) return uint64_t{0};
+  uint64_t bytes = 0;
+  for (const ChangeSegment& seg : changes->Sealed(delta_base_->change_seq, UINT64_MAX)) {
+    if (!seg.complete || uploaded_.count(seg.seq) > 0) continue;
+    TANDEM_ASSIGN_OR_RETURN(uint64_t copied, UploadSegment(seg, options_.durable_dir));
+    bytes += copied;
+    uploaded_.insert(seg.seq);
+  }
+  return bytes;
+}
+
+void Shard::UploadLoop() {
+  bool warned = false;
+  for (;;) {
+    {
+      MutexLock lock(&upload_mu_);
+      if (!stop_uploading_)
+        upload_cv_.WaitUntil(std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+      if (stop_uploading_) return;
+    }
+    StatusOr<uint64_t> copied = UploadSealedSegments();
+    // Once: the final part copies whatever is missing, so nothing is lost but time.
+    if (!copied.ok() && !warned) {
+      TLOG_WARN("shard {}: copying change log segments ahead of the final part: {}",
+                options_.shard_index, copied.status().ToString());
+      warned = true;
+    }
+  }
+}
+
 std::optional<std::vector<ChangeSegment>> Shard::DeltaSegments(const std::string& dir,
                                                                const std::string& durable_root,
                                                                uint64_t seq, PartKind kind) {
@@ -777,6 +820,7 @@ StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string
     } else {
       delta_base_.reset();
     }
+    uploaded_.clear();  // a new chain (and the collection below removes the old one's files)
     delta_base_seq_ = delta_base_ ? seq : 0;
   }
   {

@@ -24,6 +24,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/checkpoint_layout.h"
@@ -52,6 +53,12 @@ struct ShardOptions {
   std::string dir;  // this shard's data directory
   // Its durable copy for checkpoints: checkpoint.dir/shards/shard-<i> (PROTOCOLS §7).
   std::string durable_dir;
+  // Keep the store's change log, so that the job's last checkpoint part may be a delta
+  // (checkpoint.final_part is not full, and periodic checkpoints make the full parts it needs).
+  bool change_log = true;
+  // Change log segments end at this size (or a restore point); each sealed one is copied to the
+  // durable copy in the background once a full part exists, so the last part copies one at most.
+  uint64_t change_log_segment_bytes = 64ull << 20;
   uint64_t cache_bytes = 256ull << 20;
   bool memory_only = false;
   Durability durability = Durability::kProcess;
@@ -162,6 +169,12 @@ class Shard {
   // Takes a restore point after the current applied step (flush + RocksDB checkpoint + marker),
   // rolls the log, and keeps the newest two restore points.
   Status TakeRestorePoint();
+
+  // Copies the change log segments sealed since the newest full part to the durable copy (those
+  // not copied yet), so that a delta part made later copies only the rest. A thread of the
+  // shard calls it every half second; tests call it directly. Returns the bytes copied; an
+  // error leaves the copy to the delta part.
+  StatusOr<uint64_t> UploadSealedSegments();
 
   // Adds the shard's part of model_checksum (DESIGN §12) to `sum`: every stored row and every
   // admission counter, as of one applied step (applies wait until the scan is done; pulls do
@@ -326,6 +339,13 @@ class Shard {
     uint64_t change_seq = 0;
   };
   std::optional<DeltaBase> delta_base_ GUARDED_BY(copy_mu_);
+  std::set<uint64_t> uploaded_ GUARDED_BY(copy_mu_);  // segments of its chain already copied
+  // The thread that calls UploadSealedSegments (with a change log and a durable copy).
+  void UploadLoop();
+  std::thread uploader_;
+  Mutex upload_mu_;
+  CondVar upload_cv_{&upload_mu_};
+  bool stop_uploading_ GUARDED_BY(upload_mu_) = false;
   // delta_base_'s change_seq, 0 without one: read by restore points, which drop the segments no
   // delta can need while there is no base.
   std::atomic<uint64_t> delta_base_seq_{0};

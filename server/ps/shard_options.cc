@@ -16,6 +16,9 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.seed = job.train.seed;
   o.dir = job.ps.data_dir + "/shard-" + std::to_string(index);
   o.durable_dir = job.checkpoint.dir + "/" + ShardDurableDir(index);
+  // A delta needs an earlier full part: a job without periodic checkpoints never makes one.
+  o.change_log = job.checkpoint.final_part != "full" &&
+                 (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0);
   o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
   o.memory_only = job.ps.storage == "memory";
   o.durability =
