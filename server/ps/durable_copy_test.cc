@@ -113,6 +113,20 @@ void FlipByte(const std::string& path, uint64_t offset) {
   ASSERT_TRUE(f.good()) << path;
 }
 
+// A store on a live DB rebuilt from `part` of the durable copy at `root`, materialized under
+// `tmp` as "mat-<name>" (null, with a failure recorded, when that fails).
+std::unique_ptr<EmbeddingStore> OpenMaterialized(const testing::TempDir& tmp,
+                                                 const std::string& root,
+                                                 const CheckpointPart& part,
+                                                 const std::string& name) {
+  const std::string out = tmp.File("mat-" + name), live = tmp.File("live-" + name);
+  Status s = MaterializePart(root, part, out);
+  EXPECT_TRUE(s.ok()) << s;
+  s = RebuildLiveDb(out, live);
+  EXPECT_TRUE(s.ok()) << s;
+  return OpenOrDie(live);
+}
+
 class QuietLogger : public rocksdb::Logger {
  public:
   using rocksdb::Logger::Logv;
@@ -145,12 +159,7 @@ class DurableCopyTest : public ::testing::Test {
 
   // Opens a live DB rebuilt from the materialized part and returns its rows.
   Rows Restore(const CheckpointPart& part, const std::string& name) {
-    const std::string out = tmp_.File("mat-" + name), live = tmp_.File("live-" + name);
-    Status s = MaterializePart(root_, part, out);
-    EXPECT_TRUE(s.ok()) << s;
-    s = RebuildLiveDb(out, live);
-    EXPECT_TRUE(s.ok()) << s;
-    auto store = OpenOrDie(live);
+    auto store = OpenMaterialized(tmp_, root_, part, name);
     return store ? Dump(store.get()) : Rows{};
   }
 
@@ -415,12 +424,7 @@ class DeltaPartTest : public ::testing::Test {
 
   // The rows and checksum of a store opened on the materialized part.
   std::pair<Rows, ModelChecksum> Restore(const CheckpointPart& part, const std::string& name) {
-    const std::string out = tmp_.File("mat-" + name), live = tmp_.File("live-" + name);
-    Status s = MaterializePart(root_, part, out);
-    EXPECT_TRUE(s.ok()) << s;
-    s = RebuildLiveDb(out, live);
-    EXPECT_TRUE(s.ok()) << s;
-    auto store = OpenOrDie(live);
+    auto store = OpenMaterialized(tmp_, root_, part, name);
     ModelChecksum sum;
     if (store == nullptr) return {};
     bool scanned = true;
