@@ -216,16 +216,20 @@ StatusOr<bool> PoolHolds(const CopyJob& job, const CheckpointFile& file) {
   return sum->crc32c == file.crc32c && sum->size_bytes == file.size_bytes;
 }
 
+// The CRC32C of the restore point's file `name`: RocksDB's recorded one for an SST (nothing
+// read), else computed now (small files, and SSTs from before the factory was set).
+StatusOr<uint32_t> FileCrc(const std::map<uint64_t, uint32_t>& recorded, const std::string& dir,
+                           const std::string& name) {
+  const std::optional<uint64_t> number = SstNumber(name);
+  auto rec = number ? recorded.find(*number) : recorded.end();
+  if (rec != recorded.end()) return rec->second;
+  TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(dir + "/" + name));
+  return sum.crc32c;
+}
+
 Status CopySst(CopyJob* job, const std::string& name, uint64_t size_bytes) {
   const std::string source = job->source_dir + "/" + name;
-  auto rec = job->recorded.find(*SstNumber(name));
-  uint32_t crc = 0;
-  if (rec != job->recorded.end()) {
-    crc = rec->second;
-  } else {  // no checksum recorded: compute one now (files from before the factory was set)
-    TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(source));
-    crc = sum.crc32c;
-  }
+  TANDEM_ASSIGN_OR_RETURN(uint32_t crc, FileCrc(job->recorded, job->source_dir, name));
   CheckpointFile file{PoolPath(name, crc), name, size_bytes, crc, /*is_sst=*/true};
   TANDEM_ASSIGN_OR_RETURN(bool held, PoolHolds(*job, file));
   if (!held) {
@@ -418,16 +422,9 @@ StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir
     TANDEM_ASSIGN_OR_RETURN(auto recorded, RecordedSstChecksums(restore_point_dir));
     TANDEM_ASSIGN_OR_RETURN(auto listing, ListFiles(restore_point_dir));
     for (const auto& [name, size] : listing) {
-      const std::optional<uint64_t> number = SstNumber(name);
-      auto rec = number ? recorded.find(*number) : recorded.end();
-      uint32_t crc = 0;
-      if (rec != recorded.end()) {
-        crc = rec->second;
-      } else {
-        TANDEM_ASSIGN_OR_RETURN(FileSum sum, ReadSum(restore_point_dir + "/" + name));
-        crc = sum.crc32c;
-      }
-      part.local_files.push_back(CheckpointFile{"", name, size, crc, number.has_value(), false});
+      TANDEM_ASSIGN_OR_RETURN(uint32_t crc, FileCrc(recorded, restore_point_dir, name));
+      part.local_files.push_back(
+          CheckpointFile{"", name, size, crc, SstNumber(name).has_value(), false});
     }
   }
   const fs::path root(durable_root);
@@ -628,6 +625,18 @@ nlohmann::json CheckpointPartToJson(const CheckpointPart& part) {
 
 namespace {
 
+// An object's "crc32c": exactly 8 hex digits; nullopt otherwise. REQUIRES: j is an object.
+std::optional<uint32_t> CrcFromJson(const nlohmann::json& j) {
+  const std::string crc = j.contains("crc32c") && j.at("crc32c").is_string()
+                              ? j.at("crc32c").get<std::string>()
+                              : std::string();
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
+  if (crc.size() != 8 || end != crc.c_str() + 8 || !std::isxdigit(static_cast<uint8_t>(crc[0])))
+    return std::nullopt;
+  return static_cast<uint32_t>(v);
+}
+
 // REQUIRES: j is an object. May throw nlohmann::json::exception (caught by the caller).
 StatusOr<CheckpointFile> FileFromJson(const nlohmann::json& j) {
   CheckpointFile f;
@@ -643,14 +652,9 @@ StatusOr<CheckpointFile> FileFromJson(const nlohmann::json& j) {
   if (!j.contains("size") || !j.at("size").is_number_unsigned())
     return Status::InvalidArgument(where + "bad size");
   f.size_bytes = j.at("size").get<uint64_t>();
-  const std::string crc = j.contains("crc32c") && j.at("crc32c").is_string()
-                              ? j.at("crc32c").get<std::string>()
-                              : std::string();
-  char* end = nullptr;
-  const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
-  if (crc.size() != 8 || end != crc.c_str() + 8 || !std::isxdigit(static_cast<uint8_t>(crc[0])))
-    return Status::InvalidArgument(where + "bad crc32c");
-  f.crc32c = static_cast<uint32_t>(v);
+  const std::optional<uint32_t> crc = CrcFromJson(j);
+  if (!crc) return Status::InvalidArgument(where + "bad crc32c");
+  f.crc32c = *crc;
   if (!j.contains("sst") || !j.at("sst").is_boolean())
     return Status::InvalidArgument(where + "bad sst");
   f.is_sst = j.at("sst").get<bool>();
@@ -703,17 +707,11 @@ StatusOr<CheckpointPart> PartFromJson(const nlohmann::json& j) {
             !SafeName(f.at("db_name").get<std::string>()) || !IsUnsigned(f, "size", UINT64_MAX) ||
             !f.contains("sst") || !f.at("sst").is_boolean())
           return Status::InvalidArgument("checkpoint part: bad local file");
-        const std::string crc = f.contains("crc32c") && f.at("crc32c").is_string()
-                                    ? f.at("crc32c").get<std::string>()
-                                    : std::string();
-        char* end = nullptr;
-        const unsigned long v = std::strtoul(crc.c_str(), &end, 16);
-        if (crc.size() != 8 || end != crc.c_str() + 8 ||
-            !std::isxdigit(static_cast<uint8_t>(crc[0])))
-          return Status::InvalidArgument("checkpoint part: bad local file crc32c");
-        part.local_files.push_back(
-            CheckpointFile{"", f.at("db_name").get<std::string>(), f.at("size").get<uint64_t>(),
-                           static_cast<uint32_t>(v), f.at("sst").get<bool>(), false});
+        const std::optional<uint32_t> crc = CrcFromJson(f);
+        if (!crc) return Status::InvalidArgument("checkpoint part: bad local file crc32c");
+        part.local_files.push_back(CheckpointFile{"", f.at("db_name").get<std::string>(),
+                                                  f.at("size").get<uint64_t>(), *crc,
+                                                  f.at("sst").get<bool>(), false});
       }
     }
   }
