@@ -214,6 +214,8 @@ int RunDaemon(const DaemonArgs& args, const std::optional<std::string>& tf_confi
   role->Ready(ctx);
   const int status = role->Run(ctx);
   server.Stop();
+  // Before Stopped, which may release what the role's gauges read.
+  metrics_http->reset();
   role->Stopped(status);
   auto st = server.stats();
   TLOG_INFO("stopped: {} requests, {} replies, {} malformed dropped, {} invalid, {} wrong job",

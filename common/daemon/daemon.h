@@ -61,7 +61,9 @@ class DaemonRole {
   virtual void Ready(const RoleContext&) {}
   // The role's life: returns the exit status (PROTOCOLS §12) or kRoleRejoin (member.h).
   virtual int Run(const RoleContext& ctx) = 0;
-  // After the server stopped, with Run's status.
+  // After the server stopped, with Run's status. A role that holds requests (parked ones) answers
+  // or drops them here: their answers report to the daemon's metrics, which are gone once
+  // RunDaemon has returned and the role is destroyed.
   virtual void Stopped(int /*status*/) {}
 };
 

@@ -68,6 +68,9 @@ int ChiefDaemon::Run(const daemon::RoleContext& ctx) {
   return state == JobState::kFailed ? kExitRuntimeFailure : kExitOk;
 }
 
+// Parked barriers are answered now (DaemonRole::Stopped).
+void ChiefDaemon::Stopped(int) { service_.reset(); }
+
 int RunChief(const daemon::DaemonArgs& args, const std::optional<std::string>& tf_config) {
   ChiefDaemon role(args.new_run);
   return daemon::RunDaemon(args, tf_config, &role);

@@ -19,6 +19,7 @@ class ChiefDaemon : public daemon::DaemonRole {
   void Started(const daemon::RoleContext& ctx, metrics::Registry* registry) override;
   void Ready(const daemon::RoleContext& ctx) override;
   int Run(const daemon::RoleContext& ctx) override;
+  void Stopped(int status) override;
 
  private:
   const bool new_run_;

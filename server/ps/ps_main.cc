@@ -64,6 +64,8 @@ void PsDaemon::Started(const RoleContext&, metrics::Registry* registry) {
 }
 
 void PsDaemon::Stopped(int status) {
+  // Parked pulls are answered now (DaemonRole::Stopped), and a part copy in flight is finished.
+  service_.reset();
   if (status == daemon::kRoleRejoin) return;
   // A clean stop leaves a restore point, so the next start replays nothing. Not before a
   // rejoin: the replay of the log rebuilds the pre-images of the last applied step, which a
