@@ -4,8 +4,8 @@
 # eval rows).
 data_dir="$out/data"
 mkdir -p "$data_dir"
-train_file="$data_dir/train-v$vocab-r$rows.bin"
-eval_file="$data_dir/eval-v$vocab-r$eval_rows.bin"
+train_file="$data_dir/train-v$vocab-z$ZIPF-r$rows.bin"
+eval_file="$data_dir/eval-v$vocab-z$ZIPF-r$eval_rows.bin"
 gen() {  # FILE ROWS STREAM
   [[ -s $1 ]] && return 0
   log "generating $2 $3 rows (vocab $vocab, zipf $ZIPF) into $1"

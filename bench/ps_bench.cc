@@ -272,6 +272,12 @@ void PushOnly(zmq::context_t* ctx, uint32_t dim, int reps) {
               PushKeysPerSec(&s.client, s.keys, dim, &s.step, reps), "keys/s", true, "none", 0);
 }
 
+void PullOnly(zmq::context_t* ctx, uint32_t dim, int reps) {
+  CachedShard s(ctx, dim);
+  PrintFigure("ps_pull_only_dim" + std::to_string(dim),
+              PullKeysPerSec(&s.client, s.keys, s.step, reps), "keys/s", true, "none", 0);
+}
+
 // ps.wire_precision bf16 against fp32, runs interleaved on fresh shards: pull and push keys/s
 // with half the bytes of rows and gradients on the wire.
 void WirePrecisionOnOff(zmq::context_t* ctx, uint32_t dim) {
@@ -663,6 +669,7 @@ int Main(int argc, char** argv) {
     CachedPullPush(&ctx, 64);
   }
   if (only == "push-profile") PushOnly(&ctx, 16, 60);  // for perf: no baselines, no pulls
+  if (only == "pull-profile") PullOnly(&ctx, 16, 400);  // for perf: no baselines, no pushes
   if (only.empty() || only == "wire") {
     WirePrecisionOnOff(&ctx, 16);
     WirePrecisionOnOff(&ctx, 64);

@@ -5,12 +5,16 @@
 # a table far larger than memory is measured end to end (pulls that miss, writebacks, RocksDB
 # compactions, checkpoints of a big live DB, the end of the job).
 #
-# Usage: bench/scale_bench.sh [--vocab V] [--rows R] [--steps S] [--reps N] [--out DIR]
-#                             [--eval-rows E] [--ckpt-every C] [--set KEY=VALUE]... [--keep]
-#   (or scripts/bench.sh scale -- ARGS). Defaults: vocab 20000000 ids per field, rows = one
-#   pass over the data (steps x 2 x 1024), 1200 steps, 1 rep, out/scale_bench, 20000 eval rows,
-#   a checkpoint every steps/4 steps. --set adds a job override to every run (e.g.
-#   checkpoint.final_part=full). A quick run: --vocab 200000 --rows 200000 --steps 200.
+# Usage: bench/scale_bench.sh [--vocab V] [--zipf Z] [--batch B] [--rows R] [--steps S]
+#                             [--reps N] [--out DIR] [--eval-rows E] [--ckpt-every C]
+#                             [--set KEY=VALUE]... [--cache-bytes C] [--keep]
+#   (or scripts/bench.sh scale -- ARGS). Defaults: vocab 20000000 ids per field, Zipf 1.05,
+#   batch 1024 per worker, rows = one pass over the data (steps x 2 x batch), 1200 steps,
+#   1 rep, out/scale_bench, 20000 eval rows, a checkpoint every steps/4 steps. --set adds a
+#   job override to every run (e.g. checkpoint.final_part=full). --cache-bytes runs one job
+#   with C bytes of cache per shard instead of the three ratios, and prints one line
+#   (scale_job; bench/end_of_job_bench.sh compares table sizes with it).
+#   A quick run: --vocab 200000 --rows 200000 --steps 200.
 #   TANDEM=path/to/tandem overrides the binary (default ${BUILD_DIR:-build}/cli/tandem).
 #
 # Prints one JSON line per cache setting (medians over --reps), then one line of samples/s
@@ -48,11 +52,14 @@ cd "$(dirname "$0")/.."
 from_caller() { if [[ $1 == /* ]]; then echo "$1"; else echo "$caller/$1"; fi; }
 
 vocab=20000000 rows=0 steps=1200 reps=1 out=out/scale_bench eval_rows=20000 ckpt_every=0
-keep=0 extra_sets=()
-usage() { sed -n '8,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+keep=0 extra_sets=() ZIPF=1.05 BATCH=1024 fixed_cache=0
+usage() { sed -n '8,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 while (($# > 0)); do
   case $1 in
     --vocab) vocab=$2; shift 2 ;;
+    --zipf) ZIPF=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
+    --cache-bytes) fixed_cache=$2; shift 2 ;;
     --rows) rows=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
@@ -65,12 +72,15 @@ while (($# > 0)); do
     *) echo "scale_bench: unknown argument '$1'" >&2; usage ;;
   esac
 done
-for n in "$vocab" "$rows" "$steps" "$reps" "$eval_rows" "$ckpt_every"; do
+for n in "$vocab" "$rows" "$steps" "$reps" "$eval_rows" "$ckpt_every" "$BATCH" "$fixed_cache"; do
   [[ $n =~ ^[0-9]+$ ]] || { echo "scale_bench: '$n' is not a number" >&2; exit 2; }
 done
-((steps >= 1 && reps >= 1 && vocab >= 1)) || { echo "scale_bench: need steps, reps, vocab >= 1" >&2; exit 2; }
+((steps >= 1 && reps >= 1 && vocab >= 1 && BATCH >= 1)) ||
+  { echo "scale_bench: need steps, reps, vocab, batch >= 1" >&2; exit 2; }
+[[ $ZIPF =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "scale_bench: --zipf '$ZIPF' is not a number" >&2; exit 2; }
+readonly ZIPF BATCH
 
-readonly PS=2 WORKERS=2 BATCH=1024 DIM=16 ZIPF=1.05
+readonly PS=2 WORKERS=2 DIM=16
 readonly ROW_BYTES=$((16 + 4 * 2 * DIM))  # TableSpec::row_bytes() for adagrad
 # "Whole table in memory": a budget no job here reaches (cache memory is allocated as rows
 # arrive, so this costs nothing); the run's evictions (0) show that it held every row.
@@ -297,13 +307,57 @@ run_job() {  # DIR CACHE
 
 get() { sed -n "s/^$2=//p" "$1/result"; }
 
+# The rows the stopped job under DIR stored (into table_rows, table_bytes), counted by
+# `tandem checksum` on its shards, which also checks the final line's model_checksum.
+count_rows() {  # DIR CACHE
+  local dir=$1 sum_out first s
+  job_sets "$dir" "$2"
+  local sum_args=("$TANDEM" checksum --config configs/local.yaml --ps $PS --workers $WORKERS)
+  for s in "${SETS[@]}"; do sum_args+=(--set "$s"); done
+  sum_out=$("${sum_args[@]}" 2>&1 || true)
+  table_rows=$(sed -n 's/^rows: \([0-9]*\).*/\1/p' <<<"$sum_out" | head -1)
+  if [[ -z $table_rows || $table_rows == 0 ]]; then
+    log "cannot count the table's rows: $sum_out"
+    exit 1
+  fi
+  table_bytes=$((table_rows * ROW_BYTES))
+  first=$(head -1 <<<"$sum_out")
+  [[ $first == "$(get "$dir" model_checksum)" ]] ||
+    log "WARNING: tandem checksum of the shards ($first) != the final line's ($(get "$dir" model_checksum))"
+  log "table: $table_rows rows x $ROW_BYTES B = $table_bytes B ($(get "$dir" live_db_bytes) B of live RocksDB)"
+}
+
 # --- runs ---------------------------------------------------------------------------------
 log "vocab $vocab, $rows rows, $steps steps x $WORKERS workers x batch $BATCH, $PS PS, checkpoint every $ckpt_every steps, $reps rep(s), in $out"
-ratios=(1 0.1 0.01)
-labels=("1" "1/10" "1/100")
 table_rows=0
 table_bytes=0
 failed=0
+if ((fixed_cache > 0)); then
+  # One job at a fixed cache: the figures of each rep, then one line of their medians.
+  for ((rep = 1; rep <= reps; rep++)); do
+    dir="$out/runs/cache-$fixed_cache-rep$rep"
+    log "rep $rep: ps.cache_bytes=$fixed_cache per shard"
+    run_job "$dir" "$fixed_cache"
+    if ((rep == 1)); then count_rows "$dir" "$fixed_cache"; fi
+    [[ $(get "$dir" rc) == 0 ]] || failed=1
+    log "  $(tr '\n' ' ' <"$dir/result")"
+    ((keep)) || rm -rf "$dir/ps" "$dir/ckpt"
+  done
+  fmed() {  # KEY: the median over reps
+    for ((rep = 1; rep <= reps; rep++)); do get "$out/runs/cache-$fixed_cache-rep$rep" "$1"; done |
+      { grep -v -e '^null$' -e '^$' || true; } | median
+  }
+  printf '{"bench": "scale_job", "value": %s, "unit": "s", "better": "lower", "of": "end of job: last step to tandem local exiting", "baseline": "none", "baseline_value": 0, "ratio": 0, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "zipf": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "samples_per_sec": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "ps_peak_anon_bytes": %s, "model_checksum": "%s", "rc": %s}\n' \
+    "$(fmed end_of_job_s)" "$((fixed_cache * PS))" "$table_rows" "$table_bytes" "$vocab" "$ZIPF" \
+    "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "$(fmed samples_per_sec)" "$(fmed live_db_bytes)" \
+    "$(fmed checkpoint_dir_bytes)" "$(fmed final_checkpoint_s)" \
+    "$(fmed final_checkpoint_copied_bytes)" "$(fmed final_delta_parts)" \
+    "$(fmed final_line_to_exit_s)" "$(fmed chief_exit_to_exit_s)" "$(fmed job_s)" \
+    "$(fmed ps_peak_anon_bytes)" "$(get "$out/runs/cache-$fixed_cache-rep1" model_checksum)" "$failed"
+  exit $failed
+fi
+ratios=(1 0.1 0.01)
+labels=("1" "1/10" "1/100")
 for ((rep = 1; rep <= reps; rep++)); do
   for j in "${!ratios[@]}"; do
     r=${ratios[$j]}
@@ -316,24 +370,8 @@ for ((rep = 1; rep <= reps; rep++)); do
     log "rep $rep, cache ${labels[$j]} of the table: ps.cache_bytes=$cache per shard"
     run_job "$dir" "$cache"
     echo "cache_bytes=$cache" >>"$dir/result"
-    if [[ $r == 1 && $rep == 1 ]]; then
-      # The table's size: the rows the all-in-cache run stored, counted by `tandem checksum`
-      # on the stopped job's shards (which also checks the final line's model_checksum).
-      job_sets "$dir" "$cache"
-      sum_args=("$TANDEM" checksum --config configs/local.yaml --ps $PS --workers $WORKERS)
-      for s in "${SETS[@]}"; do sum_args+=(--set "$s"); done
-      sum_out=$("${sum_args[@]}" 2>&1 || true)
-      table_rows=$(sed -n 's/^rows: \([0-9]*\).*/\1/p' <<<"$sum_out" | head -1)
-      if [[ -z $table_rows || $table_rows == 0 ]]; then
-        log "cannot count the table's rows: $sum_out"
-        exit 1
-      fi
-      table_bytes=$((table_rows * ROW_BYTES))
-      first=$(head -1 <<<"$sum_out")
-      [[ $first == "$(get "$dir" model_checksum)" ]] ||
-        log "WARNING: tandem checksum of the shards ($first) != the final line's ($(get "$dir" model_checksum))"
-      log "table: $table_rows rows x $ROW_BYTES B = $table_bytes B ($(get "$dir" live_db_bytes) B of live RocksDB)"
-    fi
+    # The table's size: the rows the all-in-cache run stored.
+    if [[ $r == 1 && $rep == 1 ]]; then count_rows "$dir" "$cache"; fi
     [[ $(get "$dir" rc) == 0 ]] || failed=1
     log "  $(tr '\n' ' ' <"$dir/result")"
     ((keep)) || rm -rf "$dir/ps" "$dir/ckpt"

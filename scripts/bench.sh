@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
 # Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
-# ps_replay recovery serve scale torch bag multihot models; default: all but scale, torch, bag,
+# ps_replay recovery serve scale eoj torch bag multihot models; default: all but scale, eoj, torch, bag,
 # multihot and models). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint --
 # --rows 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
 # `serve` (bench/serve_bench.cc: `tandem serve` over HTTP against in-process scoring, and a
@@ -12,6 +12,10 @@
 # defaults (2e7 ids per field, 1200 steps of 2 x 1024) each job trains on 2.5M samples, mostly
 # from RocksDB. A quick one (about 4 minutes on 2 cores):
 # `scripts/bench.sh scale -- --vocab 200000 --rows 200000 --steps 200`.
+# `eoj` (bench/end_of_job_bench.sh: the end of a job, last step to exit, with a ~10^6-row and a
+# ~10^8-row table, the same steps and cache; about 30 minutes and 40 GB of disk at its defaults)
+# is not in the default list either; a quick one: `scripts/bench.sh eoj -- --vocabs "4000
+# 400000" --steps 200`.
 # `torch` (bench/dlrm_vs_torch.sh: `tandem local` 2 PS x 2 workers against a single-process
 # PyTorch DLRM on the same cores, interleaved; target ratio 1.5) is not in the default list
 # either: it needs python3-torch, which only `scripts/setup.sh bench` installs (done here when
@@ -72,6 +76,10 @@ for n in "${names[@]}"; do
     TANDEM="${BUILD_DIR:-build}/cli/tandem" bench/scale_bench.sh ${bench_args[@]+"${bench_args[@]}"}
     continue
   fi
+  if [[ $n == eoj ]]; then
+    TANDEM="${BUILD_DIR:-build}/cli/tandem" bench/end_of_job_bench.sh ${bench_args[@]+"${bench_args[@]}"}
+    continue
+  fi
   if [[ $n == torch ]]; then
     TANDEM="${BUILD_DIR:-build}/cli/tandem" bench/dlrm_vs_torch.sh ${bench_args[@]+"${bench_args[@]}"}
     continue
@@ -90,7 +98,7 @@ for n in "${names[@]}"; do
   fi
   bin="${BUILD_DIR:-build}/bench/${n}_bench"
   if [[ ! -x "$bin" ]]; then
-    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale torch bag multihot models)" >&2
+    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale eoj torch bag multihot models)" >&2
     exit 2
   fi
   "$bin" ${bench_args[@]+"${bench_args[@]}"}
