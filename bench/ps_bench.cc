@@ -668,7 +668,7 @@ int Main(int argc, char** argv) {
     CachedPullPush(&ctx, 16);
     CachedPullPush(&ctx, 64);
   }
-  if (only == "push-profile") PushOnly(&ctx, 16, 60);  // for perf: no baselines, no pulls
+  if (only == "push-profile") PushOnly(&ctx, 16, 60);   // for perf: no baselines, no pulls
   if (only == "pull-profile") PullOnly(&ctx, 16, 400);  // for perf: no baselines, no pushes
   if (only.empty() || only == "wire") {
     WirePrecisionOnOff(&ctx, 16);

@@ -1,6 +1,7 @@
 #include "common/ps_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "common/log.h"
@@ -145,6 +146,17 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
 }
 
 namespace {
+// Rows [0, n) of `src` to rows at[0..n) of `dst`, a run of consecutive targets (all of them
+// when one shard holds a table's ids and none repeats) in one copy.
+void CopyRows(const float* src, size_t n, uint32_t dim, const uint32_t* at, float* dst) {
+  for (size_t j = 0; j < n;) {
+    size_t run = 1;
+    while (j + run < n && at[j + run] == at[j] + run) ++run;
+    std::memcpy(dst + size_t{at[j]} * dim, src + j * dim, run * dim * sizeof(float));
+    j += run;
+  }
+}
+
 Status BadRowsFrame() {
   return Status::InvalidArgument("pull reply frame of partial rows, or of more rows than asked");
 }
@@ -168,13 +180,13 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
       return Status::InvalidArgument("unknown table " + std::to_string(t.table));
     FlatIdIndex& idx = dedupe_[i];
     idx.Reset(t.ids.size());
-    for (uint64_t id : t.ids) {
-      auto [u, inserted] = idx.Insert(id);
-      if (!inserted) continue;
+    idx.InsertAll(t.ids.data(), t.ids.size(), [&](size_t j, uint32_t u, bool inserted) {
+      if (!inserted) return;
+      const uint64_t id = t.ids[j];
       const uint32_t s = n_shards == 1 ? 0 : ShardOf(t.table, id, static_cast<uint32_t>(n_shards));
       ids[s][i].push_back(id);
       pos[s][i].push_back(u);
-    }
+    });
     // Without repeated ids the unique order is the request order: rows go straight to `rows`.
     no_repeats[i] = idx.size() == t.ids.size();
     auto& target = no_repeats[i] ? (*rows)[i] : unique_rows[i];
@@ -236,8 +248,7 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
           if (!v.ok()) return v.status();
           values = v->size();
           if (values % dim != 0 || row + values / dim > ids[s][i].size()) return BadRowsFrame();
-          for (size_t j = 0; j < values / dim; ++j)
-            std::copy_n(v->data() + j * dim, dim, dst + size_t{pos[s][i][row + j]} * dim);
+          CopyRows(v->data(), values / dim, dim, &pos[s][i][row], dst);
         } else {
           auto v = r.BulkAs<uint16_t>(frame);
           if (!v.ok()) return v.status();

@@ -413,8 +413,7 @@ Status Shard::ApplyMerged(int64_t step, uint32_t table,
   ids.clear();
   sums.clear();
   for (const PushTableView* t : slices) {
-    for (size_t i = 0; i < t->ids.size(); ++i) {
-      auto [slot, inserted] = index.Insert(t->ids[i]);
+    index.InsertAll(t->ids.data(), t->ids.size(), [&](size_t i, uint32_t slot, bool inserted) {
       const float* g = &t->grads[i * dim];
       if (inserted) {
         ids.push_back(t->ids[i]);
@@ -423,7 +422,7 @@ Status Shard::ApplyMerged(int64_t step, uint32_t table,
         float* sum = &sums[static_cast<size_t>(slot) * dim];
         for (uint32_t j = 0; j < dim; ++j) sum[j] += g[j];
       }
-    }
+    });
   }
   return ApplyTable(step, table, ids, sums, pre, stats);
 }

@@ -56,10 +56,13 @@ Status ValidatePushInput(const ShardOptions& options, const PushInput& p) {
     // Unique ids per table let a step with one contributor skip the merge.
     thread_local FlatIdIndex seen_ids;
     seen_ids.Reset(t.ids.size());
-    for (uint64_t id : t.ids) {
-      if (!seen_ids.Insert(id).second)
-        return Status::InvalidArgument(where + " id " + std::to_string(id) + " appears twice");
-    }
+    size_t repeated = t.ids.size();
+    seen_ids.InsertAll(t.ids.data(), t.ids.size(), [&](size_t j, uint32_t, bool inserted) {
+      if (!inserted && repeated == t.ids.size()) repeated = j;
+    });
+    if (repeated < t.ids.size())
+      return Status::InvalidArgument(where + " id " + std::to_string(t.ids[repeated]) +
+                                     " appears twice");
     if (options.nan_policy == NanPolicy::kReject) {
       for (size_t i = 0; i < t.ids.size(); ++i) {
         if (!AllFinite(&t.grads[i * t.dim], t.dim))

@@ -175,11 +175,10 @@ void Batch::Dedup() {
       const auto& in = ids[f];
       auto& inv = inverse[f];
       inv.resize(in.size());
-      for (size_t k = 0; k < in.size(); ++k) {
-        auto [pos, inserted] = index_.Insert(in[k]);
+      index_.InsertAll(in.data(), in.size(), [&](size_t k, uint32_t pos, bool inserted) {
         if (inserted) uniq.push_back(in[k]);
         inv[k] = pos;
-      }
+      });
     }
   }
   if (schema.wide) {
