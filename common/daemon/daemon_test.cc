@@ -2,7 +2,10 @@
 // order of the calls, what a refusal or a bad config does, and the ready file.
 #include "common/daemon/daemon.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "common/exit_codes.h"
+#include "common/metrics/prometheus.h"
 #include "common/testing/test_util.h"
 
 namespace tandem::daemon {
@@ -114,6 +118,57 @@ TEST(DaemonTest, BadConfigOrTaskExitsBeforeTheRoleIsAsked) {
   other.args.task = "ps:7";  // no such task in the cluster
   EXPECT_NE(RunDaemon(other.args, std::nullopt, &role), kExitOk);
   EXPECT_TRUE(role.calls.empty());
+}
+
+// A role releases what it holds in Stopped (DaemonRole::Stopped): by then /metrics no longer
+// answers (a scrape would read the state being released), and the registry its requests'
+// answers report to still lives (counted here; an ASan build catches a use after it).
+class ReleasingRole : public RecordingRole {
+ public:
+  std::string ready_file;
+  metrics::Counter* released = nullptr;
+  bool metrics_answered_in_run = false;
+  bool metrics_answered_in_stopped = true;
+
+  void Started(const RoleContext& ctx, metrics::Registry* registry) override {
+    RecordingRole::Started(ctx, registry);
+    released = registry->counter("test_released_total", "requests released in Stopped");
+  }
+  int Run(const RoleContext& ctx) override {
+    metrics_answered_in_run = MetricsAnswer();
+    return RecordingRole::Run(ctx);
+  }
+  void Stopped(int status) override {
+    RecordingRole::Stopped(status);
+    metrics_answered_in_stopped = MetricsAnswer();
+    released->Add();
+  }
+
+ private:
+  bool MetricsAnswer() const {
+    auto ready = nlohmann::json::parse(Read(ready_file), nullptr, false);
+    const int port = ready.is_discarded() ? 0 : ready.value("metrics_port", 0);
+    if (port == 0) return false;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    return connected;
+  }
+};
+
+TEST(DaemonTest, StoppedRunsAfterMetricsStopAndBeforeTheRegistryGoes) {
+  Job job;
+  testing::WriteFile(job.args.config_path, Read(job.args.config_path) + "metrics:\n  port: 0\n");
+  ReleasingRole role;
+  role.ready_file = job.args.ready_file;
+  EXPECT_EQ(RunDaemon(job.args, std::nullopt, &role), kExitOk);
+  EXPECT_TRUE(role.metrics_answered_in_run);
+  EXPECT_FALSE(role.metrics_answered_in_stopped);
+  EXPECT_EQ(role.calls.back(), "stopped");
 }
 
 }  // namespace
