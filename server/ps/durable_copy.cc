@@ -427,56 +427,29 @@ StatusOr<CheckpointPart> CopyDeltaToDurable(const std::string& restore_point_dir
           CheckpointFile{"", name, size, crc, SstNumber(name).has_value(), false});
     }
   }
-  const fs::path root(durable_root);
-  TANDEM_RETURN_IF_ERROR(CreateDirsDurably(root / kLogDir));
   if (progress != nullptr) {
     uint64_t total = 0;
     for (const ChangeSegment& seg : segments) total += seg.size_bytes;
     progress->bytes_total = total;
     progress->bytes_done = 0;
   }
-  std::vector<std::string> staged;
-  const auto unstage = [&] {
-    for (const std::string& to : staged) ::unlink((to + std::string(kTmpSuffix)).c_str());
-  };
+  // Each segment is its own content-named file, copied whole or not at all (UploadSegment): the
+  // ones the shard's thread copied ahead cost nothing here, and a copy that stops part-way leaves
+  // only whole segments, which the next part reuses.
   for (const ChangeSegment& seg : segments) {
-    if (progress != nullptr && progress->cancel) {
-      unstage();
+    if (progress != nullptr && progress->cancel)
       return Status::Cancelled("durable copy of shard " + std::to_string(shard) + " stopped");
-    }
-    if (!seg.complete) {
-      unstage();
-      return Status::InvalidArgument("change log segment " + seg.path + " is incomplete");
-    }
-    CheckpointFile file{SegmentDurablePath(seg), "changes-" + std::to_string(seg.seq),
-                        seg.size_bytes,          seg.crc32c,
-                        /*is_sst=*/false,
-                        /*is_log=*/true};
-    const std::string to = (root / file.path).string();
-    if (FileSize(to) != seg.size_bytes) {
-      StatusOr<FileSum> sum = Stage(seg.path, to, seg.crc32c);
-      if (!sum.ok()) {
-        unstage();
-        return sum.status().WithContext("durable copy of shard " + std::to_string(shard));
-      }
-      staged.push_back(to);
-      part.bytes_copied += sum->size_bytes;
+    StatusOr<uint64_t> copied = UploadSegment(seg, durable_root);
+    if (!copied.ok())
+      return copied.status().WithContext("durable copy of shard " + std::to_string(shard));
+    if (*copied > 0) {
+      part.bytes_copied += *copied;
       ++part.files_copied;
     }
-    part.files.push_back(std::move(file));
+    part.files.push_back(CheckpointFile{SegmentDurablePath(seg),
+                                        "changes-" + std::to_string(seg.seq), seg.size_bytes,
+                                        seg.crc32c, /*is_sst=*/false, /*is_log=*/true});
     if (progress != nullptr) progress->bytes_done += seg.size_bytes;
-  }
-  Status s;
-  for (const std::string& to : staged)
-    if (s.ok()) s = FsyncPath(to + std::string(kTmpSuffix), O_RDONLY);
-  for (const std::string& to : staged) {
-    const std::string tmp = to + std::string(kTmpSuffix);
-    if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);
-  }
-  if (s.ok()) s = FsyncDir((root / kLogDir).string());
-  if (!s.ok()) {
-    unstage();
-    return s.WithContext("durable copy of shard " + std::to_string(shard));
   }
   std::sort(part.files.begin(), part.files.end(),
             [](const CheckpointFile& a, const CheckpointFile& b) { return a.path < b.path; });
