@@ -9,6 +9,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdarg>
 #include <cstring>
@@ -226,24 +227,24 @@ Status ValidateOptions(const StoreOptions& options) {
 
 // One lock stripe: its cached rows and counters.
 struct Stripe {
-  Stripe(std::vector<uint32_t> row_bytes, uint64_t budget_bytes)
+  // `staged_total` counts the bytes every stripe has staged (EmbeddingStore::Impl's).
+  Stripe(std::vector<uint32_t> row_bytes, uint64_t budget_bytes,
+         std::atomic<uint64_t>* staged_total)
       : cache(RowCache::Options{
             std::move(row_bytes), budget_bytes,
-            [batch = &writebacks](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-              batch
-                  ->Put(RowKey(table, id).slice(),
-                        rocksdb::Slice(reinterpret_cast<const char*>(row), n))
-                  .PermitUncheckedError();
-            }}) {}
+            [this, staged_total](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n)
+                NO_THREAD_SAFETY_ANALYSIS {  // called by `cache`, under mu
+                  staged_total->fetch_add(staged.Put(table, id, KeyHash(table, id), row, n),
+                                          std::memory_order_relaxed);
+                }}) {}
 
   Mutex mu;
   RowCache cache GUARDED_BY(mu);
+  // Dirty rows `cache` evicted, until DrainStaged writes them: for anyone holding `mu`, a row
+  // is in the cache, staged, or in RocksDB, looked for in that order.
+  internal::StagedRows staged GUARDED_BY(mu);
   CounterCache counters GUARDED_BY(mu);
-  // Evicted dirty rows (filled by `cache`) and erasures, written before `mu` is released so
-  // that a row is always in the cache or in RocksDB for anyone holding `mu`. Holding the lock
-  // across that write is cheap: with the WAL off and no sync it only touches the memtable.
-  // (The other RocksDB calls under a stripe lock are point reads: a re-read after a racing
-  // writeback, and admission counters.)
+  // Erasures, written before `mu` is released (a row erased is then in none of the three).
   rocksdb::WriteBatch writebacks GUARDED_BY(mu);
   uint64_t hits GUARDED_BY(mu) = 0;
   uint64_t misses GUARDED_BY(mu) = 0;
@@ -371,6 +372,10 @@ struct EmbeddingStore::Impl {
   // written before it was kept (until Checksum scans once).
   mutable Mutex sum_mu;
   bool sum_known GUARDED_BY(sum_mu) = false;
+  // Bytes staged in all stripes since the last drain (an upper bound: erasures do not lower it).
+  std::atomic<uint64_t> staged_bytes{0};
+  std::atomic<bool> draining{false};
+  std::atomic<uint64_t> drains{0};
   StoredSum sum GUARDED_BY(sum_mu);
 
   void MergeDelta(const SumDelta& d) {
@@ -422,9 +427,12 @@ struct EmbeddingStore::Impl {
   Status UnlockWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
                      const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Writes the dirty rows and counters of stripes [begin, end) to RocksDB, in key order.
-  // REQUIRES: those stripes are locked.
-  Status FlushStripes(size_t begin, size_t end);
+  // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
+  // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
+  Status FlushStripes(size_t begin, size_t end, bool staged_only);
+  // Writes the staged rows of every stripe once they reach options.stage_bytes. REQUIRES: no stripe
+  // locked by the caller.
+  Status MaybeDrainStaged();
   Status EraseInStripe(Stripe& s, uint32_t table, std::span<const uint64_t> ids, SumDelta* delta)
       EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   Status Scan(
@@ -471,9 +479,27 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
   Pending pending;
   pending.grouped = order != nullptr;
   FirstPass(table, ids, hashes, order, op, &pending);
-  if (pending.index.empty()) return Status::Ok();
-  TANDEM_RETURN_IF_ERROR(Fetch(&pending));
-  return FinishAll(table, ids, &pending, op);
+  if (!pending.index.empty()) {
+    TANDEM_RETURN_IF_ERROR(Fetch(&pending));
+    TANDEM_RETURN_IF_ERROR(FinishAll(table, ids, &pending, op));
+  }
+  return MaybeDrainStaged();
+}
+
+// One caller drains; the others go on (they wait for the stripes meanwhile).
+Status EmbeddingStore::Impl::MaybeDrainStaged() NO_THREAD_SAFETY_ANALYSIS {
+  if (staged_bytes.load(std::memory_order_relaxed) < options.stage_bytes) return Status::Ok();
+  if (draining.exchange(true, std::memory_order_acquire)) return Status::Ok();
+  const size_t n = stripes.size();
+  for (size_t k = 0; k < n; ++k) stripes[k]->mu.Lock();
+  Status s = FlushStripes(0, n, /*staged_only=*/true);
+  if (s.ok()) {
+    staged_bytes.store(0, std::memory_order_relaxed);
+    drains.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (size_t k = n; k-- > 0;) stripes[k]->mu.Unlock();
+  draining.store(false, std::memory_order_release);
+  return s;
 }
 
 // The end of the window that starts at `begin` (of n positions): kWindow positions, or fewer
@@ -570,7 +596,9 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
         op.Cached(i, row, true);
         continue;
       }
-      pending->Add(i, hash, s.cache.change_seq(), row == nullptr, table, ids[i]);
+      // A staged row is newer than RocksDB's copy: Finish takes it from the stage.
+      const bool fetch = row == nullptr && s.staged.Find(table, ids[i], hash) == nullptr;
+      pending->Add(i, hash, s.cache.change_seq(), fetch, table, ids[i]);
     }
     UnlockWindow(locked, num_locked).IgnoreError();  // lookups never evict: nothing to write
   }
@@ -675,6 +703,13 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
 // missing; otherwise the row is read again, under the lock that orders those writes.
 Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending,
                                          size_t k, const rocksdb::Slice** value) {
+  if (const uint8_t* staged = s.staged.Find(table, id, pending->hash[k])) {
+    // Copied: inserting the row into the cache may stage (and so overwrite) another.
+    pending->reread.PinSelf(
+        rocksdb::Slice(reinterpret_cast<const char*>(staged), row_bytes[table]));
+    *value = &pending->reread;
+    return Status::Ok();
+  }
   const int32_t f = pending->fetched[k];
   if (f >= 0 && !s.cache.MaybeChangedSince(pending->hash[k], pending->seen_seq[k])) {
     *value = pending->statuses[f].ok() ? &pending->values[f] : nullptr;
@@ -693,22 +728,29 @@ Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id,
   return Status::Ok();
 }
 
-// The dirty rows go to RocksDB in key order: the memtable is a skiplist, and RocksDB inserts a
-// batch's keys with a hint from the previous insert, so keys in order cost a short step from
-// there instead of a search from the top (the slot order of the cache is random key order).
-Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end) NO_THREAD_SAFETY_ANALYSIS {
+// The rows go to RocksDB in key order: the memtable is a skiplist, and RocksDB inserts keys
+// that arrive in order with a step from the previous insert instead of a search from the top
+// (the slot order of the cache is random key order). A key both staged and dirty in the cache
+// is written twice, the cached (newer) copy last.
+Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
+                                          bool staged_only) NO_THREAD_SAFETY_ANALYSIS {
   struct Dirty {
     uint32_t table;
     uint32_t bytes;
     uint64_t id;
     const uint8_t* row;  // valid while the stripe is locked and nothing is inserted or erased
+    bool cached;         // from the cache (else from the stage)
   };
   std::vector<Dirty> dirty;
   rocksdb::WriteBatch counters;
   for (size_t k = begin; k < end; ++k) {
     Stripe& s = *stripes[k];
+    s.staged.ForEach([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
+      dirty.push_back(Dirty{table, n, id, row, false});
+    });
+    if (staged_only) continue;
     s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-      dirty.push_back(Dirty{table, n, id, row});
+      dirty.push_back(Dirty{table, n, id, row, true});
     });
     s.counters.ForEach([&](const CounterCache::Entry& e) {
       if (e.state != CounterCache::kDirty) return;
@@ -725,7 +767,8 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end) NO_THREAD_SA
   }
   // The byte order of big-endian (table, id) keys is the numeric order of (table, id).
   std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
-    return a.table != b.table ? a.table < b.table : a.id < b.id;
+    if (a.table != b.table) return a.table < b.table;
+    return a.id != b.id ? a.id < b.id : a.cached < b.cached;
   });
   rocksdb::WriteBatch batch;
   for (const Dirty& d : dirty) {
@@ -736,12 +779,25 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end) NO_THREAD_SA
     if (batch.GetDataSize() >= kFlushBatchBytes) TANDEM_RETURN_IF_ERROR(Write(&batch));
   }
   TANDEM_RETURN_IF_ERROR(Write(&batch));
+  for (size_t k = begin; k < end; ++k) {
+    Stripe& s = *stripes[k];
+    // RocksDB's copy of each staged row changed just now (see StoredValue).
+    s.staged.ForEach([&s](uint32_t table, uint64_t id, const uint8_t*, uint32_t) {
+      s.cache.NoteChanged(KeyHash(table, id));
+    });
+    s.staged.Clear();
+  }
   return Write(&counters);
 }
 
 Status EmbeddingStore::Impl::CurrentRow(Stripe& s, uint32_t table, uint64_t id, uint64_t hash,
                                         std::string* value, bool* found) {
   if (const uint8_t* row = s.cache.Find(table, id, hash, false)) {
+    value->assign(reinterpret_cast<const char*>(row), row_bytes[table]);
+    *found = true;
+    return Status::Ok();
+  }
+  if (const uint8_t* row = s.staged.Find(table, id, hash)) {
     value->assign(reinterpret_cast<const char*>(row), row_bytes[table]);
     *found = true;
     return Status::Ok();
@@ -790,6 +846,7 @@ Status EmbeddingStore::Impl::EraseInStripe(Stripe& s, uint32_t table, std::span<
   for (uint64_t id : ids) {
     const uint64_t hash = KeyHash(table, id);
     s.cache.Erase(table, id, hash);
+    s.staged.Erase(table, id, hash);
     s.cache.NoteChanged(hash);
     s.writebacks.Delete(RowKey(table, id).slice()).PermitUncheckedError();
   }
@@ -871,7 +928,7 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   const uint64_t budget =
       options.memory_only ? 0 : std::max<uint64_t>(1, options.cache_bytes / options.stripes);
   for (int i = 0; i < options.stripes; ++i) {
-    impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget));
+    impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget, &impl->staged_bytes));
   }
   // `new` because the constructor is private (make_unique cannot reach it).
   return std::unique_ptr<EmbeddingStore>(new EmbeddingStore(std::move(impl)));
@@ -1015,6 +1072,7 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
         ++delta.rows;
       }
       s.cache.Erase(table, ids[i], hash);
+      s.staged.Erase(table, ids[i], hash);  // a later drain must not overwrite the row
       s.cache.NoteChanged(hash);
     }
     std::memcpy(aligned.data(), rows + i * size_t{n}, n);
@@ -1051,7 +1109,7 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
 Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
   const size_t n = impl_->stripes.size();
   for (size_t k = 0; k < n; ++k) impl_->stripes[k]->mu.Lock();
-  Status s = impl_->FlushStripes(0, n);
+  Status s = impl_->FlushStripes(0, n, /*staged_only=*/false);
   if (s.ok() && !impl_->options.read_only) {
     rocksdb::WriteBatch meta;
     {
@@ -1194,7 +1252,10 @@ StoreStats EmbeddingStore::stats() const {
     total.misses += s->misses;
     total.evictions += s->cache.evictions();
     total.writebacks += s->cache.writebacks();
+    total.staged_rows += s->staged.rows();
+    total.staged_bytes += s->staged.bytes_used();
   }
+  total.drains = impl_->drains.load(std::memory_order_relaxed);
   return total;
 }
 

@@ -43,6 +43,10 @@ struct StoreOptions {
   // that are a previous part plus what was written since. Empty: no log.
   std::string change_log_dir;
   uint64_t change_log_segment_bytes = 64ull << 20;
+  // Evicted dirty rows wait in memory until the stripes together hold this many bytes, then go
+  // to RocksDB in one key-ordered pass (the memtable inserts keys in order at half the CPU of
+  // random ones). Memory beyond cache_bytes: this, plus up to one window's evictions.
+  uint64_t stage_bytes = 8ull << 20;
 };
 
 struct StoreStats {
@@ -52,6 +56,9 @@ struct StoreStats {
   uint64_t misses = 0;
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
+  uint64_t staged_rows = 0;   // evicted dirty rows not yet written to RocksDB
+  uint64_t staged_bytes = 0;  // memory the stage holds (kept between drains)
+  uint64_t drains = 0;        // key-ordered writes of the staged rows
 };
 
 // Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are

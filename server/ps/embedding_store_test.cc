@@ -57,6 +57,8 @@ StoreOptions Options(const std::string& dir, std::vector<TableSpec> tables) {
   options.db_dir = dir;
   options.tables = std::move(tables);
   options.seed = kSeed;
+  // Small, so that the tests' evictions go through many drains of the stage, not one flush.
+  options.stage_bytes = 16 << 10;
   return options;
 }
 
@@ -425,6 +427,63 @@ TEST(EmbeddingStoreTest, EraseRemovesFromCacheAndRocksDb) {
   EXPECT_EQ(Dump(*store, {spec}).size(), 50u);
   store.reset();
   EXPECT_EQ(CountRocksDbKeys(dir.File("db")), 50u);
+}
+
+// Evicted dirty rows wait in the stage: reads find them there, and an erasure or a bulk write of
+// a staged row is not undone by the drain that writes the stage later.
+TEST(EmbeddingStoreTest, StagedRowsAreReadErasedAndReplacedBeforeTheirDrain) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.stripes = 1;
+  options.cache_bytes = 8 << 10;   // a few dozen 80-byte rows
+  options.stage_bytes = 64 << 10;  // several hundred
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  const std::vector<uint64_t> ids = SpreadIds(3000);
+  const std::vector<uint64_t> a(ids.begin(), ids.begin() + 200);
+  churn.Update(a, 1);
+  StoreStats stats = store->stats();
+  ASSERT_GT(stats.staged_rows, 50u) << "the first rows should wait in the stage";
+  ASSERT_EQ(stats.drains, 0u);
+  churn.ExpectRows(a);  // staged, cached or (none yet) in RocksDB: each row as updated
+  churn.Update(a, 2);   // read back from the stage, changed, evicted again
+  churn.ExpectRows(a);
+
+  // The stage holds rows of `a` now; erase half and rewrite the other half in bulk.
+  const std::vector<uint64_t> erased(a.begin(), a.begin() + 100);
+  const std::vector<uint64_t> written(a.begin() + 100, a.end());
+  ASSERT_GT(store->stats().staged_rows, 0u);
+  ASSERT_TRUE(store->Erase(0, erased).ok());
+  std::vector<uint8_t> rows(written.size() * spec.row_bytes());
+  for (size_t i = 0; i < written.size(); ++i) {
+    RowRef row{rows.data() + i * spec.row_bytes()};
+    embedding::InitialRow(kSeed, spec, written[i], row);
+    Mutate(spec, row, 77);
+  }
+  ASSERT_TRUE(store->WriteRows(0, written, rows.data()).ok());
+  // Many more evictions: the stage drains (more than once) without a flush.
+  for (size_t b = 200; b < ids.size(); b += 100)
+    churn.Update({ids.begin() + b, ids.begin() + b + 100}, 3);
+  stats = store->stats();
+  EXPECT_GE(stats.drains, 2u);
+  EXPECT_LE(stats.staged_rows * spec.row_bytes(), options.stage_bytes + 100 * spec.row_bytes());
+
+  std::vector<uint8_t> out(a.size() * spec.row_bytes());
+  std::vector<bool> present;
+  ASSERT_TRUE(store->ReadRows(0, a, out.data(), &present).ok());
+  for (size_t i = 0; i < erased.size(); ++i) EXPECT_FALSE(present[i]) << erased[i];
+  for (size_t i = 0; i < written.size(); ++i) {
+    ASSERT_TRUE(present[100 + i]) << written[i];
+    EXPECT_EQ(0, std::memcmp(out.data() + (100 + i) * spec.row_bytes(),
+                             rows.data() + i * spec.row_bytes(), spec.row_bytes()))
+        << written[i];
+  }
+  churn.ExpectRows({ids.begin() + 200, ids.end()});
+  // Closing writes what is still staged; reopened, RocksDB holds every row once.
+  store.reset();
+  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), ids.size() - erased.size());
 }
 
 TEST(EmbeddingStoreTest, AdmissionCountersRoundTripThroughFlushAndReopen) {

@@ -50,6 +50,12 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
     AddCount(out, "tandem_ps_rows_evicted_total", "Rows evicted from the cache", c.evictions);
     AddCount(out, "tandem_ps_cache_writebacks_total", "Dirty rows written back to RocksDB",
              c.writebacks);
+    AddGauge(out, "tandem_ps_staged_rows", "Evicted dirty rows waiting for their key-ordered write",
+             static_cast<double>(c.staged_rows));
+    AddGauge(out, "tandem_ps_staged_bytes", "Memory of the stage of evicted dirty rows",
+             static_cast<double>(c.staged_bytes));
+    AddCount(out, "tandem_ps_stage_drains_total", "Key-ordered writes of the staged rows",
+             c.drains);
     for (const char* p : {"rocksdb.estimate-num-keys", "rocksdb.total-sst-files-size",
                           "rocksdb.cur-size-all-mem-tables", "rocksdb.num-running-compactions"})
       AddGauge(out, "tandem_ps_rocksdb", "RocksDB integer properties of the live DB",

@@ -107,6 +107,82 @@ void RowCache::TakeDirty(const RowFn& fn) {
   }
 }
 
+// ---- StagedRows.
+
+uint64_t StagedRows::Put(uint32_t table, uint64_t id, uint64_t hash, const uint8_t* row,
+                         uint32_t bytes) {
+  const uint32_t tag = static_cast<uint32_t>(hash);
+  const size_t pos = FindPos(table, id, tag);
+  if (pos != kNoPos) {
+    Entry& e = entries_[index_[pos]];
+    // A table's rows all have one size, so the old copy's bytes take the new one.
+    std::memcpy(e.row, row, bytes);
+    if (e.live) return 0;
+    e.live = true;
+    ++live_;
+    return bytes;
+  }
+  if ((entries_.size() + 1) * 2 > index_.size()) Grow();
+  uint8_t* copy = Allocate(bytes);
+  std::memcpy(copy, row, bytes);
+  entries_.push_back(Entry{id, table, bytes, tag, true, copy});
+  const size_t mask = index_.size() - 1;
+  size_t p = tag & mask;
+  while (index_[p] != kEmpty) p = (p + 1) & mask;
+  index_[p] = static_cast<uint32_t>(entries_.size() - 1);
+  ++live_;
+  return bytes;
+}
+
+void StagedRows::Erase(uint32_t table, uint64_t id, uint64_t hash) {
+  const size_t pos = FindPos(table, id, static_cast<uint32_t>(hash));
+  if (pos == kNoPos) return;
+  Entry& e = entries_[index_[pos]];
+  if (!e.live) return;
+  e.live = false;
+  --live_;
+}
+
+void StagedRows::Clear() {
+  entries_.clear();
+  std::fill(index_.begin(), index_.end(), kEmpty);
+  blocks_in_use_ = 0;
+  block_used_ = 0;
+  live_ = 0;
+}
+
+uint8_t* StagedRows::Allocate(uint32_t bytes) {
+  const size_t aligned = (size_t{bytes} + 7) / 8 * 8;
+  if (blocks_in_use_ == 0 || block_used_ + aligned > block_sizes_[blocks_in_use_ - 1]) {
+    // A row larger than a block (a very wide table) gets a block of its own size.
+    const size_t size = std::max(kBlockBytes, aligned);
+    if (blocks_in_use_ == blocks_.size()) {
+      blocks_.emplace_back();
+      block_sizes_.push_back(0);
+    }
+    if (block_sizes_[blocks_in_use_] < size) {
+      bytes_ += size - block_sizes_[blocks_in_use_];
+      blocks_[blocks_in_use_] = std::make_unique_for_overwrite<uint8_t[]>(size);
+      block_sizes_[blocks_in_use_] = size;
+    }
+    ++blocks_in_use_;
+    block_used_ = 0;
+  }
+  uint8_t* at = blocks_[blocks_in_use_ - 1].get() + block_used_;
+  block_used_ += aligned;
+  return at;
+}
+
+void StagedRows::Grow() {
+  index_.assign(std::max<size_t>(64, index_.size() * 2), kEmpty);
+  const size_t mask = index_.size() - 1;
+  for (size_t k = 0; k < entries_.size(); ++k) {
+    size_t p = entries_[k].tag & mask;
+    while (index_[p] != kEmpty) p = (p + 1) & mask;
+    index_[p] = static_cast<uint32_t>(k);
+  }
+}
+
 // ---- Index: linear probing with backward-shift deletion (no tombstones), load <= 3/4.
 
 void RowCache::IndexInsert(uint32_t ref, uint32_t tag) {

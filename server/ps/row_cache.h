@@ -228,6 +228,80 @@ class RowCache {
   uint32_t changed_[kChangeBuckets] = {};
 };
 
+// Evicted dirty rows of one stripe that are not in RocksDB yet: the store writes those of all
+// stripes together, in key order, once they reach a few MiB (EmbeddingStore's DrainStaged).
+// One copy per key, the newest. Rows live in fixed-size blocks, so a row never moves while it
+// is staged (pointers from Find stay valid until Erase of that key or Clear); an open-addressing
+// index (entries are never removed from it, an erased entry is only marked dead) finds them.
+// Requires external synchronization.
+class StagedRows {
+ public:
+  StagedRows() = default;
+  StagedRows(const StagedRows&) = delete;
+  StagedRows& operator=(const StagedRows&) = delete;
+
+  // Stages a copy of the row; replaces an older copy of the key. Returns the bytes it added.
+  uint64_t Put(uint32_t table, uint64_t id, uint64_t hash, const uint8_t* row, uint32_t bytes);
+  // The staged row of (table, id), or nullptr.
+  const uint8_t* Find(uint32_t table, uint64_t id, uint64_t hash) const {
+    const size_t pos = FindPos(table, id, static_cast<uint32_t>(hash));
+    if (pos == kNoPos) return nullptr;
+    const Entry& e = entries_[index_[pos]];
+    return e.live ? e.row : nullptr;
+  }
+  // Unstages (table, id): a row erased or replaced in RocksDB must not be written later.
+  void Erase(uint32_t table, uint64_t id, uint64_t hash);
+  // Calls fn(table, id, row, row_bytes) for every staged row.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const Entry& e : entries_) {
+      if (e.live) fn(e.table, e.id, e.row, e.bytes);
+    }
+  }
+  void Clear();
+  uint64_t rows() const { return live_; }
+  // Blocks + entries + index: what the stage costs beyond the cache.
+  uint64_t bytes_used() const {
+    return bytes_ + entries_.capacity() * sizeof(Entry) + index_.capacity() * sizeof(uint32_t);
+  }
+
+ private:
+  struct Entry {
+    uint64_t id;
+    uint32_t table;
+    uint32_t bytes;
+    uint32_t tag;  // low 32 bits of the key hash
+    bool live;
+    uint8_t* row;
+  };
+  static constexpr size_t kBlockBytes = 16 << 10;
+  static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
+  static constexpr size_t kNoPos = ~size_t{0};
+
+  size_t FindPos(uint32_t table, uint64_t id, uint32_t tag) const {
+    if (index_.empty()) return kNoPos;
+    const size_t mask = index_.size() - 1;
+    for (size_t pos = tag & mask;; pos = (pos + 1) & mask) {
+      const uint32_t k = index_[pos];
+      if (k == kEmpty) return kNoPos;
+      const Entry& e = entries_[k];
+      if (e.tag == tag && e.id == id && e.table == table) return pos;
+    }
+  }
+  uint8_t* Allocate(uint32_t bytes);
+  void Grow();
+
+  // Blocks are kept across Clear and reused: a stripe stages about as much after each drain.
+  std::vector<std::unique_ptr<uint8_t[]>> blocks_;
+  std::vector<size_t> block_sizes_;
+  size_t blocks_in_use_ = 0;
+  size_t block_used_ = 0;  // bytes taken in blocks_[blocks_in_use_ - 1]
+  uint64_t bytes_ = 0;     // sum of block_sizes_
+  std::vector<Entry> entries_;
+  std::vector<uint32_t> index_;  // entry number, or kEmpty; a power of two, load <= 1/2
+  uint64_t live_ = 0;
+};
+
 // Admission counters of one stripe that were read or set since the last flush: an
 // open-addressing map that only grows until Clear(), so it never deletes one key.
 // Requires external synchronization.
