@@ -243,11 +243,13 @@ struct Stripe {
   // Dirty rows `cache` evicted, until DrainStaged writes them: for anyone holding `mu`, a row
   // is in the cache, staged, or in RocksDB, looked for in that order.
   internal::StagedRows staged GUARDED_BY(mu);
+  internal::AbsentKeys absent GUARDED_BY(mu);
   CounterCache counters GUARDED_BY(mu);
   // Erasures, written before `mu` is released (a row erased is then in none of the three).
   rocksdb::WriteBatch writebacks GUARDED_BY(mu);
   uint64_t hits GUARDED_BY(mu) = 0;
   uint64_t misses GUARDED_BY(mu) = 0;
+  uint64_t known_absent GUARDED_BY(mu) = 0;  // misses served without RocksDB by `absent`
 };
 
 // The ids of one call (one table) that its first pass could not serve from the cache, in call
@@ -256,8 +258,11 @@ struct Pending {
   std::vector<uint32_t> index;     // position in the call's ids
   std::vector<uint64_t> hash;      // KeyHash of the id
   std::vector<uint32_t> seen_seq;  // the stripe's change_seq() at the first pass
-  // Position in values/statuses (key order after Fetch), or -1 (a hit then).
+  // Position in values/statuses (key order after Fetch), or kNotFetched (a hit then, or a
+  // staged row), or kKnownAbsent (AbsentKeys).
   std::vector<int32_t> fetched;
+  static constexpr int32_t kNotFetched = -1;
+  static constexpr int32_t kKnownAbsent = -2;
   bool grouped = false;           // the call's ids (so these too) are grouped by stripe
   std::vector<RowKey> keys;       // in call order
   std::vector<uint64_t> key_ids;  // the id of keys[j]
@@ -266,11 +271,13 @@ struct Pending {
   std::vector<rocksdb::Status> statuses;
   rocksdb::PinnableSlice reread;  // a point read under the stripe lock
 
-  void Add(size_t i, uint64_t h, uint32_t seq, bool fetch, uint32_t table, uint64_t id) {
+  // `how`: 0 to fetch, else kNotFetched or kKnownAbsent.
+  void Add(size_t i, uint64_t h, uint32_t seq, int32_t how, uint32_t table, uint64_t id) {
+    const bool fetch = how == 0;
     index.push_back(static_cast<uint32_t>(i));
     hash.push_back(h);
     seen_seq.push_back(seq);
-    fetched.push_back(fetch ? static_cast<int32_t>(keys.size()) : -1);
+    fetched.push_back(fetch ? static_cast<int32_t>(keys.size()) : how);
     if (fetch) {
       keys.emplace_back(table, id);
       key_ids.push_back(id);
@@ -597,8 +604,17 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
         continue;
       }
       // A staged row is newer than RocksDB's copy: Finish takes it from the stage.
-      const bool fetch = row == nullptr && s.staged.Find(table, ids[i], hash) == nullptr;
-      pending->Add(i, hash, s.cache.change_seq(), fetch, table, ids[i]);
+      int32_t how = Pending::kNotFetched;
+      uint32_t noted = 0;
+      if (row == nullptr && s.staged.Find(table, ids[i], hash) == nullptr) {
+        how = 0;
+        if (Op::kWrites && s.absent.Find(table, ids[i], hash, &noted) &&
+            !s.cache.MaybeChangedSince(hash, noted)) {
+          how = Pending::kKnownAbsent;
+          ++s.known_absent;
+        }
+      }
+      pending->Add(i, hash, s.cache.change_seq(), how, table, ids[i]);
     }
     UnlockWindow(locked, num_locked).IgnoreError();  // lookups never evict: nothing to write
   }
@@ -682,6 +698,7 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
   const rocksdb::Slice* value = nullptr;
   TANDEM_RETURN_IF_ERROR(StoredValue(s, table, id, pending, k, &value));
   if (value == nullptr && !Op::kWrites) {
+    s.absent.Note(table, id, hash, s.cache.change_seq());
     op.Absent(i, id);  // reads never store anything for an absent row (PROTOCOLS §4)
     return Status::Ok();
   }
@@ -711,6 +728,11 @@ Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id,
     return Status::Ok();
   }
   const int32_t f = pending->fetched[k];
+  if (f == Pending::kKnownAbsent &&
+      !s.cache.MaybeChangedSince(pending->hash[k], pending->seen_seq[k])) {
+    *value = nullptr;
+    return Status::Ok();
+  }
   if (f >= 0 && !s.cache.MaybeChangedSince(pending->hash[k], pending->seen_seq[k])) {
     *value = pending->statuses[f].ok() ? &pending->values[f] : nullptr;
   } else {
@@ -1250,6 +1272,7 @@ StoreStats EmbeddingStore::stats() const {
     total.cache_bytes_used += s->cache.bytes_used();
     total.hits += s->hits;
     total.misses += s->misses;
+    total.misses_known_absent += s->known_absent;
     total.evictions += s->cache.evictions();
     total.writebacks += s->cache.writebacks();
     total.staged_rows += s->staged.rows();

@@ -54,6 +54,7 @@ struct StoreStats {
   uint64_t cache_bytes_used = 0;  // slabs + index
   uint64_t hits = 0;
   uint64_t misses = 0;
+  uint64_t misses_known_absent = 0;  // misses of an update that a read had just found absent
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
   uint64_t staged_rows = 0;   // evicted dirty rows not yet written to RocksDB

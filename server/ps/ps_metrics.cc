@@ -47,6 +47,9 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
              static_cast<double>(c.cache_bytes_used));
     AddCount(out, "tandem_ps_cache_hits_total", "Row reads served by the cache", c.hits);
     AddCount(out, "tandem_ps_cache_misses_total", "Row reads that went to RocksDB", c.misses);
+    AddCount(out, "tandem_ps_cache_misses_known_absent_total",
+             "Misses of an update answered by a read that had just found the row absent",
+             c.misses_known_absent);
     AddCount(out, "tandem_ps_rows_evicted_total", "Rows evicted from the cache", c.evictions);
     AddCount(out, "tandem_ps_cache_writebacks_total", "Dirty rows written back to RocksDB",
              c.writebacks);

@@ -302,6 +302,37 @@ class StagedRows {
   uint64_t live_ = 0;
 };
 
+// Keys a read of one stripe found absent everywhere (cache, stage, RocksDB), each with the
+// stripe's RowCache::change_seq() of that moment. At k = 0 a step's push follows its pull, so
+// the push of a new id can skip RocksDB when RowCache::MaybeChangedSince says nothing changed
+// the key since. Direct-mapped: a newer key takes an older one's place.
+// Requires external synchronization.
+class AbsentKeys {
+ public:
+  void Note(uint32_t table, uint64_t id, uint64_t hash, uint32_t seq) {
+    entries_[Slot(hash)] = Entry{id, table, seq, true};
+  }
+  // Whether (table, id) is noted; `seq` gets the change_seq() it was noted at.
+  bool Find(uint32_t table, uint64_t id, uint64_t hash, uint32_t* seq) const {
+    const Entry& e = entries_[Slot(hash)];
+    if (!e.used || e.id != id || e.table != table) return false;
+    *seq = e.seq;
+    return true;
+  }
+
+ private:
+  struct Entry {
+    uint64_t id = 0;
+    uint32_t table = 0;
+    uint32_t seq = 0;
+    bool used = false;
+  };
+  // About a step's new ids of one stripe at 64 stripes; 6 KiB.
+  static constexpr size_t kEntries = 256;
+  static size_t Slot(uint64_t hash) { return (hash >> 12) & (kEntries - 1); }
+  Entry entries_[kEntries];
+};
+
 // Admission counters of one stripe that were read or set since the last flush: an
 // open-addressing map that only grows until Clear(), so it never deletes one key.
 // Requires external synchronization.
