@@ -105,6 +105,18 @@ void Mutate(const TableSpec& spec, RowRef row, int64_t round) {
   for (uint32_t j = 0; j < spec.state_floats(); ++j) row.state(spec.dim)[j] += 1.0f;
 }
 
+// Whole rows for WriteRows: each id's initial row, mutated once by `round`.
+std::vector<uint8_t> MutatedRows(const TableSpec& spec, const std::vector<uint64_t>& ids,
+                                 int64_t round) {
+  std::vector<uint8_t> rows(ids.size() * spec.row_bytes());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    RowRef row{rows.data() + i * spec.row_bytes()};
+    InitialRow(kSeed, spec, ids[i], row);
+    Mutate(spec, row, round);
+  }
+  return rows;
+}
+
 // Applies Mutate to the store and to an in-test reference, checking each row as it goes.
 class Churn {
  public:
@@ -456,12 +468,7 @@ TEST(EmbeddingStoreTest, StagedRowsAreReadErasedAndReplacedBeforeTheirDrain) {
   const std::vector<uint64_t> written(a.begin() + 100, a.end());
   ASSERT_GT(store->stats().staged_rows, 0u);
   ASSERT_TRUE(store->Erase(0, erased).ok());
-  std::vector<uint8_t> rows(written.size() * spec.row_bytes());
-  for (size_t i = 0; i < written.size(); ++i) {
-    RowRef row{rows.data() + i * spec.row_bytes()};
-    embedding::InitialRow(kSeed, spec, written[i], row);
-    Mutate(spec, row, 77);
-  }
+  const std::vector<uint8_t> rows = MutatedRows(spec, written, 77);
   ASSERT_TRUE(store->WriteRows(0, written, rows.data()).ok());
   // Many more evictions: the stage drains (more than once) without a flush.
   for (size_t b = 200; b < ids.size(); b += 100)
@@ -499,12 +506,7 @@ TEST(EmbeddingStoreTest, UpdateAfterAReadOfAbsentRowsSkipsRocksDbUnlessTheyChang
   ASSERT_TRUE(store->Read(0, ids, pulled.data()).ok());
   // Between the pull and the push, a third of the ids are written by a bulk load.
   const std::vector<uint64_t> loaded(ids.begin(), ids.begin() + 20);
-  std::vector<uint8_t> rows(loaded.size() * spec.row_bytes());
-  for (size_t i = 0; i < loaded.size(); ++i) {
-    RowRef row{rows.data() + i * spec.row_bytes()};
-    embedding::InitialRow(kSeed, spec, loaded[i], row);
-    Mutate(spec, row, 5);
-  }
+  const std::vector<uint8_t> rows = MutatedRows(spec, loaded, 5);
   ASSERT_TRUE(store->WriteRows(0, loaded, rows.data()).ok());
   std::vector<bool> existed(ids.size());
   ASSERT_TRUE(store->Update(0, ids, [&](size_t i, RowRef, bool e) { existed[i] = e; }).ok());
