@@ -486,11 +486,9 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
   Pending pending;
   pending.grouped = order != nullptr;
   FirstPass(table, ids, hashes, order, op, &pending);
-  if (!pending.index.empty()) {
-    TANDEM_RETURN_IF_ERROR(Fetch(&pending));
-    TANDEM_RETURN_IF_ERROR(FinishAll(table, ids, &pending, op));
-  }
-  return MaybeDrainStaged();
+  if (pending.index.empty()) return Status::Ok();  // only misses evict
+  TANDEM_RETURN_IF_ERROR(Fetch(&pending));
+  return FinishAll(table, ids, &pending, op);
 }
 
 // One caller drains; the others go on (they wait for the stripes meanwhile).
@@ -680,6 +678,10 @@ Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t>
     Status unlocked = UnlockWindow(locked, num_locked);
     TANDEM_RETURN_IF_ERROR(status);
     TANDEM_RETURN_IF_ERROR(unlocked);
+    // Between windows no lock is held: the stage stays within one window of its bound however
+    // many rows this call evicts (a drain notes every key it writes, so this call's pending
+    // MultiGet values are checked against it as against any writeback).
+    TANDEM_RETURN_IF_ERROR(MaybeDrainStaged());
   }
   return Status::Ok();
 }

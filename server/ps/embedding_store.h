@@ -45,7 +45,8 @@ struct StoreOptions {
   uint64_t change_log_segment_bytes = 64ull << 20;
   // Evicted dirty rows wait in memory until the stripes together hold this many bytes, then go
   // to RocksDB in one key-ordered pass (the memtable inserts keys in order at half the CPU of
-  // random ones). Memory beyond cache_bytes: this, plus up to one window's evictions.
+  // random ones). Memory beyond cache_bytes: this, plus one lock window's evictions (about 512
+  // rows) per thread applying.
   uint64_t stage_bytes = 8ull << 20;
 };
 

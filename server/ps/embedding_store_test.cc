@@ -488,9 +488,18 @@ TEST(EmbeddingStoreTest, StagedRowsAreReadErasedAndReplacedBeforeTheirDrain) {
         << written[i];
   }
   churn.ExpectRows({ids.begin() + 200, ids.end()});
+  // One call that evicts several stages' worth drains between its lock windows.
+  const std::vector<uint64_t> more = SpreadIds(6000);
+  const std::vector<uint64_t> fresh(more.begin() + 3000, more.end());
+  const uint64_t drains_before = store->stats().drains;
+  churn.Update(fresh, 4);
+  EXPECT_GE(store->stats().drains, drains_before + 2);
+  EXPECT_LE(store->stats().staged_rows * spec.row_bytes(),
+            options.stage_bytes + 600 * spec.row_bytes());
+  churn.ExpectRows(fresh);
   // Closing writes what is still staged; reopened, RocksDB holds every row once.
   store.reset();
-  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), ids.size() - erased.size());
+  EXPECT_EQ(CountRocksDbKeys(dir.File("db")), ids.size() - erased.size() + fresh.size());
 }
 
 // A push of new ids right after their pull skips RocksDB, unless something wrote them between.
