@@ -184,7 +184,9 @@ rocksdb::Options RocksOptions() {
   options.write_buffer_size = kWriteBufferBytes;
   // Misses read blocks straight from the mapped SSTs instead of a pread each (+13-31 % samples/s
   // with a table 40x the cache). The mapped pages are page cache (RssFile), which the kernel
-  // reclaims under pressure; the bound on the PS's own memory is on anonymous memory.
+  // reclaims under pressure; the bound on the PS's own memory is on anonymous memory. The SSTs'
+  // filters and indexes are read the same way (RocksDB keeps no copy of them), so its memory
+  // does not grow with the table: read with pread they would take 2 bytes a stored row.
   options.allow_mmap_reads = true;
   options.memtable_prefix_bloom_size_ratio = 0.1;
   options.memtable_whole_key_filtering = true;

@@ -59,8 +59,11 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
              static_cast<double>(c.staged_bytes));
     AddCount(out, "tandem_ps_stage_drains_total", "Key-ordered writes of the staged rows",
              c.drains);
+    // estimate-table-readers-mem: RocksDB's memory for the SSTs' filters and indexes, a few KB
+    // whatever the table's size, as they are read through mmap.
     for (const char* p : {"rocksdb.estimate-num-keys", "rocksdb.total-sst-files-size",
-                          "rocksdb.cur-size-all-mem-tables", "rocksdb.num-running-compactions"})
+                          "rocksdb.cur-size-all-mem-tables", "rocksdb.num-running-compactions",
+                          "rocksdb.estimate-table-readers-mem"})
       AddGauge(out, "tandem_ps_rocksdb", "RocksDB integer properties of the live DB",
                static_cast<double>(shard->store()->RocksIntProperty(p)), {{"property", p}});
   });
