@@ -175,8 +175,11 @@ TEST(MultiHotJobTest, StoppedAndResumedJobEndsWithTheUninterruptedRunsModel) {
 TEST(MultiHotJobTest, DrillWorkerKillEndsWithTheFaultFreeModel) {
   TempDir dir;
   JobShape shape;
-  shape.steps = 300;
-  shape.every_steps = 50;
+  // The kill fires once the drill, reading the chief's view every 100 ms, sees step 120 with the
+  // job training: 300 steps left it about half a second, which a loaded CI machine once missed
+  // ("never fired: the job ended at step 299"); 800 leave a few seconds.
+  shape.steps = 800;
+  shape.every_steps = 100;
   WriteFile(dir.File("job.yaml"), MultiHotJob(dir.path(), shape));
   ExpectDrillEndsWithTheFaultFreeModel(dir, "kill worker:1 @step 120", 1, milliseconds(110000));
 }
