@@ -8,13 +8,16 @@
 //  - resident bytes per cached row against the raw row size (dim 64 Adagrad, dim 16 SGD);
 //  - 2 shards x 2 clients aggregate pull keys/s (clients are threads with their own sockets);
 //  - push keys/s with the push log in `process` and `machine` (group 10 ms) mode against the
-//    log off;
+//    log off, and with its records written direct (O_DIRECT, the default) against buffered,
+//    runs interleaved;
 //  - pull and push keys/s with ps.wire_precision bf16 against fp32, runs interleaved;
 //  - pull and push keys/s with CURVE on (security.keys: every frame encrypted and authenticated)
 //    against the same with CURVE off, runs interleaved;
 //  - `procs`: pull and push keys/s with the shard in another process (this binary re-run as
 //    `serve-shard`), against raw ZeroMQ between two processes moving the same bytes each way
-//    (`serve-raw`), runs interleaved: the hot-path figures (dim 16 Adagrad, log on).
+//    (`serve-raw`), runs interleaved: the hot-path figures (dim 16 Adagrad, log on);
+//  - `procs-io`: push keys/s with the shard in another process, its log written direct against
+//    buffered, runs interleaved.
 // glibc's mmap threshold is fixed (see Main).
 #include <malloc.h>
 #include <rocksdb/db.h>
@@ -68,7 +71,8 @@ embedding::TableSpec Table(uint32_t dim, embedding::OptimizerKind opt) {
 struct ShardServer {
   ShardServer(zmq::context_t* ctx, const std::string& dir, uint32_t dim, uint64_t cache_bytes,
               ps::Durability durability, bool log, uint32_t index = 0, uint32_t shards = 1,
-              embedding::OptimizerKind opt = embedding::OptimizerKind::kAdagrad) {
+              embedding::OptimizerKind opt = embedding::OptimizerKind::kAdagrad,
+              bool direct_io = true) {
     ps::ShardOptions o;
     o.shard_index = index;
     o.num_shards = shards;
@@ -78,6 +82,7 @@ struct ShardServer {
     o.cache_bytes = cache_bytes;
     o.durability = durability;
     o.push_log_enabled_for_bench = log;
+    o.push_log_direct_io = direct_io;
     o.restore_point_every_bytes = 1ull << 40;
     shard = std::move(ps::Shard::Open(o)).value();
     wire::ServerOptions so;
@@ -228,8 +233,9 @@ double RawZmqKeysPerSec(zmq::context_t* ctx, uint32_t dim, int reps) {
 
 // A shard whose kKeys rows are all cached, and a client of it.
 struct CachedShard {
-  CachedShard(zmq::context_t* ctx, uint32_t dim)
-      : server(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true),
+  CachedShard(zmq::context_t* ctx, uint32_t dim, bool direct_io = true)
+      : server(ctx, dir.path(), dim, 1ull << 30, ps::Durability::kProcess, true, 0, 1,
+               embedding::OptimizerKind::kAdagrad, direct_io),
         client(MakeClient(ctx, {server.server->endpoint()}, dim)),
         keys(Keys(kKeys, 7)) {
     Materialise(&client, keys, dim, &step);
@@ -266,8 +272,8 @@ void CachedPullPush(zmq::context_t* ctx, uint32_t dim) {
 }
 
 // Pushes alone into one cached shard, for profiling the push path (prints keys/s).
-void PushOnly(zmq::context_t* ctx, uint32_t dim, int reps) {
-  CachedShard s(ctx, dim);
+void PushOnly(zmq::context_t* ctx, uint32_t dim, int reps, bool direct_io) {
+  CachedShard s(ctx, dim, direct_io);
   PrintFigure("ps_push_only_dim" + std::to_string(dim),
               PushKeysPerSec(&s.client, s.keys, dim, &s.step, reps), "keys/s", true, "none", 0);
 }
@@ -458,24 +464,33 @@ void TwoByTwo(zmq::context_t* ctx) {
 
 void PushLogOverhead(zmq::context_t* ctx) {
   const uint32_t dim = 16;
-  auto measure = [&](ps::Durability d, bool log) {
-    std::vector<double> v;
-    for (int run = 0; run < kRuns; ++run) {
-      testing::TempDir dir;
-      ShardServer s(ctx, dir.path(), dim, 1ull << 30, d, log);
-      PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
-      auto keys = Keys(kKeys, 9);
-      int64_t step = 0;
-      Materialise(&c, keys, dim, &step);
-      v.push_back(PushKeysPerSec(&c, keys, dim, &step, 10));
-    }
-    return Median(v);
+  auto once = [&](ps::Durability d, bool log, bool direct) {
+    testing::TempDir dir;
+    ShardServer s(ctx, dir.path(), dim, 1ull << 30, d, log, 0, 1,
+                  embedding::OptimizerKind::kAdagrad, direct);
+    PsClient c = MakeClient(ctx, {s.server->endpoint()}, dim);
+    auto keys = Keys(kKeys, 9);
+    int64_t step = 0;
+    Materialise(&c, keys, dim, &step);
+    return PushKeysPerSec(&c, keys, dim, &step, 10);
   };
-  const double off = measure(ps::Durability::kProcess, false);
-  PrintFigure("ps_push_log_process_dim16", measure(ps::Durability::kProcess, true), "keys/s", true,
-              "push log off", off);
-  PrintFigure("ps_push_log_machine_group10ms_dim16", measure(ps::Durability::kMachine, true),
-              "keys/s", true, "push log off", off);
+  // off, process direct, process buffered, machine direct, machine buffered
+  std::vector<double> v[5];
+  for (int run = 0; run < kRuns; ++run) {
+    v[0].push_back(once(ps::Durability::kProcess, false, true));
+    v[1].push_back(once(ps::Durability::kProcess, true, true));
+    v[2].push_back(once(ps::Durability::kProcess, true, false));
+    v[3].push_back(once(ps::Durability::kMachine, true, true));
+    v[4].push_back(once(ps::Durability::kMachine, true, false));
+  }
+  const double off = Median(v[0]);
+  PrintFigure("ps_push_log_process_dim16", Median(v[1]), "keys/s", true, "push log off", off);
+  PrintFigure("ps_push_log_machine_group10ms_dim16", Median(v[3]), "keys/s", true, "push log off",
+              off);
+  PrintFigure("ps_push_log_process_direct_dim16", Median(v[1]), "keys/s", true,
+              "push log written buffered", Median(v[2]));
+  PrintFigure("ps_push_log_machine_direct_dim16", Median(v[3]), "keys/s", true,
+              "push log written buffered", Median(v[4]));
 }
 
 // Servers and clients made while the default keys are set speak CURVE (as a daemon with
@@ -558,10 +573,11 @@ void BlockTerm() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int ServeShard(uint32_t dim, const std::string& dir, const std::string& file) {
+int ServeShard(uint32_t dim, const std::string& dir, const std::string& file, bool direct_io) {
   BlockTerm();
   zmq::context_t ctx(2);
-  ShardServer s(&ctx, dir, dim, 1ull << 30, ps::Durability::kProcess, true);
+  ShardServer s(&ctx, dir, dim, 1ull << 30, ps::Durability::kProcess, true, 0, 1,
+                embedding::OptimizerKind::kAdagrad, direct_io);
   PublishAndWaitForTerm(s.server->endpoint(), file);
   return 0;
 }
@@ -626,7 +642,7 @@ void TwoProcesses(zmq::context_t* ctx, uint32_t dim) {
   for (int run = 0; run < kRuns; ++run) {
     {
       testing::TempDir dir;
-      Child shard({"serve-shard", d, dir.path() + "/shard"}, dir.path());
+      Child shard({"serve-shard", d, dir.path() + "/shard", "direct"}, dir.path());
       PsClient c = MakeClient(ctx, {shard.endpoint}, dim);
       auto keys = Keys(kKeys, 7);
       int64_t step = 0;
@@ -648,6 +664,26 @@ void TwoProcesses(zmq::context_t* ctx, uint32_t dim) {
               "raw zeromq between two processes, same bytes", Median(raw_push));
 }
 
+// Push keys/s with the shard in another process, its push log written direct and buffered.
+void TwoProcessesLogIo(zmq::context_t* ctx, uint32_t dim) {
+  const std::string d = std::to_string(dim);
+  std::vector<double> push[2];
+  for (int run = 0; run < kRuns; ++run) {
+    for (int direct = 1; direct >= 0; --direct) {
+      testing::TempDir dir;
+      Child shard({"serve-shard", d, dir.path() + "/shard", direct ? "direct" : "buffered"},
+                  dir.path());
+      PsClient c = MakeClient(ctx, {shard.endpoint}, dim);
+      auto keys = Keys(kKeys, 7);
+      int64_t step = 0;
+      Materialise(&c, keys, dim, &step);
+      push[direct].push_back(PushKeysPerSec(&c, keys, dim, &step, 20));
+    }
+  }
+  PrintFigure("ps_push_procs_log_direct_dim" + d, Median(push[1]), "keys/s", true,
+              "push log written buffered", Median(push[0]));
+}
+
 int Main(int argc, char** argv) {
   // glibc serves buffers above its mmap threshold with fresh mappings (page faults on every
   // byte) and raises the threshold only after freeing one: the figures then depended on which
@@ -657,18 +693,25 @@ int Main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
   std::string only = argc > 1 ? argv[1] : "";
-  if (only == "serve-shard" && argc == 5) return ServeShard(std::stoi(argv[2]), argv[3], argv[4]);
+  if (only == "serve-shard" && argc == 6)
+    return ServeShard(std::stoi(argv[2]), argv[3], argv[5], std::string(argv[4]) == "direct");
   if (only == "serve-raw" && argc == 4) return ServeRaw(std::stoi(argv[2]), argv[3]);
   zmq::context_t ctx(2);
   if (only.empty() || only == "procs") {
     TwoProcesses(&ctx, 16);
     TwoProcesses(&ctx, 64);
   }
+  if (only.empty() || only == "procs-io") {
+    TwoProcessesLogIo(&ctx, 16);
+    TwoProcessesLogIo(&ctx, 64);
+  }
   if (only.empty() || only == "cached") {
     CachedPullPush(&ctx, 16);
     CachedPullPush(&ctx, 64);
   }
-  if (only == "push-profile") PushOnly(&ctx, 16, 60);   // for perf: no baselines, no pulls
+  // For perf: no baselines, no pulls; `push-profile buffered` writes the push log buffered.
+  if (only == "push-profile")
+    PushOnly(&ctx, 16, 60, !(argc > 2 && std::string(argv[2]) == "buffered"));
   if (only == "pull-profile") PullOnly(&ctx, 16, 400);  // for perf: no baselines, no pushes
   if (only.empty() || only == "wire") {
     WirePrecisionOnOff(&ctx, 16);

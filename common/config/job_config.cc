@@ -161,6 +161,7 @@ constexpr JobKey kJobKeys[] = {
     {"ps.storage", Bind<&PsConfig::storage>, OneOf("rocksdb|memory")},
     {"ps.push_log.durability", Bind<&PsConfig::push_log_durability>, OneOf("process|machine")},
     {"ps.push_log.group_ms", Bind<&PsConfig::push_log_group_ms>, AtLeast(1)},
+    {"ps.push_log.io", Bind<&PsConfig::push_log_io>, OneOf("direct|buffered")},
     {"ps.push_log.max_bytes", Bind<&PsConfig::push_log_max_bytes>, Above(0)},
     {"ps.restore_point_every_bytes", Bind<&PsConfig::restore_point_every_bytes>, AtLeast(0)},
     {"ps.max_buffered_bytes", Bind<&PsConfig::max_buffered_bytes>, Above(0)},

@@ -81,7 +81,7 @@ tables:
 data:
   synthetic: {vocab: 500, zipf: 1.3, eval_rows: 7}
 ps:
-  push_log: {durability: machine, group_ms: 5, max_bytes: 1000}
+  push_log: {durability: machine, group_ms: 5, max_bytes: 1000, io: buffered}
 train: {seed: 18446744073709551615}
 )");
   const TableConfig& t = c.tables.at("C7");
@@ -105,6 +105,7 @@ train: {seed: 18446744073709551615}
   EXPECT_EQ(c.ps.push_log_durability, "machine");
   EXPECT_EQ(c.ps.push_log_group_ms, 5);
   EXPECT_EQ(c.ps.push_log_max_bytes, 1000);
+  EXPECT_EQ(c.ps.push_log_io, "buffered");
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
 }
 
@@ -225,6 +226,8 @@ TEST(JobConfigTest, BadEnum) {
               "job.yaml:2: model.interaction: must be one of {dot,concat}, got \"dott\"");
   ExpectError("\n\ntrain:\n  device: tpu\n", "job.yaml:4: train.device: must be one of");
   ExpectError("tables:\n  C2:\n    optimizer: lamb\n", "job.yaml:3: tables.C2.optimizer: must be");
+  ExpectError("ps:\n  push_log:\n    io: mmap\n",
+              "job.yaml:3: ps.push_log.io: must be one of {direct,buffered}, got \"mmap\"");
 }
 
 TEST(JobConfigTest, DuplicateKey) {

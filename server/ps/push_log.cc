@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -36,6 +37,20 @@ constexpr size_t kTableHeaderBytes = 16;   // table id, row count, dim, dtype
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
 constexpr uint32_t kDtypeF32 = 0;
 constexpr size_t kLsnDigits = 20;
+// Direct I/O: offsets, sizes and buffers aligned to 4 KiB suit every logical block size in use;
+// records pass through a 1 MiB chunk (larger ones in several writes).
+constexpr size_t kBlock = 4096;
+constexpr size_t kChunk = size_t{1} << 20;
+
+uint64_t BlockFloor(uint64_t n) { return n & ~uint64_t{kBlock - 1}; }
+
+// The tail of a segment written with direct I/O: zeros up to the next block.
+bool IsZeroPadding(const uint8_t* p, size_t n) {
+  if (n >= kBlock) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != 0) return false;
+  return true;
+}
 
 void Put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, sizeof v); }
 void Put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, sizeof v); }
@@ -159,8 +174,9 @@ bool ValidRecordFollows(const uint8_t* data, size_t size, size_t bad_off, uint64
 
 struct ScanResult {
   uint64_t last_lsn = 0;
-  size_t valid_bytes = 0;  // < file size: a torn tail to drop (newest segment only)
+  size_t valid_bytes = 0;  // < file size: a torn tail or padding to drop (newest segment only)
   std::string tail_reason;
+  bool padding = false;  // what follows valid_bytes is a direct write's zero padding
 };
 
 // Validates every record of one segment whose first record must carry `first_lsn`.
@@ -172,6 +188,7 @@ Status ScanRecords(const std::string& path, const uint8_t* data, size_t size, ui
     size_t record_bytes = 0;
     Status s = CheckRecordAt(data, size, off, &record_bytes);
     const std::string where = path + " at offset " + std::to_string(off);
+    if (!s.ok() && IsZeroPadding(data + off, size - off)) break;
     if (s.ok()) {
       const uint64_t lsn = Get64(data + off + kRecordHeaderBytes);
       if (lsn != next) {
@@ -190,6 +207,7 @@ Status ScanRecords(const std::string& path, const uint8_t* data, size_t size, ui
   }
   result->last_lsn = next - 1;
   result->valid_bytes = off;
+  result->padding = result->tail_reason.empty() && off < size;
   return Status::Ok();
 }
 
@@ -282,6 +300,8 @@ class PushLog::ScopedFd {
   const int fd_;
 };
 
+void PushLog::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
+
 PushLog::PushLog(const PushLogOptions& options) : options_(options) {}
 
 PushLog::~PushLog() {
@@ -291,6 +311,10 @@ PushLog::~PushLog() {
     flush_cv_.Signal();
   }
   if (flusher_.joinable()) flusher_.join();
+  // A clean close leaves the file at its last record; Open would cut the padding anyway.
+  MutexLock lock(&mu_);
+  if (direct_ && !segments_.empty() && broken_.ok())
+    (void)::ftruncate(current_->get(), static_cast<off_t>(segments_.back().bytes));
 }
 
 StatusOr<std::unique_ptr<PushLog>> PushLog::Open(const PushLogOptions& options) {
@@ -346,12 +370,15 @@ Status PushLog::ScanAndRepair(Segment* seg, bool newest) {
   TANDEM_RETURN_IF_ERROR(ScanRecords(seg->path, map.data(), size, seg->first_lsn, newest, &scan));
   seg->last_lsn = scan.last_lsn;
   seg->bytes = scan.valid_bytes;
-  const bool torn = scan.valid_bytes < size;
+  // An older segment keeps its padding (it is opened read-only); Replay stops at seg->bytes.
+  const bool torn = scan.valid_bytes < size && (newest || !scan.padding);
   if (torn) {
     // Only an unacknowledged write can be torn (a crash mid-write, or power loss before its
     // fdatasync), so dropping it loses nothing that was promised.
-    TLOG_WARN("push log {}: dropping torn tail at offset {} ({} bytes): {}", seg->path,
-              scan.valid_bytes, size - scan.valid_bytes, scan.tail_reason);
+    if (!scan.padding) {
+      TLOG_WARN("push log {}: dropping torn tail at offset {} ({} bytes): {}", seg->path,
+                scan.valid_bytes, size - scan.valid_bytes, scan.tail_reason);
+    }
     if (::ftruncate(fd.get(), static_cast<off_t>(scan.valid_bytes)) != 0)
       return ErrnoToStatus(errno, "truncate " + seg->path);
   }
@@ -364,19 +391,52 @@ Status PushLog::ScanAndRepair(Segment* seg, bool newest) {
 }
 
 Status PushLog::OpenNewestForAppend() {
-  const std::string& path = segments_.back().path;
-  // O_APPEND: after a failed write is truncated away, the next write lands at the new end.
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
+  const Segment& seg = segments_.back();
+  TANDEM_RETURN_IF_ERROR(OpenForAppendLocked(seg.path, /*create=*/false));
+  if (!direct_) return Status::Ok();
+  // The next direct write starts at the last whole block, so it needs the bytes after it.
+  const size_t keep = seg.bytes - BlockFloor(seg.bytes);
+  if (keep == 0) return Status::Ok();
+  ScopedFd in(::open(seg.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (in.get() < 0) return ErrnoToStatus(errno, "open " + seg.path);
+  const ssize_t n = ::pread(in.get(), tail_.get(), keep, static_cast<off_t>(BlockFloor(seg.bytes)));
+  if (n < 0) return ErrnoToStatus(errno, "read " + seg.path);
+  if (static_cast<size_t>(n) != keep) return Status::DataLoss(seg.path + ": shorter than scanned");
+  return Status::Ok();
+}
+
+// Opens `path` for appends: O_DIRECT when asked for and the file system takes it, else
+// O_APPEND (after a failed write is truncated away, the next write lands at the new end).
+Status PushLog::OpenForAppendLocked(const std::string& path, bool create) {
+  const int flags = O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
+  int fd = -1;
+  direct_ = false;
+  if (options_.direct_io) {
+    fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+    if (fd < 0 && errno != EINVAL) return ErrnoToStatus(errno, "open " + path);
+    if (fd >= 0 && chunk_ == nullptr) {
+      chunk_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBlock, kChunk)));
+      tail_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBlock, kBlock)));
+      if (chunk_ == nullptr || tail_ == nullptr) {
+        ::close(fd);
+        return Status::ResourceExhausted("push log: no memory for the direct I/O chunk");
+      }
+    }
+    direct_ = fd >= 0;
+  }
+  if (fd < 0) {
+    // EINVAL from O_DIRECT (tmpfs before Linux 6.6, some FUSE file systems) may come after the
+    // file was created, so the buffered open must not insist on creating it.
+    fd = ::open(path.c_str(), (flags & ~O_EXCL) | O_APPEND, 0644);
+    if (fd < 0) return ErrnoToStatus(errno, (create ? "create " : "open ") + path);
+  }
   current_ = std::make_shared<ScopedFd>(fd);
   return Status::Ok();
 }
 
 Status PushLog::CreateSegmentLocked(uint64_t first_lsn) {
   const std::string path = SegmentPath(options_.dir, first_lsn);
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, "create " + path);
-  current_ = std::make_shared<ScopedFd>(fd);
+  TANDEM_RETURN_IF_ERROR(OpenForAppendLocked(path, /*create=*/true));
   segments_.push_back({path, first_lsn, first_lsn - 1, 0});
   // The file exists now, so it must be the one we append to whatever happens next: records
   // in an older segment after it would break LSN continuity on reopen.
@@ -407,7 +467,7 @@ Status PushLog::Append(PushHeader* header, std::span<const PushTableView> tables
 Status PushLog::WriteRecordLocked(std::vector<iovec>* iov, uint64_t lsn, uint64_t record_bytes) {
   Segment& seg = segments_.back();
   const int fd = current_->get();
-  Status s = WriteAll(fd, iov);
+  Status s = direct_ ? WriteDirectLocked(fd, *iov, seg.bytes) : WriteAll(fd, iov);
   if (s.ok()) {
     seg.bytes += record_bytes;
     seg.last_lsn = lsn;
@@ -428,8 +488,8 @@ Status PushLog::WriteAll(int fd, std::vector<iovec>* iov) const {
   size_t i = 0;
   while (i < iov->size()) {
     const int count = static_cast<int>(std::min<size_t>(iov->size() - i, IOV_MAX));
-    const ssize_t n = options_.writev_for_test ? options_.writev_for_test(fd, &(*iov)[i], count)
-                                               : ::writev(fd, &(*iov)[i], count);
+    const ssize_t n = options_.write_for_test ? options_.write_for_test(fd, &(*iov)[i], count, -1)
+                                              : ::writev(fd, &(*iov)[i], count);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoToStatus(errno, "write");
     if (n == 0) return Status::Unavailable("write made no progress");
@@ -441,6 +501,59 @@ Status PushLog::WriteAll(int fd, std::vector<iovec>* iov) const {
       left -= used;
       if (v.iov_len == 0) ++i;
     }
+  }
+  return Status::Ok();
+}
+
+// Writes the record in *iov at file offset `start` with O_DIRECT: whole blocks from the one that
+// holds `start` (its first bytes come from tail_), the last one padded with zeros. tail_ takes
+// the new partial block only once everything is written, so a failed write leaves it as it was.
+Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start) {
+  uint8_t* buf = chunk_.get();
+  uint64_t offset = BlockFloor(start);
+  size_t fill = start - offset;
+  std::memcpy(buf, tail_.get(), fill);
+  for (const iovec& v : iov) {
+    const uint8_t* p = static_cast<const uint8_t*>(v.iov_base);
+    for (size_t left = v.iov_len; left > 0;) {
+      const size_t n = std::min(left, kChunk - fill);
+      std::memcpy(buf + fill, p, n);
+      fill += n;
+      p += n;
+      left -= n;
+      if (fill == kChunk) {
+        TANDEM_RETURN_IF_ERROR(WriteBlocks(fd, buf, kChunk, offset));
+        offset += kChunk;
+        fill = 0;
+      }
+    }
+  }
+  const size_t whole = BlockFloor(fill);
+  if (fill > whole) {
+    std::memset(buf + fill, 0, whole + kBlock - fill);
+    TANDEM_RETURN_IF_ERROR(WriteBlocks(fd, buf, whole + kBlock, offset));
+  } else if (whole > 0) {
+    TANDEM_RETURN_IF_ERROR(WriteBlocks(fd, buf, whole, offset));
+  }
+  std::memcpy(tail_.get(), buf + whole, fill - whole);
+  return Status::Ok();
+}
+
+// Writes data[0, size) at `offset` (all three block-aligned), retrying EINTR and short writes
+// from the last whole block written.
+Status PushLog::WriteBlocks(int fd, const uint8_t* data, size_t size, uint64_t offset) const {
+  size_t done = 0;
+  while (done < size) {
+    iovec v{const_cast<uint8_t*>(data + done), size - done};
+    const off_t at = static_cast<off_t>(offset + done);
+    const ssize_t n =
+        options_.write_for_test ? options_.write_for_test(fd, &v, 1, at) : ::pwritev(fd, &v, 1, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoToStatus(errno, "write");
+    const size_t whole = BlockFloor(static_cast<size_t>(n));
+    if (whole == 0 && static_cast<size_t>(n) < size - done)
+      return Status::Unavailable("direct write made no progress (" + std::to_string(n) + " bytes)");
+    done += static_cast<size_t>(n) == size - done ? static_cast<size_t>(n) : whole;
   }
   return Status::Ok();
 }
@@ -533,6 +646,12 @@ Status PushLog::Roll() {
   MutexLock lock(&mu_);
   TANDEM_RETURN_IF_ERROR(BrokenLocked());
   if (segments_.back().bytes == 0) return Status::Ok();  // the next record already begins it
+  // An older segment ends at its last record (Open requires it of every segment but the newest).
+  if (direct_ && ::ftruncate(current_->get(), static_cast<off_t>(segments_.back().bytes)) != 0) {
+    broken_ = ErrnoToStatus(errno, "truncate " + segments_.back().path + " to its last record");
+    synced_cv_.SignalAll();
+    return broken_;
+  }
   if (options_.durability == Durability::kMachine && synced_lsn_ < last_lsn_) {
     // Synced under the lock on purpose (STYLE rule zero): Roll is rare (one per restore point),
     // and finishing the old segment on disk before any record enters the new one means damage
@@ -588,6 +707,11 @@ bool PushLog::alarm() const { return total_bytes() > options_.max_bytes; }
 uint64_t PushLog::sync_count() const {
   MutexLock lock(&mu_);
   return sync_count_;
+}
+
+bool PushLog::direct_io() const {
+  MutexLock lock(&mu_);
+  return direct_;
 }
 
 }  // namespace tandem::ps

@@ -91,6 +91,7 @@ Status Shard::Recover() {
   lo.durability = options_.durability;
   lo.group = options_.group_commit;
   lo.max_bytes = options_.push_log_max_bytes;
+  lo.direct_io = options_.push_log_direct_io;
   TANDEM_ASSIGN_OR_RETURN(log_, PushLog::Open(lo));
 
   // Never trust the live DB after a crash: rebuild it from the newest complete restore point.
