@@ -1,5 +1,6 @@
 #include "common/testing/test_util.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,6 +30,14 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+bool TakesODirect(const std::string& dir) {
+  const std::string probe = dir + "/o_direct_probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return fd >= 0;
 }
 
 void WriteFile(const std::string& path, const std::string& text) {

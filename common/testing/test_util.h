@@ -26,6 +26,9 @@ class TempDir {
 };
 
 std::string ReadFile(const std::string& path);
+
+// Whether the file system holding `dir` takes O_DIRECT (asked with a probe file, removed after).
+bool TakesODirect(const std::string& dir);
 void WriteFile(const std::string& path, const std::string& text);
 
 struct CommandResult {

@@ -83,8 +83,8 @@ StatusOr<FileSum> ReadSum(const std::string& path) { return StreamFile(path); }
 StatusOr<FileSum> Stage(const std::string& from, const std::string& to,
                         std::optional<uint32_t> expected) {
   const std::string tmp = to + std::string(kTmpSuffix);
-  Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (out.get() < 0) return ErrnoToStatus(errno, "create " + tmp);
+  TANDEM_ASSIGN_OR_RETURN(int fd, CreateForCopy(tmp));
+  Fd out(fd);
   StatusOr<FileSum> sum = StreamFile(from, out.get(), tmp);
   Status s = sum.status();
   if (s.ok() && expected && sum->crc32c != *expected) {

@@ -1,10 +1,14 @@
 #include "server/ps/file_io.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <vector>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/crc32c.h"
 
@@ -35,25 +39,89 @@ Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
   return Status::Ok();
 }
 
+void FreeAligned::operator()(uint8_t* p) const { std::free(p); }
+
+AlignedBytes AllocateAligned(size_t bytes) {
+  return AlignedBytes(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoBlock, bytes)));
+}
+
+Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
+                     const std::string& path, const PwritevFn& pwritev_fn) {
+  size_t done = 0;
+  while (done < n) {
+    iovec v{const_cast<uint8_t*>(data + done), n - done};
+    const off_t at = static_cast<off_t>(offset + done);
+    const ssize_t w = pwritev_fn ? pwritev_fn(fd, &v, 1, at) : ::pwritev(fd, &v, 1, at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return ErrnoToStatus(errno, "write " + path);
+    if (static_cast<size_t>(w) == n - done) break;
+    const size_t whole = static_cast<size_t>(w) / kDirectIoBlock * kDirectIoBlock;
+    if (whole == 0) {
+      return Status::Unavailable("write " + path + ": a direct write made no progress (" +
+                                 std::to_string(w) + " bytes)");
+    }
+    done += whole;
+  }
+  return Status::Ok();
+}
+
+StatusOr<int> CreateForCopy(const std::string& path) {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  int fd = ::open(path.c_str(), kFlags, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, "create " + path);
+  struct statfs fs;
+  if (::fstatfs(fd, &fs) != 0) return fd;
+  const auto type = static_cast<unsigned long>(fs.f_type);
+  if (type != EXT4_SUPER_MAGIC && type != XFS_SUPER_MAGIC && type != BTRFS_SUPER_MAGIC) return fd;
+  const int direct = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+  if (direct < 0) return fd;  // refused after all: buffered
+  ::close(fd);
+  return direct;
+}
+
 StatusOr<FileSum> StreamFile(const std::string& from, int out_fd, const std::string& out_path) {
   Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
   if (in.get() < 0) return ErrnoToStatus(errno, "open " + from);
   ::posix_fadvise(in.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<char> buf(kStreamBufferBytes);
+  const bool direct = out_fd >= 0 && (::fcntl(out_fd, F_GETFL) & O_DIRECT) != 0;
+  AlignedBytes buf = AllocateAligned(kStreamBufferBytes);
+  if (buf == nullptr) return Status::ResourceExhausted("no memory to copy " + from);
   FileSum sum;
-  for (;;) {
-    ssize_t r = ::read(in.get(), buf.data(), buf.size());
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == EIO) {
-      return Status::DataLoss(ErrnoToStatus(errno, "read " + from).message());
+  bool end = false;
+  while (!end) {
+    // A whole buffer at a time (reads may come short), so that direct writes stay aligned.
+    size_t fill = 0;
+    while (fill < kStreamBufferBytes) {
+      ssize_t r = ::read(in.get(), buf.get() + fill, kStreamBufferBytes - fill);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EIO) {
+        return Status::DataLoss(ErrnoToStatus(errno, "read " + from).message());
+      }
+      if (r < 0) return ErrnoToStatus(errno, "read " + from);
+      if (r == 0) {
+        end = true;
+        break;
+      }
+      fill += static_cast<size_t>(r);
     }
-    if (r < 0) return ErrnoToStatus(errno, "read " + from);
-    if (r == 0) return sum;
-    sum.crc32c = Crc32cExtend(sum.crc32c, buf.data(), static_cast<size_t>(r));
-    sum.size_bytes += static_cast<uint64_t>(r);
-    if (out_fd >= 0)
-      TANDEM_RETURN_IF_ERROR(WriteAll(out_fd, buf.data(), static_cast<size_t>(r), out_path));
+    sum.crc32c = Crc32cExtend(sum.crc32c, buf.get(), fill);
+    const uint64_t offset = sum.size_bytes;
+    sum.size_bytes += fill;
+    if (out_fd < 0 || fill == 0) continue;
+    if (!direct) {
+      TANDEM_RETURN_IF_ERROR(
+          WriteAll(out_fd, reinterpret_cast<const char*>(buf.get()), fill, out_path));
+      continue;
+    }
+    const size_t padded = (fill + kDirectIoBlock - 1) / kDirectIoBlock * kDirectIoBlock;
+    std::memset(buf.get() + fill, 0, padded - fill);
+    TANDEM_RETURN_IF_ERROR(WriteDirectAt(out_fd, buf.get(), padded, offset, out_path));
   }
+  if (direct && sum.size_bytes % kDirectIoBlock != 0 &&
+      ::ftruncate(out_fd, static_cast<off_t>(sum.size_bytes)) != 0) {
+    return ErrnoToStatus(errno, "truncate " + out_path);
+  }
+  return sum;
 }
 
 }  // namespace tandem::ps

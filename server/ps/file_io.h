@@ -3,8 +3,13 @@
 // ErrnoToStatus (common/errno_status.h).
 #pragma once
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "common/errno_status.h"
@@ -30,13 +35,40 @@ class Fd {
 // Writes all of data[0, n) to `fd` (retrying short writes); errors name `path`.
 Status WriteAll(int fd, const char* data, size_t n, const std::string& path);
 
+// Direct I/O (O_DIRECT): offsets, sizes and buffers aligned to this suit every logical block
+// size in use. Written this way, a file's bytes skip the page cache, whose fresh pages cost more
+// CPU than the copy itself (2.6 s of kernel time per GiB on the 2-core benchmark VM, 0.06 s
+// direct).
+constexpr size_t kDirectIoBlock = 4096;
+
+struct FreeAligned {
+  void operator()(uint8_t* p) const;
+};
+using AlignedBytes = std::unique_ptr<uint8_t[], FreeAligned>;
+// `bytes` (a multiple of kDirectIoBlock) aligned to kDirectIoBlock; null when out of memory.
+AlignedBytes AllocateAligned(size_t bytes);
+
+// pwritev(2), or a stand-in that behaves like it (tests inject short writes and ENOSPC).
+using PwritevFn = std::function<ssize_t(int fd, const iovec* iov, int iovcnt, off_t offset)>;
+
+// Writes data[0, n) at `offset` to `fd` opened with O_DIRECT (all three aligned to
+// kDirectIoBlock), retrying EINTR and short writes from the last whole block written.
+Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
+                     const std::string& path, const PwritevFn& pwritev_fn = nullptr);
+
+// Creates (or truncates) `path` for a copy: with O_DIRECT when the file system is a local block
+// one (ext4, XFS, btrfs) that takes it; elsewhere (NFS, FUSE, tmpfs) O_DIRECT writes are
+// synchronous round trips or refused, and the copy is buffered.
+StatusOr<int> CreateForCopy(const std::string& path);
+
 struct FileSum {
   uint64_t size_bytes = 0;
   uint32_t crc32c = 0;  // of the whole content
 };
 
 // Reads `from` to its end, computing its size and CRC32C and, when `out_fd` >= 0, writing every
-// byte to it (write errors name `out_path`). A read the medium fails (EIO) is kDataLoss: the
+// byte to it (write errors name `out_path`; an `out_fd` opened with O_DIRECT is written in whole
+// blocks and cut to the file's size at the end). A read the medium fails (EIO) is kDataLoss: the
 // file's bytes are lost to us, and callers copy it again from elsewhere (PoolHolds in
 // durable_copy.cc) or report the checkpoint damaged.
 StatusOr<FileSum> StreamFile(const std::string& from, int out_fd = -1,

@@ -39,7 +39,7 @@ constexpr uint32_t kDtypeF32 = 0;
 constexpr size_t kLsnDigits = 20;
 // Direct I/O: offsets, sizes and buffers aligned to 4 KiB suit every logical block size in use;
 // records pass through a 1 MiB chunk (larger ones in several writes).
-constexpr size_t kBlock = 4096;
+constexpr size_t kBlock = kDirectIoBlock;
 constexpr size_t kChunk = size_t{1} << 20;
 
 uint64_t BlockFloor(uint64_t n) { return n & ~uint64_t{kBlock - 1}; }
@@ -300,8 +300,6 @@ class PushLog::ScopedFd {
   const int fd_;
 };
 
-void PushLog::FreeBytes::operator()(uint8_t* p) const { std::free(p); }
-
 PushLog::PushLog(const PushLogOptions& options) : options_(options) {}
 
 PushLog::~PushLog() {
@@ -415,8 +413,8 @@ Status PushLog::OpenForAppendLocked(const std::string& path, bool create) {
     fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
     if (fd < 0 && errno != EINVAL) return ErrnoToStatus(errno, "open " + path);
     if (fd >= 0 && chunk_ == nullptr) {
-      chunk_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBlock, kChunk)));
-      tail_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBlock, kBlock)));
+      chunk_ = AllocateAligned(kChunk);
+      tail_ = AllocateAligned(kBlock);
       if (chunk_ == nullptr || tail_ == nullptr) {
         ::close(fd);
         return Status::ResourceExhausted("push log: no memory for the direct I/O chunk");
@@ -509,6 +507,8 @@ Status PushLog::WriteAll(int fd, std::vector<iovec>* iov) const {
 // holds `start` (its first bytes come from tail_), the last one padded with zeros. tail_ takes
 // the new partial block only once everything is written, so a failed write leaves it as it was.
 Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start) {
+  // The caller's context names the segment.
+  const std::string seg_path = "the open segment";
   uint8_t* buf = chunk_.get();
   uint64_t offset = BlockFloor(start);
   size_t fill = start - offset;
@@ -522,7 +522,8 @@ Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_
       p += n;
       left -= n;
       if (fill == kChunk) {
-        TANDEM_RETURN_IF_ERROR(WriteBlocks(fd, buf, kChunk, offset));
+        TANDEM_RETURN_IF_ERROR(
+            WriteDirectAt(fd, buf, kChunk, offset, seg_path, options_.write_for_test));
         offset += kChunk;
         fill = 0;
       }
@@ -531,30 +532,13 @@ Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_
   const size_t whole = BlockFloor(fill);
   if (fill > whole) {
     std::memset(buf + fill, 0, whole + kBlock - fill);
-    TANDEM_RETURN_IF_ERROR(WriteBlocks(fd, buf, whole + kBlock, offset));
+    TANDEM_RETURN_IF_ERROR(
+        WriteDirectAt(fd, buf, whole + kBlock, offset, seg_path, options_.write_for_test));
   } else if (whole > 0) {
-    TANDEM_RETURN_IF_ERROR(WriteBlocks(fd, buf, whole, offset));
+    TANDEM_RETURN_IF_ERROR(
+        WriteDirectAt(fd, buf, whole, offset, seg_path, options_.write_for_test));
   }
   std::memcpy(tail_.get(), buf + whole, fill - whole);
-  return Status::Ok();
-}
-
-// Writes data[0, size) at `offset` (all three block-aligned), retrying EINTR and short writes
-// from the last whole block written.
-Status PushLog::WriteBlocks(int fd, const uint8_t* data, size_t size, uint64_t offset) const {
-  size_t done = 0;
-  while (done < size) {
-    iovec v{const_cast<uint8_t*>(data + done), size - done};
-    const off_t at = static_cast<off_t>(offset + done);
-    const ssize_t n =
-        options_.write_for_test ? options_.write_for_test(fd, &v, 1, at) : ::pwritev(fd, &v, 1, at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoToStatus(errno, "write");
-    const size_t whole = BlockFloor(static_cast<size_t>(n));
-    if (whole == 0 && static_cast<size_t>(n) < size - done)
-      return Status::Unavailable("direct write made no progress (" + std::to_string(n) + " bytes)");
-    done += static_cast<size_t>(n) == size - done ? static_cast<size_t>(n) : whole;
-  }
   return Status::Ok();
 }
 

@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "common/sync.h"
+#include "server/ps/file_io.h"
 
 namespace tandem::ps {
 
@@ -77,7 +78,7 @@ struct PushLogOptions {
   // Tests only: replaces the record writes, to inject ENOSPC or short writes. Must behave like
   // pwritev(2) with `offset` >= 0 (direct I/O) and like writev(2) with offset -1 (buffered
   // appends): return bytes written, or -1 with errno set. Empty = the real calls.
-  std::function<ssize_t(int fd, const iovec* iov, int iovcnt, off_t offset)> write_for_test;
+  PwritevFn write_for_test;
 };
 
 // Safe for concurrent use: Append may be called from many threads; records are written in LSN
@@ -131,10 +132,6 @@ class PushLog {
     // for direct appends.
     uint64_t bytes = 0;
   };
-  struct FreeBytes {
-    void operator()(uint8_t* p) const;
-  };
-  using AlignedBytes = std::unique_ptr<uint8_t[], FreeBytes>;
 
   explicit PushLog(const PushLogOptions& options);
   Status Recover(std::vector<Segment> segments);
@@ -147,7 +144,6 @@ class PushLog {
   Status WriteAll(int fd, std::vector<iovec>* iov) const;
   Status WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status WriteBlocks(int fd, const uint8_t* data, size_t size, uint64_t offset) const;
   Status WaitSyncedLocked(uint64_t lsn) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status BrokenLocked() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushLoop();

@@ -18,30 +18,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/test_util.h"
+
 namespace tandem::ps {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under $TMPDIR, removed with its contents at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") + "/push-log-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // A push that owns its arrays; content is a pure function of `seed`, so a replayed record can
 // be checked against the push it must equal.
@@ -310,15 +294,18 @@ TEST(PushLogTest, CorruptLengthInMiddleRecordIsDataLoss) {
   EXPECT_TRUE(log.status().IsDataLoss()) << log.status();
 }
 
+// Seeds 1..3 in a rolled segment, 4..5 in the newest; the log is closed again.
+void WriteTwoSegments(const std::string& dir) {
+  auto log = OpenOrDie(Options(dir));
+  ASSERT_NE(log, nullptr);
+  for (uint64_t i = 1; i <= 3; ++i) AppendSeed(log.get(), i);
+  ASSERT_TRUE(log->Roll().ok());
+  for (uint64_t i = 4; i <= 5; ++i) AppendSeed(log.get(), i);
+}
+
 TEST(PushLogTest, CorruptOlderSegmentIsDataLoss) {
   TempDir dir;
-  {
-    auto log = OpenOrDie(Options(dir.path()));
-    ASSERT_NE(log, nullptr);
-    for (uint64_t i = 1; i <= 3; ++i) AppendSeed(log.get(), i);
-    ASSERT_TRUE(log->Roll().ok());
-    for (uint64_t i = 4; i <= 5; ++i) AppendSeed(log.get(), i);
-  }
+  WriteTwoSegments(dir.path());
   const std::string older = SegmentPath(dir.path(), 1);
   FlipByte(older, fs::file_size(older) - 2);  // the older segment's last record
   auto log = PushLog::Open(Options(dir.path()));
@@ -490,15 +477,6 @@ class PushLogIoTest : public ::testing::TestWithParam<bool> {
 INSTANTIATE_TEST_SUITE_P(Io, PushLogIoTest, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "direct" : "buffered"; });
 
-// Whether this file system takes O_DIRECT, asked without the log.
-bool TakesODirect(const std::string& dir) {
-  const std::string probe = dir + "/probe";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
-  if (fd >= 0) ::close(fd);
-  fs::remove(probe);
-  return fd >= 0;
-}
-
 TEST_P(PushLogIoTest, FailedWriteLeavesFileUnchangedAndLogUsable) {
   TempDir dir;
   auto writer = std::make_shared<FailingWriter>();
@@ -561,7 +539,7 @@ TEST_P(PushLogIoTest, RecordsOfEverySizeRoundTripAcrossReopenAndRoll) {
   for (int round = 0; round < 3; ++round) {
     auto log = OpenOrDie(IoOptions(dir.path()));
     ASSERT_NE(log, nullptr);
-    EXPECT_EQ(log->direct_io(), GetParam() && TakesODirect(dir.path()));
+    EXPECT_EQ(log->direct_io(), GetParam() && testing::TakesODirect(dir.path()));
     for (int i = 0; i < 6; ++i) append(log.get(), ++lsn);
     if (round == 1) {
       ASSERT_TRUE(log->Roll().ok());
@@ -583,13 +561,7 @@ TEST_P(PushLogIoTest, RecordsOfEverySizeRoundTripAcrossReopenAndRoll) {
 // (machine crash before Roll's cut reached the disk), but a whole block of zeros is damage.
 TEST(PushLogTest, ZeroPaddingShorterThanABlockIsNotDamage) {
   TempDir dir;
-  {
-    auto log = OpenOrDie(Options(dir.path()));
-    ASSERT_NE(log, nullptr);
-    for (uint64_t i = 1; i <= 3; ++i) AppendSeed(log.get(), i);
-    ASSERT_TRUE(log->Roll().ok());
-    for (uint64_t i = 4; i <= 5; ++i) AppendSeed(log.get(), i);
-  }
+  WriteTwoSegments(dir.path());
   const std::string older = SegmentPath(dir.path(), 1), newest = SegmentPath(dir.path(), 4);
   const uint64_t older_bytes = fs::file_size(older), newest_bytes = fs::file_size(newest);
   fs::resize_file(older, older_bytes + 4095);  // resize_file extends with zeros
