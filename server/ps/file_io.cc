@@ -46,14 +46,17 @@ AlignedBytes AllocateAligned(size_t bytes) {
 }
 
 Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
-                     const std::string& path, const PwritevFn& pwritev_fn) {
+                     const std::string& path, const PwritevFn& pwritev_fn, int* failed_errno) {
   size_t done = 0;
   while (done < n) {
     iovec v{const_cast<uint8_t*>(data + done), n - done};
     const off_t at = static_cast<off_t>(offset + done);
     const ssize_t w = pwritev_fn ? pwritev_fn(fd, &v, 1, at) : ::pwritev(fd, &v, 1, at);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoToStatus(errno, "write " + path);
+    if (w < 0) {
+      if (failed_errno != nullptr) *failed_errno = errno;
+      return ErrnoToStatus(errno, "write " + path);
+    }
     if (static_cast<size_t>(w) == n - done) break;
     const size_t whole = static_cast<size_t>(w) / kDirectIoBlock * kDirectIoBlock;
     if (whole == 0) {

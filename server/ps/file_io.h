@@ -52,9 +52,12 @@ AlignedBytes AllocateAligned(size_t bytes);
 using PwritevFn = std::function<ssize_t(int fd, const iovec* iov, int iovcnt, off_t offset)>;
 
 // Writes data[0, n) at `offset` to `fd` opened with O_DIRECT (all three aligned to
-// kDirectIoBlock), retrying EINTR and short writes from the last whole block written.
+// kDirectIoBlock), retrying EINTR and short writes from the last whole block written. A failed
+// write's errno goes to *failed_errno when it is given (EINVAL: the file system wants a larger
+// alignment than kDirectIoBlock).
 Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
-                     const std::string& path, const PwritevFn& pwritev_fn = nullptr);
+                     const std::string& path, const PwritevFn& pwritev_fn = nullptr,
+                     int* failed_errno = nullptr);
 
 // Creates (or truncates) `path` for a copy: with O_DIRECT when the file system is a local block
 // one (ext4, XFS, btrfs) that takes it; elsewhere (NFS, FUSE, tmpfs) O_DIRECT writes are

@@ -409,7 +409,7 @@ Status PushLog::OpenForAppendLocked(const std::string& path, bool create) {
   const int flags = O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
   int fd = -1;
   direct_ = false;
-  if (options_.direct_io) {
+  if (options_.direct_io && !direct_refused_) {
     fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
     if (fd < 0 && errno != EINVAL) return ErrnoToStatus(errno, "open " + path);
     if (fd >= 0 && chunk_ == nullptr) {
@@ -464,8 +464,22 @@ Status PushLog::Append(PushHeader* header, std::span<const PushTableView> tables
 
 Status PushLog::WriteRecordLocked(std::vector<iovec>* iov, uint64_t lsn, uint64_t record_bytes) {
   Segment& seg = segments_.back();
-  const int fd = current_->get();
-  Status s = direct_ ? WriteDirectLocked(fd, *iov, seg.bytes) : WriteAll(fd, iov);
+  int fd = current_->get();
+  int direct_errno = 0;
+  Status s = direct_ ? WriteDirectLocked(fd, *iov, seg.bytes, &direct_errno) : WriteAll(fd, iov);
+  if (!s.ok() && direct_errno == EINVAL) {
+    // O_DIRECT was taken at open, but not our 4 KiB alignment: the same record, buffered.
+    TLOG_WARN("push log {}: {}; writing buffered from now on", seg.path, s.ToString());
+    direct_refused_ = true;
+    if (::ftruncate(fd, static_cast<off_t>(seg.bytes)) != 0) {
+      broken_ = ErrnoToStatus(errno, "truncate " + seg.path + " after a refused direct write");
+      synced_cv_.SignalAll();
+      return broken_;
+    }
+    TANDEM_RETURN_IF_ERROR(OpenForAppendLocked(seg.path, /*create=*/false));
+    fd = current_->get();
+    s = WriteAll(fd, iov);
+  }
   if (s.ok()) {
     seg.bytes += record_bytes;
     seg.last_lsn = lsn;
@@ -506,7 +520,8 @@ Status PushLog::WriteAll(int fd, std::vector<iovec>* iov) const {
 // Writes the record in *iov at file offset `start` with O_DIRECT: whole blocks from the one that
 // holds `start` (its first bytes come from tail_), the last one padded with zeros. tail_ takes
 // the new partial block only once everything is written, so a failed write leaves it as it was.
-Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start) {
+Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start,
+                                  int* failed_errno) {
   // The caller's context names the segment.
   const std::string seg_path = "the open segment";
   uint8_t* buf = chunk_.get();
@@ -522,8 +537,8 @@ Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_
       p += n;
       left -= n;
       if (fill == kChunk) {
-        TANDEM_RETURN_IF_ERROR(
-            WriteDirectAt(fd, buf, kChunk, offset, seg_path, options_.write_for_test));
+        TANDEM_RETURN_IF_ERROR(WriteDirectAt(fd, buf, kChunk, offset, seg_path,
+                                             options_.write_for_test, failed_errno));
         offset += kChunk;
         fill = 0;
       }
@@ -532,11 +547,11 @@ Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_
   const size_t whole = BlockFloor(fill);
   if (fill > whole) {
     std::memset(buf + fill, 0, whole + kBlock - fill);
-    TANDEM_RETURN_IF_ERROR(
-        WriteDirectAt(fd, buf, whole + kBlock, offset, seg_path, options_.write_for_test));
+    TANDEM_RETURN_IF_ERROR(WriteDirectAt(fd, buf, whole + kBlock, offset, seg_path,
+                                         options_.write_for_test, failed_errno));
   } else if (whole > 0) {
     TANDEM_RETURN_IF_ERROR(
-        WriteDirectAt(fd, buf, whole, offset, seg_path, options_.write_for_test));
+        WriteDirectAt(fd, buf, whole, offset, seg_path, options_.write_for_test, failed_errno));
   }
   std::memcpy(tail_.get(), buf + whole, fill - whole);
   return Status::Ok();

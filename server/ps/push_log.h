@@ -72,7 +72,7 @@ struct PushLogOptions {
   std::chrono::milliseconds group{10};  // machine mode: fdatasync at most this often
   uint64_t max_bytes = 16ull << 30;     // beyond this, alarm() turns true (pushes still accepted)
   // Write with O_DIRECT (`ps.push_log.io: direct`); falls back to buffered writes where the
-  // file system refuses O_DIRECT (EINVAL at open).
+  // file system refuses O_DIRECT (EINVAL at open, or from a 4 KiB-aligned write).
   bool direct_io = true;
 
   // Tests only: replaces the record writes, to inject ENOSPC or short writes. Must behave like
@@ -142,7 +142,7 @@ class PushLog {
   Status WriteRecordLocked(std::vector<iovec>* iov, uint64_t lsn, uint64_t record_bytes)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status WriteAll(int fd, std::vector<iovec>* iov) const;
-  Status WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start)
+  Status WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start, int* failed_errno)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status WaitSyncedLocked(uint64_t lsn) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status BrokenLocked() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -168,6 +168,8 @@ class PushLog {
   // the open segment's bytes after its last whole block (they are written again with the next
   // record, as the start of its first block).
   bool direct_ GUARDED_BY(mu_) = false;
+  // A direct write failed with EINVAL (an alignment above 4 KiB): buffered from then on.
+  bool direct_refused_ GUARDED_BY(mu_) = false;
   AlignedBytes chunk_ GUARDED_BY(mu_);
   AlignedBytes tail_ GUARDED_BY(mu_);
   Mutex delete_mu_;      // serializes DeleteThrough so that segments are unlinked oldest first

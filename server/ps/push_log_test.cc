@@ -556,6 +556,41 @@ TEST_P(PushLogIoTest, RecordsOfEverySizeRoundTripAcrossReopenAndRoll) {
   EXPECT_EQ(on_disk, log->total_bytes());
 }
 
+// A file system that takes O_DIRECT at open but refuses 4 KiB-aligned writes (EINVAL): the
+// record goes out buffered, and so does everything after it, in this segment and the next.
+TEST(PushLogTest, DirectWritesRefusedWithEinvalFallBackToBuffered) {
+  TempDir dir;
+  // Where O_DIRECT is refused at open already, no direct write is even tried.
+  const int want_direct_calls = testing::TakesODirect(dir.path()) ? 1 : 0;
+  int direct_calls = 0, buffered_calls = 0;
+  PushLogOptions o = Options(dir.path());
+  o.write_for_test = [&](int fd, const iovec* iov, int n, off_t offset) -> ssize_t {
+    if (offset >= 0) {
+      ++direct_calls;
+      errno = EINVAL;
+      return -1;
+    }
+    ++buffered_calls;
+    return ::writev(fd, iov, n);
+  };
+  {
+    auto log = OpenOrDie(o);
+    ASSERT_NE(log, nullptr);
+    EXPECT_EQ(AppendSeed(log.get(), 1), 1u);
+    EXPECT_FALSE(log->direct_io());
+    EXPECT_EQ(AppendSeed(log.get(), 2), 2u);
+    ASSERT_TRUE(log->Roll().ok());
+    EXPECT_EQ(AppendSeed(log.get(), 3), 3u);
+    EXPECT_FALSE(log->direct_io());
+    ExpectReplay(*log, 0, 3);
+  }
+  EXPECT_EQ(direct_calls, want_direct_calls);
+  EXPECT_EQ(buffered_calls, 3);
+  auto log = OpenOrDie(Options(dir.path()));
+  ASSERT_NE(log, nullptr);
+  ExpectReplay(*log, 0, 3);
+}
+
 // A direct write pads the open segment with zeros to a whole block; a process killed then leaves
 // the padding behind. It is cut without complaint, in the newest segment and in an older one
 // (machine crash before Roll's cut reached the disk), but a whole block of zeros is damage.
