@@ -58,7 +58,7 @@ Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
       return ErrnoToStatus(errno, "write " + path);
     }
     if (static_cast<size_t>(w) == n - done) break;
-    const size_t whole = static_cast<size_t>(w) / kDirectIoBlock * kDirectIoBlock;
+    const size_t whole = BlockFloor(static_cast<size_t>(w));
     if (whole == 0) {
       return Status::Unavailable("write " + path + ": a direct write made no progress (" +
                                  std::to_string(w) + " bytes)");
@@ -116,7 +116,7 @@ StatusOr<FileSum> StreamFile(const std::string& from, int out_fd, const std::str
           WriteAll(out_fd, reinterpret_cast<const char*>(buf.get()), fill, out_path));
       continue;
     }
-    const size_t padded = (fill + kDirectIoBlock - 1) / kDirectIoBlock * kDirectIoBlock;
+    const size_t padded = BlockCeil(fill);
     std::memset(buf.get() + fill, 0, padded - fill);
     TANDEM_RETURN_IF_ERROR(WriteDirectAt(out_fd, buf.get(), padded, offset, out_path));
   }

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -41,8 +40,6 @@ constexpr size_t kLsnDigits = 20;
 // records pass through a 1 MiB chunk (larger ones in several writes).
 constexpr size_t kBlock = kDirectIoBlock;
 constexpr size_t kChunk = size_t{1} << 20;
-
-uint64_t BlockFloor(uint64_t n) { return n & ~uint64_t{kBlock - 1}; }
 
 // The tail of a segment written with direct I/O: zeros up to the next block.
 bool IsZeroPadding(const uint8_t* p, size_t n) {
@@ -522,8 +519,8 @@ Status PushLog::WriteAll(int fd, std::vector<iovec>* iov) const {
 // the new partial block only once everything is written, so a failed write leaves it as it was.
 Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_t start,
                                   int* failed_errno) {
-  // The caller's context names the segment.
-  const std::string seg_path = "the open segment";
+  // The caller's context names the segment's path.
+  const std::string what = "the open segment";
   uint8_t* buf = chunk_.get();
   uint64_t offset = BlockFloor(start);
   size_t fill = start - offset;
@@ -537,21 +534,18 @@ Status PushLog::WriteDirectLocked(int fd, const std::vector<iovec>& iov, uint64_
       p += n;
       left -= n;
       if (fill == kChunk) {
-        TANDEM_RETURN_IF_ERROR(WriteDirectAt(fd, buf, kChunk, offset, seg_path,
-                                             options_.write_for_test, failed_errno));
+        TANDEM_RETURN_IF_ERROR(
+            WriteDirectAt(fd, buf, kChunk, offset, what, options_.write_for_test, failed_errno));
         offset += kChunk;
         fill = 0;
       }
     }
   }
-  const size_t whole = BlockFloor(fill);
-  if (fill > whole) {
-    std::memset(buf + fill, 0, whole + kBlock - fill);
-    TANDEM_RETURN_IF_ERROR(WriteDirectAt(fd, buf, whole + kBlock, offset, seg_path,
-                                         options_.write_for_test, failed_errno));
-  } else if (whole > 0) {
+  const size_t whole = BlockFloor(fill), padded = BlockCeil(fill);
+  std::memset(buf + fill, 0, padded - fill);
+  if (padded > 0) {
     TANDEM_RETURN_IF_ERROR(
-        WriteDirectAt(fd, buf, whole, offset, seg_path, options_.write_for_test, failed_errno));
+        WriteDirectAt(fd, buf, padded, offset, what, options_.write_for_test, failed_errno));
   }
   std::memcpy(tail_.get(), buf + whole, fill - whole);
   return Status::Ok();
