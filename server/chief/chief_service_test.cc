@@ -2,7 +2,11 @@
 // ChiefClients acting as members, each with its own RpcServer answering the chief's probes.
 #include "server/chief/chief_service.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <deque>
@@ -52,14 +56,42 @@ class ChiefServiceTest : public ::testing::Test {
     wire::Identity self;
     self.job_id = kJob;
     self.role = wire::Role::CHIEF;
+    // A restart binds the port its predecessor had: wait until that listener is gone.
+    if (endpoint != "tcp://127.0.0.1:0") {
+      ASSERT_TRUE(WaitUntilBindable(endpoint)) << endpoint;
+    }
     server_ = std::make_unique<wire::RpcServer>(&context_, o, self);
     auto service = ChiefService::Create(job_, server_.get(), /*new_run=*/false, time_);
     ASSERT_TRUE(service.ok()) << service.status();
     service_ = std::move(service).value();
     service_->Register();
-    ASSERT_TRUE(server_->Start().ok());
+    const Status started = server_->Start();
+    ASSERT_TRUE(started.ok()) << started;
     ASSERT_TRUE(service_->Start().ok());
     endpoint_ = server_->endpoint();
+  }
+
+  // libzmq closes a destroyed socket's listener on its I/O thread, so on a loaded host a new
+  // bind of the same port can come first and fail (address in use). Waits (up to 10 s) until a
+  // plain socket can bind the port, with SO_REUSEADDR as libzmq binds it.
+  static bool WaitUntilBindable(const std::string& endpoint) {
+    const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) return false;
+      const int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      ::close(fd);
+      if (bound) return true;
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
   }
 
   void StopChief() {

@@ -358,10 +358,13 @@ TEST_F(HostPartitionTest, HostCutLongerThanTimeouts) {
   EXPECT_NE(job_->Log("worker:1").find("joined the running job"), std::string::npos);
 }
 
-// 3 s: worker:1 is declared lost (2 s heartbeat timeout), ps:1 not yet (5 s watchdog).
+// 4 s: worker:1 is declared lost (2 s heartbeat timeout), ps:1 not yet (5 s watchdog). The cut
+// keeps 2 s over the heartbeat timeout because that is what the test is about: with 3 s, a
+// heartbeat sent just before the cut and a chief's check tick late on a loaded 2-core host once
+// left the worker undeclared. Past the watchdog, ps:1 would rejoin too, which the test allows.
 TEST_F(HostPartitionTest, WorkerCutLongerThanHeartbeatTimeout) {
   ASSERT_NO_FATAL_FAILURE(RunUntilStep(100));
-  ASSERT_NO_FATAL_FAILURE(CutFor(2, 3s));
+  ASSERT_NO_FATAL_FAILURE(CutFor(2, 4s));
   ExpectTheReferenceModel();
   // Nobody but itself could take its rank: it came back as its own successor, in the same
   // process (the supervisor started it once), and rolled forward.
