@@ -1,6 +1,10 @@
 #include "common/testing/test_util.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -38,6 +42,37 @@ bool TakesODirect(const std::string& dir) {
   if (fd >= 0) ::close(fd);
   ::unlink(probe.c_str());
   return fd >= 0;
+}
+
+bool CopiesGoDirect(const std::string& dir) {
+  struct statfs st;
+  if (::statfs(dir.c_str(), &st) != 0) return false;
+  const auto type = static_cast<unsigned long>(st.f_type);
+  return (type == EXT4_SUPER_MAGIC || type == XFS_SUPER_MAGIC || type == BTRFS_SUPER_MAGIC) &&
+         TakesODirect(dir);
+}
+
+long PageCachePages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    ::close(fd);
+    return st.st_size == 0 ? 0 : -1;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return -1;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  long resident = -1;
+  if (::mincore(map, size, vec.data()) == 0) {
+    resident = 0;
+    for (unsigned char v : vec) resident += v & 1;
+  }
+  ::munmap(map, size);
+  return resident;
 }
 
 void WriteFile(const std::string& path, const std::string& text) {

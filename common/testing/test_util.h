@@ -29,6 +29,12 @@ std::string ReadFile(const std::string& path);
 
 // Whether the file system holding `dir` takes O_DIRECT (asked with a probe file, removed after).
 bool TakesODirect(const std::string& dir);
+// Whether server/ps's CreateForCopy writes direct in `dir`: a local ext4, XFS or btrfs that takes
+// O_DIRECT.
+bool CopiesGoDirect(const std::string& dir);
+// Pages of the file at `path` in the page cache (mincore of a mapping); -1 when it cannot tell.
+// A file written and read only with O_DIRECT has none.
+long PageCachePages(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 
 struct CommandResult {

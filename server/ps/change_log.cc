@@ -58,13 +58,36 @@ StatusOr<std::unique_ptr<ChangeLog>> ChangeLog::Open(const std::string& dir,
   if (ec) return ErrnoToStatus(ec.value(), "change log: remove " + dir);
   fs::create_directories(dir, ec);
   if (ec) return ErrnoToStatus(ec.value(), "change log: mkdir " + dir);
-  return std::unique_ptr<ChangeLog>(new ChangeLog(dir, segment_bytes));
+  std::unique_ptr<ChangeLog> log(new ChangeLog(dir, segment_bytes));
+  log->buffer_ = AllocateAligned(kBufferBytes);
+  if (log->buffer_ == nullptr)
+    return Status::ResourceExhausted("change log: no memory for its buffer");
+  return log;
 }
 
-void ChangeLog::FlushBufferLocked() {
-  if (buffer_.empty()) return;
+void ChangeLog::FlushBufferLocked(bool all) {
+  size_t out = all ? used_ : BlockFloor(used_);
+  if (out == 0) return;
   if (open_.complete) {
-    Status s = WriteAll(fd_, buffer_.data(), buffer_.size(), open_.path);
+    Status s;
+    if (direct_) {
+      // Zero padding up to the block; cut away by the ftruncate at the seal.
+      const size_t padded = BlockCeil(out);
+      std::memset(buffer_.get() + out, 0, padded - out);
+      int failed_errno = 0;
+      s = WriteDirectAt(fd_, buffer_.get(), padded, written_, open_.path, nullptr, &failed_errno);
+      if (!s.ok() && failed_errno == EINVAL) {
+        // Took O_DIRECT at open, refuses this alignment: buffered from here on, same bytes.
+        TLOG_WARN("change log: {}; writing buffered", s.ToString());
+        direct_ = false;
+        s = ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) != 0 ||
+                    ::lseek(fd_, static_cast<off_t>(written_), SEEK_SET) < 0
+                ? ErrnoToStatus(errno, "change log: leave direct I/O on " + open_.path)
+                : WriteAll(fd_, reinterpret_cast<const char*>(buffer_.get()), out, open_.path);
+      }
+    } else {
+      s = WriteAll(fd_, reinterpret_cast<const char*>(buffer_.get()), out, open_.path);
+    }
     if (!s.ok()) {
       // Once per segment: the store goes on, and the next checkpoint part is copied in full.
       TLOG_WARN("change log: {} (the parts that need this segment are copied in full)",
@@ -72,7 +95,9 @@ void ChangeLog::FlushBufferLocked() {
       open_.complete = false;
     }
   }
-  buffer_.clear();
+  written_ += out;
+  used_ -= out;
+  std::memmove(buffer_.get(), buffer_.get() + out, used_);
 }
 
 void ChangeLog::Append(std::string_view batch_rep) {
@@ -82,19 +107,32 @@ void ChangeLog::Append(std::string_view batch_rep) {
   MutexLock lock(&mu_);
   if (fd_ < 0) {
     open_ = ChangeSegment{seq_, SegmentPath(dir_, seq_), 0, 0, true};
-    fd_ = ::open(open_.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      TLOG_WARN("change log: {}", ErrnoToStatus(errno, "create " + open_.path).ToString());
+    written_ = 0;
+    StatusOr<int> fd = CreateForCopy(open_.path);
+    if (fd.ok()) {
+      fd_ = *fd;
+      direct_ = (::fcntl(fd_, F_GETFL) & O_DIRECT) != 0;
+    } else {
+      TLOG_WARN("change log: {}", fd.status().ToString());
       open_.complete = false;
       fd_ = ::open("/dev/null", O_WRONLY | O_CLOEXEC);  // the segment stays incomplete
+      direct_ = false;
     }
   }
   open_.crc32c = Crc32cExtend(open_.crc32c, header, kHeaderBytes);
   open_.crc32c = Crc32cExtend(open_.crc32c, batch_rep.data(), batch_rep.size());
   open_.size_bytes += kHeaderBytes + batch_rep.size();
-  buffer_.append(header, kHeaderBytes);
-  buffer_.append(batch_rep);
-  if (buffer_.size() >= kBufferBytes) FlushBufferLocked();
+  // A record may be larger than the buffer (FlushDirty's batches are ~4 MiB): copied in pieces,
+  // whole blocks written out whenever the buffer is full.
+  for (std::string_view piece : {std::string_view(header, kHeaderBytes), batch_rep}) {
+    while (!piece.empty()) {
+      const size_t n = std::min(piece.size(), kBufferBytes - used_);
+      std::memcpy(buffer_.get() + used_, piece.data(), n);
+      used_ += n;
+      piece.remove_prefix(n);
+      if (used_ == kBufferBytes) FlushBufferLocked(/*all=*/false);
+    }
+  }
   if (open_.size_bytes >= segment_bytes_) {
     CloseOpenLocked();  // sealed: it may be copied to the durable copy before the next cut
     ++seq_;
@@ -103,7 +141,13 @@ void ChangeLog::Append(std::string_view batch_rep) {
 
 void ChangeLog::CloseOpenLocked() {
   if (fd_ < 0) return;
-  FlushBufferLocked();
+  FlushBufferLocked(/*all=*/true);
+  // A direct segment's last block was written padded: cut it to its records.
+  if (direct_ && open_.complete && written_ % kDirectIoBlock != 0 &&
+      ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+    TLOG_WARN("change log: {}", ErrnoToStatus(errno, "truncate " + open_.path).ToString());
+    open_.complete = false;
+  }
   if (::close(fd_) != 0 && open_.complete) {
     TLOG_WARN("change log: {}", ErrnoToStatus(errno, "close " + open_.path).ToString());
     open_.complete = false;

@@ -19,6 +19,13 @@
 // The log is a copy, not a source of truth: an append that fails (a full disk) marks the
 // segment incomplete, the store goes on, and a part that would need that segment is copied in
 // full instead.
+//
+// Segments are written with O_DIRECT where the file system takes it (CreateForCopy's rule): a
+// table larger than its cache logs every written-back row, and fresh page-cache pages cost the
+// kernel more than the copy itself (file_io.h). Whole blocks go out as the 1 MiB buffer fills;
+// the last partial block is written zero-padded when the segment is sealed, and the file is then
+// cut to its records' size, so a sealed segment holds exactly its records. Readers of a sealed
+// segment see the same bytes either way (UploadSegment reads it direct, too).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +37,7 @@
 
 #include "common/status.h"
 #include "common/sync.h"
+#include "server/ps/file_io.h"
 
 namespace tandem::ps {
 
@@ -71,16 +79,21 @@ class ChangeLog {
 
  private:
   ChangeLog(std::string dir, uint64_t segment_bytes);
-  void FlushBufferLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the buffer's whole blocks (every byte when `all`, the last block zero-padded when
+  // direct) and keeps the rest at the buffer's front.
+  void FlushBufferLocked(bool all) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseOpenLocked() EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
   const uint64_t segment_bytes_;
   mutable Mutex mu_;
-  uint64_t seq_ GUARDED_BY(mu_) = 1;  // of the open segment
-  int fd_ GUARDED_BY(mu_) = -1;       // the open segment's file, or -1 before its first append
+  uint64_t seq_ GUARDED_BY(mu_) = 1;      // of the open segment
+  int fd_ GUARDED_BY(mu_) = -1;           // the open segment's file, or -1 before its first append
+  bool direct_ GUARDED_BY(mu_) = false;   // fd_ has O_DIRECT
+  uint64_t written_ GUARDED_BY(mu_) = 0;  // bytes of the open segment in its file
   ChangeSegment open_ GUARDED_BY(mu_);
-  std::string buffer_ GUARDED_BY(mu_);
+  AlignedBytes buffer_ GUARDED_BY(mu_);  // kBufferBytes, aligned for direct writes
+  size_t used_ GUARDED_BY(mu_) = 0;
   std::vector<ChangeSegment> sealed_ GUARDED_BY(mu_);
 };
 

@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "common/crc32c.h"
 #include "common/testing/test_util.h"
+#include "server/ps/file_io.h"
 
 namespace tandem::ps {
 namespace {
@@ -59,6 +61,61 @@ TEST(ChangeLogTest, CutsSealSegmentsThatHoldTheAppendsInOrder) {
   EXPECT_FALSE(fs::exists(all[0].path));
   EXPECT_TRUE(fs::exists(all[1].path));
   ASSERT_EQ((*log)->Sealed(0, third).size(), 1u);
+}
+
+// Records around the 4 KiB block and the 1 MiB buffer, in one segment: the sealed file holds
+// exactly the records (no padding left behind by direct writes), with its size and CRC.
+TEST(ChangeLogTest, RecordsRoundTripAtEverySizeAroundBlocksAndTheBuffer) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  std::vector<std::string> want;
+  char c = 'a';
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4087}, size_t{4088}, size_t{4089},
+                      (size_t{1} << 20) - 8, size_t{1} << 20, size_t{7}, (size_t{3} << 20) + 5}) {
+    want.push_back(std::string(size, c++));
+    (*log)->Append(want.back());
+  }
+  const uint64_t seq = (*log)->Cut();
+  auto sealed = (*log)->Sealed(0, seq);
+  ASSERT_EQ(sealed.size(), 1u);
+  const ChangeSegment& s = sealed[0];
+  EXPECT_TRUE(s.complete);
+  EXPECT_EQ(fs::file_size(s.path), s.size_bytes);
+  const std::string bytes = testing::ReadFile(s.path);
+  EXPECT_EQ(Crc32c(bytes.data(), bytes.size()), s.crc32c);
+  EXPECT_EQ(Records(s.path), want);
+}
+
+// Where the file system takes O_DIRECT, a segment's bytes never enter the page cache, neither
+// when written nor when its upload reads it (StreamFile with read_direct); a buffered read
+// would put them there (which also shows that the check sees cached pages).
+TEST(ChangeLogTest, SegmentsBypassThePageCacheWhereDirectIoWorks) {
+  testing::TempDir tmp;
+  // Elsewhere (tmpfs, overlay) the segment is written and read buffered: the sums still hold.
+  const bool direct_fs = testing::CopiesGoDirect(tmp.path());
+  if (!direct_fs) std::cout << "[ note ] " << tmp.path() << " takes no O_DIRECT: sums only\n";
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  for (int i = 0; i < 300; ++i) (*log)->Append(std::string(10000 + i, static_cast<char>(i)));
+  const uint64_t seq = (*log)->Cut();
+  const ChangeSegment s = (*log)->Sealed(0, seq).at(0);
+  if (direct_fs) {
+    EXPECT_EQ(testing::PageCachePages(s.path), 0);
+  }
+  StatusOr<FileSum> direct = StreamFile(s.path, -1, "", /*read_direct=*/true);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->size_bytes, s.size_bytes);
+  EXPECT_EQ(direct->crc32c, s.crc32c);
+  if (direct_fs) {
+    EXPECT_EQ(testing::PageCachePages(s.path), 0);
+  }
+  StatusOr<FileSum> buffered = StreamFile(s.path);
+  ASSERT_TRUE(buffered.ok()) << buffered.status();
+  EXPECT_EQ(buffered->crc32c, s.crc32c);
+  if (direct_fs) {
+    EXPECT_GT(testing::PageCachePages(s.path), 0);
+  }
 }
 
 TEST(ChangeLogTest, ASegmentEndsAtItsSizeAndTheCutSealsTheRest) {

@@ -81,11 +81,11 @@ StatusOr<FileSum> ReadSum(const std::string& path) { return StreamFile(path); }
 // gigabytes) through a CRC check, and a part's files share one directory fsync. With `expected`, a
 // copy whose CRC differs is refused with kDataLoss and removed.
 StatusOr<FileSum> Stage(const std::string& from, const std::string& to,
-                        std::optional<uint32_t> expected) {
+                        std::optional<uint32_t> expected, bool read_direct = false) {
   const std::string tmp = to + std::string(kTmpSuffix);
   TANDEM_ASSIGN_OR_RETURN(int fd, CreateForCopy(tmp));
   Fd out(fd);
-  StatusOr<FileSum> sum = StreamFile(from, out.get(), tmp);
+  StatusOr<FileSum> sum = StreamFile(from, out.get(), tmp, read_direct);
   Status s = sum.status();
   if (s.ok() && expected && sum->crc32c != *expected) {
     char msg[96];
@@ -390,7 +390,9 @@ StatusOr<uint64_t> UploadSegment(const ChangeSegment& segment, const std::string
   const std::string to = (root / SegmentDurablePath(segment)).string();
   if (FileSize(to) == segment.size_bytes) return uint64_t{0};
   TANDEM_RETURN_IF_ERROR(CreateDirsDurably(root / kLogDir));
-  TANDEM_ASSIGN_OR_RETURN(FileSum sum, Stage(segment.path, to, segment.crc32c));
+  // The segment was written direct (change_log.h): none of its bytes are in the page cache.
+  TANDEM_ASSIGN_OR_RETURN(FileSum sum, Stage(segment.path, to, segment.crc32c,
+                                             /*read_direct=*/true));
   const std::string tmp = to + std::string(kTmpSuffix);
   Status s = FsyncPath(tmp, O_RDONLY);
   if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);

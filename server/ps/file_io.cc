@@ -82,8 +82,13 @@ StatusOr<int> CreateForCopy(const std::string& path) {
   return direct;
 }
 
-StatusOr<FileSum> StreamFile(const std::string& from, int out_fd, const std::string& out_path) {
-  Fd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+StatusOr<FileSum> StreamFile(const std::string& from, int out_fd, const std::string& out_path,
+                             bool read_direct) {
+  // Direct reads of whole buffers at aligned offsets come back whole blocks until the end, so the
+  // offsets stay aligned; a file system that refuses them (EINVAL) is read buffered.
+  int raw = read_direct ? ::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
+  if (raw < 0) raw = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  Fd in(raw);
   if (in.get() < 0) return ErrnoToStatus(errno, "open " + from);
   ::posix_fadvise(in.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   const bool direct = out_fd >= 0 && (::fcntl(out_fd, F_GETFL) & O_DIRECT) != 0;
@@ -97,6 +102,10 @@ StatusOr<FileSum> StreamFile(const std::string& from, int out_fd, const std::str
     while (fill < kStreamBufferBytes) {
       ssize_t r = ::read(in.get(), buf.get() + fill, kStreamBufferBytes - fill);
       if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno == EINVAL && (::fcntl(in.get(), F_GETFL) & O_DIRECT) != 0 &&
+          ::fcntl(in.get(), F_SETFL, ::fcntl(in.get(), F_GETFL) & ~O_DIRECT) == 0) {
+        continue;  // refused direct after all: the same read, buffered
+      }
       if (r < 0 && errno == EIO) {
         return Status::DataLoss(ErrnoToStatus(errno, "read " + from).message());
       }

@@ -75,8 +75,10 @@ struct FileSum {
 // byte to it (write errors name `out_path`; an `out_fd` opened with O_DIRECT is written in whole
 // blocks and cut to the file's size at the end). A read the medium fails (EIO) is kDataLoss: the
 // file's bytes are lost to us, and callers copy it again from elsewhere (PoolHolds in
-// durable_copy.cc) or report the checkpoint damaged.
+// durable_copy.cc) or report the checkpoint damaged. `read_direct` reads `from` with O_DIRECT
+// where its file system takes it: for a file that was itself written direct (a change log
+// segment), whose bytes are not in the page cache, a buffered read would fill fresh pages.
 StatusOr<FileSum> StreamFile(const std::string& from, int out_fd = -1,
-                             const std::string& out_path = "");
+                             const std::string& out_path = "", bool read_direct = false);
 
 }  // namespace tandem::ps

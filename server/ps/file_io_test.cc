@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <linux/magic.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,20 +33,11 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// Whether copies into `dir` should be direct: a local block file system that takes O_DIRECT.
-bool ExpectDirect(const std::string& dir) {
-  struct statfs st;
-  if (::statfs(dir.c_str(), &st) != 0) return false;
-  const auto type = static_cast<unsigned long>(st.f_type);
-  return (type == EXT4_SUPER_MAGIC || type == XFS_SUPER_MAGIC || type == BTRFS_SUPER_MAGIC) &&
-         testing::TakesODirect(dir);
-}
-
 // Sizes around the block (4 KiB) and the copy buffer (1 MiB): the copy is the source, byte for
 // byte, with its size and CRC, whether it went direct or buffered.
 TEST(FileIoTest, CopiesAreExactAtEverySizeAroundBlocksAndBuffers) {
   testing::TempDir dir;
-  const bool direct = ExpectDirect(dir.path());
+  const bool direct = testing::CopiesGoDirect(dir.path());
   for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097},
                       size_t{1} << 20, (size_t{1} << 20) + 1, (size_t{3} << 20) + 5}) {
     SCOPED_TRACE("size " + std::to_string(size));
