@@ -121,10 +121,7 @@ struct TrainConfig {
 struct PsConfig {
   std::string data_dir = "out/ps";  // `ps.data_dir`; a shard uses `<data_dir>/shard-<i>`
   int64_t cache_bytes = 256 << 20;  // > 0
-  // `ps.dirty_bytes_max`: dirty cached rows written back in the background above this, >= 0
-  // (0: only at evictions and restore points).
-  int64_t dirty_bytes_max = 64 << 20;
-  std::string storage = "rocksdb";              // rocksdb | memory
+  std::string storage = "rocksdb";  // rocksdb | memory
   std::string push_log_durability = "process";  // `ps.push_log.durability`: process | machine
   int64_t push_log_group_ms = 10;               // `ps.push_log.group_ms` >= 1
   std::string push_log_io = "direct";           // `ps.push_log.io`: direct | buffered

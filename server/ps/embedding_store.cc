@@ -11,12 +11,10 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cstdarg>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -388,29 +386,6 @@ struct EmbeddingStore::Impl {
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> drains{0};
   StoredSum sum GUARDED_BY(sum_mu);
-  // The background writer of dirty rows (StoreOptions::dirty_bytes_max).
-  Mutex writer_mu;
-  CondVar writer_cv{&writer_mu};
-  bool writer_stop GUARDED_BY(writer_mu) = false;
-  std::thread writer;
-  size_t writer_cursor = 0;  // the next stripe it looks at; the writer's own
-  std::atomic<uint64_t> background_rows{0};
-
-  uint64_t DirtyBytes() const NO_THREAD_SAFETY_ANALYSIS {  // a relaxed read, no lock
-    uint64_t total = 0;
-    for (const std::unique_ptr<Stripe>& s : stripes) total += s->cache.DirtyBytesUnlocked();
-    return total;
-  }
-  // Sleeps `d` or until asked to stop; returns whether asked.
-  bool WriterWait(std::chrono::milliseconds d) {
-    MutexLock lock(&writer_mu);
-    if (!writer_stop) writer_cv.WaitUntil(std::chrono::steady_clock::now() + d);
-    return writer_stop;
-  }
-  void WriterLoop();
-  // Stages the dirty rows of stripes in turn (and drains the stage as it fills) until the dirty
-  // bytes are at most `target` or every stripe was visited once.
-  Status WriteBackDirty(uint64_t target);
 
   void MergeDelta(const SumDelta& d) {
     MutexLock lock(&sum_mu);
@@ -516,51 +491,6 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
   if (pending.index.empty()) return Status::Ok();  // only misses evict
   TANDEM_RETURN_IF_ERROR(Fetch(&pending));
   return FinishAll(table, ids, &pending, op);
-}
-
-// Each stripe is visited under its own lock only: its dirty rows are copied into its stage and
-// marked clean, and the stage then reaches RocksDB in the same key-ordered drain as evicted rows
-// (a per-stripe write would interleave with the others' keys in the memtable, at 2-3x the CPU).
-// A row changed again before the drain is dirty again: the drain writes the staged copy and a
-// later pass or eviction the newer one, as for a row evicted twice.
-Status EmbeddingStore::Impl::WriteBackDirty(uint64_t target) NO_THREAD_SAFETY_ANALYSIS {
-  const size_t n = stripes.size();
-  for (size_t visited = 0; visited < n; ++visited) {
-    Stripe& s = *stripes[writer_cursor];
-    writer_cursor = (writer_cursor + 1) % n;
-    if (s.cache.DirtyBytesUnlocked() == 0) continue;
-    uint64_t rows = 0;
-    {
-      MutexLock lock(&s.mu);
-      s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t bytes) {
-        staged_bytes.fetch_add(s.staged.Put(table, id, KeyHash(table, id), row, bytes),
-                               std::memory_order_relaxed);
-        ++rows;
-      });
-    }
-    background_rows.fetch_add(rows, std::memory_order_relaxed);
-    TANDEM_RETURN_IF_ERROR(MaybeDrainStaged());
-    if (DirtyBytes() <= target) break;
-  }
-  return Status::Ok();
-}
-
-// Polls every 20 ms (64 relaxed loads); writes only above the bound, so a cache that holds a
-// small share of the table (whose evictions keep its dirty bytes low) costs nothing more.
-void EmbeddingStore::Impl::WriterLoop() {
-  constexpr auto kPoll = std::chrono::milliseconds(20);
-  constexpr auto kAfterError = std::chrono::seconds(1);
-  const uint64_t max = options.dirty_bytes_max;
-  while (!WriterWait(kPoll)) {
-    if (DirtyBytes() <= max) continue;
-    const Status status = WriteBackDirty(max / 2);
-    if (status.ok()) continue;
-    // The rows stay staged or dirty; the next drain (an eviction's, FlushDirty's) meets the same
-    // error and returns it to its caller. Here it is only reported.
-    TLOG_WARN("store {}: background write of dirty rows failed, retrying in 1 s: {}",
-              options.db_dir, status.ToString());
-    if (WriterWait(kAfterError)) break;
-  }
 }
 
 // One caller drains; the others go on (they wait for the stripes meanwhile).
@@ -971,17 +901,7 @@ EmbeddingStore::EmbeddingStore(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 // Dirty rows are written so that a closed store reopens with everything it held. (After a
 // crash nothing is lost either way: recovery rebuilds the live DB from a restore point and
 // replays the push log, PROTOCOLS §6.)
-EmbeddingStore::~EmbeddingStore() {
-  if (impl_->writer.joinable()) {
-    {
-      MutexLock lock(&impl_->writer_mu);
-      impl_->writer_stop = true;
-    }
-    impl_->writer_cv.SignalAll();
-    impl_->writer.join();
-  }
-  FlushDirty().IgnoreError();
-}
+EmbeddingStore::~EmbeddingStore() { FlushDirty().IgnoreError(); }
 
 StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOptions& options) {
   TANDEM_RETURN_IF_ERROR(ValidateOptions(options));
@@ -1035,10 +955,6 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
       options.memory_only ? 0 : std::max<uint64_t>(1, options.cache_bytes / options.stripes);
   for (int i = 0; i < options.stripes; ++i) {
     impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget, &impl->staged_bytes));
-  }
-  if (options.dirty_bytes_max > 0 && !options.read_only) {
-    Impl* raw = impl.get();  // the Impl stays where it is when the unique_ptr moves
-    impl->writer = std::thread([raw] { raw->WriterLoop(); });
   }
   // `new` because the constructor is private (make_unique cannot reach it).
   return std::unique_ptr<EmbeddingStore>(new EmbeddingStore(std::move(impl)));
@@ -1367,8 +1283,6 @@ StoreStats EmbeddingStore::stats() const {
     total.staged_bytes += s->staged.bytes_used();
   }
   total.drains = impl_->drains.load(std::memory_order_relaxed);
-  total.dirty_bytes = impl_->DirtyBytes();
-  total.background_writebacks = impl_->background_rows.load(std::memory_order_relaxed);
   return total;
 }
 

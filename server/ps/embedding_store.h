@@ -3,8 +3,7 @@
 // slab class per table, rows of table.row_bytes()), found through an open-addressing index, so
 // there is no heap allocation per row. Dirty rows are written back in batches when evicted;
 // misses are read with batched MultiGet. With `memory_only` (ps.storage: memory) nothing is
-// evicted and RocksDB only receives rows at FlushDirty (restore points and checkpoints) and from
-// the background writer (StoreOptions::dirty_bytes_max).
+// evicted and RocksDB only receives rows at FlushDirty (restore points and checkpoints).
 //
 // RocksDB key: 4-byte big-endian table id + 8-byte big-endian id (12 bytes); value: the row
 // bytes exactly as RowRef lays them out. Admission counters (ids seen but not yet admitted) are
@@ -49,12 +48,6 @@ struct StoreOptions {
   // random ones). Memory beyond cache_bytes: this, plus one lock window's evictions (about 512
   // rows) per thread applying.
   uint64_t stage_bytes = 8ull << 20;
-  // A background thread writes dirty cached rows to RocksDB (through the stage, keeping them
-  // cached, clean) whenever they exceed this many bytes, down to half of it; 0: never (dirty
-  // rows then wait for an eviction or FlushDirty). Bounds what FlushDirty, and so each restore
-  // point and the end of a job, has to write when the cache holds most of the table: without
-  // it, every row changed since the last restore point (issue 21: 759 MB and ~9 s a shard).
-  uint64_t dirty_bytes_max = 0;
 };
 
 struct StoreStats {
@@ -65,11 +58,9 @@ struct StoreStats {
   uint64_t misses_known_absent = 0;  // misses of an update that a read had just found absent
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
-  uint64_t staged_rows = 0;            // evicted dirty rows not yet written to RocksDB
-  uint64_t staged_bytes = 0;           // memory the stage holds (kept between drains)
-  uint64_t drains = 0;                 // key-ordered writes of the staged rows
-  uint64_t dirty_bytes = 0;            // bytes of the dirty cached rows
-  uint64_t background_writebacks = 0;  // dirty rows staged by the background writer
+  uint64_t staged_rows = 0;   // evicted dirty rows not yet written to RocksDB
+  uint64_t staged_bytes = 0;  // memory the stage holds (kept between drains)
+  uint64_t drains = 0;        // key-ordered writes of the staged rows
 };
 
 // Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are

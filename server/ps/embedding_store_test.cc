@@ -5,7 +5,6 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -734,13 +733,6 @@ class RowCacheHarness {
     return n;
   }
 
-  // TakeDirty into the backing map, as a flush would.
-  void WriteBackDirty() {
-    cache_->TakeDirty([this](uint32_t t, uint64_t id, const uint8_t* row, uint32_t n) {
-      backing_[{t, id}].assign(row, row + n);
-    });
-  }
-
   internal::RowCache& cache() { return *cache_; }
   const std::map<std::pair<uint32_t, uint64_t>, uint8_t>& versions() const { return versions_; }
 
@@ -999,130 +991,6 @@ TEST(EmbeddingStoreChecksumTest, KeptSumEqualsAScanThroughEveryChange) {
   ASSERT_TRUE(
       store->Update(0, one, [&](size_t, RowRef row, bool) { Mutate(tables[0], row, 200); }).ok());
   expect_equal_to_scan(*store, "old format, after an update");
-}
-
-// ---- The background writer of dirty rows (StoreOptions::dirty_bytes_max).
-
-// The cache's count of dirty bytes follows every way a row becomes dirty or stops being so.
-TEST(RowCacheTest, DirtyBytesFollowEveryChange) {
-  RowCacheHarness h({48, 200}, /*budget=*/256 << 10);
-  internal::RowCache& c = h.cache();
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 0u);
-  h.Touch(0, 1);  // inserted dirty
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 48u);
-  h.Touch(0, 1);  // dirty already
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 48u);
-  h.Touch(1, 1);
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 248u);
-  h.WriteBackDirty();
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 0u);
-  ASSERT_NE(c.Find(0, 1, internal::KeyHash(0, 1), /*mark_dirty=*/false), nullptr);
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 0u);
-  h.Touch(1, 5000);  // an id the workload below never touches, so its erasure goes unseen
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 200u);
-  EXPECT_TRUE(c.Erase(1, 5000, internal::KeyHash(1, 5000)));  // dropped dirty
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 0u);
-  // Evictions (of dirty and clean rows), chunks handed between classes: the count stays the
-  // bytes of the rows TakeDirty finds.
-  std::mt19937_64 rng(5);
-  for (int i = 0; i < 40000; ++i) {
-    h.Touch(i % 3 == 0 ? 1 : 0, rng() % 3000);
-    if (i % 7000 == 0) h.WriteBackDirty();
-  }
-  EXPECT_GT(c.evictions(), 0u);
-  const uint64_t counted = c.DirtyBytesUnlocked();
-  uint64_t found = 0;
-  c.TakeDirty([&](uint32_t, uint64_t, const uint8_t*, uint32_t n) { found += n; });  // the end
-  EXPECT_GT(found, 0u);
-  EXPECT_EQ(counted, found);
-  EXPECT_EQ(c.DirtyBytesUnlocked(), 0u);
-}
-
-// Waits (up to 20 s) until the store's dirty bytes are at most `bound`.
-bool WaitForDirtyBytesAtMost(EmbeddingStore& store, uint64_t bound) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (store.stats().dirty_bytes > bound) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
-// A cache that holds the whole table: without the writer every changed row waits for the next
-// flush; with it, the dirty bytes come down to half the bound while every row stays cached, and
-// the rows it wrote are what a reopened store reads (a flush writes only what is dirty).
-TEST(EmbeddingStoreTest, BackgroundWriterBoundsDirtyRowsOfACacheHoldingTheTable) {
-  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);
-  const std::vector<uint64_t> ids = SpreadIds(20000);
-  const uint64_t all_dirty = ids.size() * spec.row_bytes();
-  constexpr uint64_t kBound = 256 << 10;
-  for (const uint64_t bound : {uint64_t{0}, kBound}) {
-    SCOPED_TRACE(bound == 0 ? "writer off" : "writer on");
-    ScopedDir dir;
-    StoreOptions options = Options(dir.File("db"), {spec});
-    options.cache_bytes = 1ull << 30;
-    options.dirty_bytes_max = bound;
-    auto store = OpenOrDie(options);
-    ASSERT_NE(store, nullptr);
-    Churn churn(store.get(), spec);
-    churn.Update(ids, 1);
-    if (bound == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      EXPECT_EQ(store->stats().dirty_bytes, all_dirty);
-      EXPECT_EQ(store->stats().background_writebacks, 0u);
-      continue;
-    }
-    ASSERT_TRUE(WaitForDirtyBytesAtMost(*store, bound / 2))
-        << "dirty bytes still " << store->stats().dirty_bytes;
-    StoreStats stats = store->stats();
-    EXPECT_GE(stats.background_writebacks, (all_dirty - bound / 2) / spec.row_bytes());
-    EXPECT_EQ(stats.evictions, 0u);
-    EXPECT_EQ(stats.cached_rows, ids.size());
-    EXPECT_GT(store->RocksIntProperty("rocksdb.estimate-num-keys"), 0u);
-    churn.ExpectRows(ids);
-    store.reset();  // the close flushes what is still dirty or staged
-    store = OpenOrDie(options);
-    ASSERT_NE(store, nullptr);
-    churn.set_store(store.get());
-    churn.ExpectRows(ids);
-  }
-}
-
-// Updates race the writer (a bound of ~200 rows keeps it busy): hot rows are staged, changed
-// again, staged again. Every update sees the row it expects, reads and a reopened store give the
-// reference rows, and the kept checksum matches a scan.
-TEST(EmbeddingStoreTest, BackgroundWriterRacingUpdatesLosesNothing) {
-  ScopedDir dir;
-  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);
-  StoreOptions options = Options(dir.File("db"), {spec});
-  options.cache_bytes = 1ull << 30;
-  options.dirty_bytes_max = 200 * spec.row_bytes();
-  options.stripes = 8;
-  auto store = OpenOrDie(options);
-  ASSERT_NE(store, nullptr);
-  Churn churn(store.get(), spec);
-  std::vector<uint64_t> hot(300), all;
-  for (uint64_t i = 0; i < hot.size(); ++i) hot[i] = i * 7919;
-  for (int round = 0; round < 60; ++round) {
-    std::vector<uint64_t> ids = hot;
-    for (uint64_t i = 0; i < 400; ++i) ids.push_back((uint64_t{1} << 32) + round * 400 + i);
-    all.insert(all.end(), ids.begin() + hot.size(), ids.end());
-    churn.Update(ids, round);
-    if (round % 10 == 9) churn.ExpectRows(hot);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  all.insert(all.end(), hot.begin(), hot.end());
-  EXPECT_GT(store->stats().background_writebacks, 0u);
-  churn.ExpectRows(all);
-  ModelChecksum kept, scanned;
-  ASSERT_TRUE(store->Checksum(&kept).ok());
-  ASSERT_TRUE(store->ScanChecksum(&scanned).ok());
-  EXPECT_EQ(kept.Hex(), scanned.Hex());
-  store.reset();
-  store = OpenOrDie(options);
-  ASSERT_NE(store, nullptr);
-  churn.set_store(store.get());
-  churn.ExpectRows(all);
 }
 
 }  // namespace

@@ -59,12 +59,6 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
              static_cast<double>(c.staged_bytes));
     AddCount(out, "tandem_ps_stage_drains_total", "Key-ordered writes of the staged rows",
              c.drains);
-    AddGauge(out, "tandem_ps_dirty_bytes",
-             "Bytes of dirty cached rows (bounded by ps.dirty_bytes_max)",
-             static_cast<double>(c.dirty_bytes));
-    AddCount(out, "tandem_ps_background_writebacks_total",
-             "Dirty rows written back while staying cached (ps.dirty_bytes_max)",
-             c.background_writebacks);
     // estimate-table-readers-mem: RocksDB's memory for the SSTs' filters and indexes, a few KB
     // whatever the table's size, as they are read through mmap.
     for (const char* p : {"rocksdb.estimate-num-keys", "rocksdb.total-sst-files-size",

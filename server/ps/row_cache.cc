@@ -63,7 +63,6 @@ uint8_t* RowCache::Insert(uint32_t table, uint64_t id, uint64_t hash, bool dirty
   *c.table(slot) = static_cast<uint16_t>(table);
   // Born referenced: a row just read or written is likely to be touched again soon.
   *c.flags(slot) = kLive | kRef | (dirty ? kDirty : 0);
-  if (dirty) AddDirtyBytes(c.row_bytes);
   IndexInsert(cls << kClassShift | slot, static_cast<uint32_t>(hash));
   ++rows_;
   return c.row(slot);
@@ -102,7 +101,6 @@ void RowCache::TakeDirty(const RowFn& fn) {
           fn(*c.table(s), *c.id(s), c.row(s), c.row_bytes);
           NoteChanged(KeyHash(*c.table(s), *c.id(s)));
           f &= ~kDirty;
-          AddDirtyBytes(-static_cast<int64_t>(c.row_bytes));
         }
       }
     }
@@ -275,7 +273,6 @@ bool RowCache::AddChunk(uint32_t cls) {
 }
 
 void RowCache::FreeSlot(SlabClass& c, uint32_t slot) {
-  if (*c.flags(slot) & kDirty) AddDirtyBytes(-static_cast<int64_t>(c.row_bytes));
   *c.flags(slot) = 0;
   c.PushFree(slot);
   --rows_;

@@ -4,7 +4,6 @@
 // server/ps; EmbeddingStore is the public API.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -65,9 +64,7 @@ class RowCache {
     const uint32_t ref = index_[pos].ref;
     SlabClass& c = classes_[ref >> kClassShift];
     const uint32_t slot = ref & kSlotMask;
-    uint8_t& f = *c.flags(slot);
-    if (mark_dirty && !(f & kDirty)) AddDirtyBytes(c.row_bytes);
-    f |= kRef | (mark_dirty ? kDirty : 0);
+    *c.flags(slot) |= kRef | (mark_dirty ? kDirty : 0);
     return c.row(slot);
   }
 
@@ -126,9 +123,6 @@ class RowCache {
   uint64_t bytes_used() const {
     return slab_bytes_ + index_.size() * sizeof(IndexEntry) + sizeof(changed_);
   }
-  // Bytes of the dirty cached rows. Also read without the stripe lock (the store's background
-  // writer polls it), so it is kept in a relaxed atomic: a reader sees a recent value.
-  uint64_t DirtyBytesUnlocked() const { return dirty_bytes_.load(std::memory_order_relaxed); }
   uint64_t evictions() const { return evictions_; }
   uint64_t writebacks() const { return writebacks_; }
 
@@ -218,11 +212,6 @@ class RowCache {
   void EvictBatch();
   void ReleaseLastChunk(uint32_t cls);
   bool Fits(uint64_t extra_bytes) const;
-  // Only the lock holder writes dirty_bytes_, so a load and a store suffice (no locked add).
-  void AddDirtyBytes(int64_t n) {
-    dirty_bytes_.store(dirty_bytes_.load(std::memory_order_relaxed) + static_cast<uint64_t>(n),
-                       std::memory_order_relaxed);
-  }
 
   Options options_;
   std::vector<uint32_t> class_of_table_;
@@ -235,7 +224,6 @@ class RowCache {
   uint32_t hand_slot_ = 0;
   uint64_t evictions_ = 0;
   uint64_t writebacks_ = 0;
-  std::atomic<uint64_t> dirty_bytes_{0};
   uint32_t change_seq_ = 0;  // wraps; compared as a signed difference
   uint32_t changed_[kChangeBuckets] = {};
 };

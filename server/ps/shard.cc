@@ -115,7 +115,6 @@ Status Shard::Recover() {
   so.tables = options_.tables;
   so.seed = options_.seed;
   so.cache_bytes = options_.cache_bytes;
-  so.dirty_bytes_max = options_.dirty_bytes_max;
   so.memory_only = options_.memory_only;
   // Only delta checkpoint parts read the change log: otherwise it would be dead weight.
   if (options_.change_log && !options_.durable_dir.empty())

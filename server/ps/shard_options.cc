@@ -20,7 +20,6 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.change_log = job.checkpoint.final_part != "full" &&
                  (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0);
   o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
-  o.dirty_bytes_max = static_cast<uint64_t>(job.ps.dirty_bytes_max);
   o.memory_only = job.ps.storage == "memory";
   o.durability =
       job.ps.push_log_durability == "machine" ? Durability::kMachine : Durability::kProcess;
