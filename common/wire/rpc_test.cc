@@ -344,4 +344,20 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
 }
 
 }  // namespace
+// A server started right after the context's last one was destroyed (a restart in the same
+// process): the previous ZAP handler's inproc endpoint is unbound by libzmq's reaper after the
+// handler closed it, so the new one's bind could come first. It waits instead of failing; many
+// rounds make the race likely (it failed a ChiefServiceTest in CI before the wait).
+TEST(RpcServerRestartTest, AServerStartsRightAfterTheContextsLastOneWasDestroyed) {
+  zmq::context_t context(1);
+  for (int round = 0; round < 200; ++round) {
+    auto server = std::make_unique<RpcServer>(&context, ServerOptions{}, ServerIdentity());
+    RegisterDiagnostics(server.get(), 0);
+    const Status started = server->Start();
+    ASSERT_TRUE(started.ok()) << "round " << round << ": " << started;
+    server->Stop();
+    server.reset();
+  }
+}
+
 }  // namespace tandem::wire

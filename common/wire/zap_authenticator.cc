@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -141,11 +142,21 @@ StatusOr<std::unique_ptr<ZapRegistration>> RegisterZapDomain(zmq::context_t* con
     auto z = std::make_unique<ZapThread>();
     // Bound here, not on the thread, so that no server's handshake can come before the handler.
     auto socket = std::make_shared<zmq::socket_t>(*context, zmq::socket_type::rep);
-    try {
-      socket->set(zmq::sockopt::linger, 0);
-      socket->bind("inproc://zeromq.zap.01");
-    } catch (const zmq::error_t& e) {
-      return Status::Unavailable(std::string("cannot bind the ZAP handler: ") + e.what());
+    // The handler of the context's previous servers (torn down when the last of them went) may
+    // still hold the endpoint: libzmq unbinds a closed socket's inproc endpoints on its reaper
+    // thread, after zmq_close returns. A server started right after another was destroyed (a
+    // restart in the same process) waits for that, up to 5 s, instead of failing to start.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      try {
+        socket->set(zmq::sockopt::linger, 0);
+        socket->bind("inproc://zeromq.zap.01");
+        break;
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EADDRINUSE || std::chrono::steady_clock::now() > deadline)
+          return Status::Unavailable(std::string("cannot bind the ZAP handler: ") + e.what());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     ZapThread* raw = z.get();
     z->thread = std::thread([context, raw, socket] { Serve(context, raw, socket.get()); });
