@@ -80,8 +80,7 @@ void ChangeLog::FlushBufferLocked(bool all) {
         // Took O_DIRECT at open, refuses this alignment: buffered from here on, same bytes.
         TLOG_WARN("change log: {}; writing buffered", s.ToString());
         direct_ = false;
-        s = ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) != 0 ||
-                    ::lseek(fd_, static_cast<off_t>(written_), SEEK_SET) < 0
+        s = !DropDirectIo(fd_) || ::lseek(fd_, static_cast<off_t>(written_), SEEK_SET) < 0
                 ? ErrnoToStatus(errno, "change log: leave direct I/O on " + open_.path)
                 : WriteAll(fd_, reinterpret_cast<const char*>(buffer_.get()), out, open_.path);
       }

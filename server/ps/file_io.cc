@@ -68,6 +68,11 @@ Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
   return Status::Ok();
 }
 
+bool DropDirectIo(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  return flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_DIRECT) == 0;
+}
+
 StatusOr<int> CreateForCopy(const std::string& path) {
   constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
   int fd = ::open(path.c_str(), kFlags, 0644);
@@ -103,7 +108,7 @@ StatusOr<FileSum> StreamFile(const std::string& from, int out_fd, const std::str
       ssize_t r = ::read(in.get(), buf.get() + fill, kStreamBufferBytes - fill);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && errno == EINVAL && (::fcntl(in.get(), F_GETFL) & O_DIRECT) != 0 &&
-          ::fcntl(in.get(), F_SETFL, ::fcntl(in.get(), F_GETFL) & ~O_DIRECT) == 0) {
+          DropDirectIo(in.get())) {
         continue;  // refused direct after all: the same read, buffered
       }
       if (r < 0 && errno == EIO) {

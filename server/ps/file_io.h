@@ -61,6 +61,10 @@ Status WriteDirectAt(int fd, const uint8_t* data, size_t n, uint64_t offset,
                      const std::string& path, const PwritevFn& pwritev_fn = nullptr,
                      int* failed_errno = nullptr);
 
+// Turns O_DIRECT off on `fd` (a file system that took it at open but refuses an access later);
+// false with errno when fcntl fails.
+bool DropDirectIo(int fd);
+
 // Creates (or truncates) `path` for a copy: with O_DIRECT when the file system is a local block
 // one (ext4, XFS, btrfs) that takes it; elsewhere (NFS, FUSE, tmpfs) O_DIRECT writes are
 // synchronous round trips or refused, and the copy is buffered.
