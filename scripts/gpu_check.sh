@@ -3,7 +3,9 @@
 # device report, the `gpu` tests (each CUDA op against the CPU backend, NCCL all-reduce, deadline
 # and abort with one rank, the trainer's device path), short training runs with train.device cuda
 # at k = 0 (fp32 and bf16) and k = 2 (1 PS, 1 worker) beside the same job on the CPU, and the GPU
-# dense benchmark. Prints every figure; exits non-zero if anything failed.
+# dense benchmark; first of all, issue 21's scale runs (one CUDA worker at batch 8192 with the PS
+# shards on the host's cores, target 1 M samples/s). Prints every figure; exits non-zero if
+# anything failed. GPU_CHECK_PARTS and SCALE_RUNS select parts and scale runs (a rerun in a lease).
 # Usage: scripts/gpu_check.sh                  builds Release with CUDA (BUILD_DIR, default build-gpu)
 #        scripts/gpu_check.sh --prebuilt DIR   runs what scripts/gpu_stage.sh staged in DIR
 # Results also go to GPU_CHECK_OUT (default out/gpu_check): gpu_check.log, bench.jsonl, runs/.
@@ -47,10 +49,66 @@ if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
   elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 fi
 
+# GPU_CHECK_PARTS="scale tests" runs only those parts (of scale, tests, training, benchmarks).
+part() { [[ -z ${GPU_CHECK_PARTS:-} || " $GPU_CHECK_PARTS " == *" $1 "* ]]; }
+
 say "== device"
 nvidia-smi -L 2>&1 | tee -a "$LOG" || true
 "$BIN/tandem" --version 2>&1 | tee -a "$LOG"
 
+# Issue 21's GPU target first (it is the figure still open): one CUDA worker, the PS shards on
+# this host's cores, the Criteo-Kaggle DLRM shape (26 fields, dim 16, bottom 512-256-64-16, top
+# 512-256-1), batch 8192, k = 0, ids Zipf 1.05 over 10^6 per field, every row in the PS cache.
+# Target: >= 1 M samples/s. SCALE_STEPS=0 skips the section;
+# SCALE_DEVICE=cpu tries it on a host without a GPU.
+say "== scale: 1 CUDA worker, P PS shards on this host, Criteo-Kaggle DLRM shape, batch 8192"
+run_scale() {  # name, number of PS shards, then --set flags
+  local name=$1 ps=$2; shift 2
+  local dir="$OUTDIR/runs/$name"
+  rm -rf "$dir"; mkdir -p "$dir"
+  local t0=$SECONDS
+  if timeout 150 "$BIN/tandem" local --config configs/local.yaml --ps "$ps" --workers 1 \
+    --set output.dir="$dir" --set ps.data_dir="$dir/ps" --set checkpoint.dir="$dir/ckpt" \
+    --set train.steps="${SCALE_STEPS:-300}" --set train.batch_size=8192 \
+    --set train.eval_every_steps=0 --set train.log_every_steps=10 --set train.device="${SCALE_DEVICE:-cuda}" \
+    --set model.bottom_mlp=[512,256,64,16] --set model.top_mlp=[512,256,1] \
+    --set data.synthetic.vocab=1000000 --set data.synthetic.zipf=1.05 \
+    --set data.synthetic.eval_rows=16384 --set ps.cache_bytes=4294967296 \
+    --set checkpoint.every_steps=100000 "$@" >"$dir/run.log" 2>&1; then
+    python3 - "$dir/metrics.jsonl" "$name" "$((SECONDS - t0))" <<'PY' | tee -a "$LOG"
+import json, statistics as st, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+last = max(l.get("step", 0) for l in lines)
+steady = [l for l in lines if "samples_per_sec" in l and l.get("step", 0) >= last // 3]
+med = lambda k: st.median(l[k] for l in steady)
+final = [l for l in lines if l.get("final")][-1]
+print(f'{sys.argv[2]}: median {med("samples_per_sec"):.0f} samples/s (last 2/3 of the steps); per step '
+      f'data {med("data_s")*1e3:.2f} ms, pull {med("pull_s")*1e3:.2f} ms, compute '
+      f'{med("compute_s")*1e3:.2f} ms, push {med("push_s")*1e3:.2f} ms; wall {sys.argv[3]} s, '
+      f'auc {final["auc"]:.4f}, model_checksum {final["model_checksum"]}')
+print(json.dumps({"bench": f"scale_gpu_samples_per_s_{sys.argv[2]}", "value": med("samples_per_sec"),
+                  "unit": "samples/s", "better": "higher", "target": 1e6}))
+PY
+  else
+    failures+=("scale:$name"); say "$name: FAILED (exit $?)"; tail -20 "$dir/run.log" | tee -a "$LOG"
+  fi
+}
+scale() {  # name, then run_scale's other arguments; SCALE_RUNS="a b" runs only those
+  [[ -z ${SCALE_RUNS:-} || " $SCALE_RUNS " == *" $1 "* ]] && run_scale "$@"
+}
+if part scale && [[ ${SCALE_STEPS:-300} != 0 ]]; then
+  scale scale_ps4 4
+  scale scale_ps8 8
+  scale scale_ps16 16
+  scale scale_ps8_bf16 8 --set ps.wire_precision=bf16
+  scale scale_ps8_h2 8 --set ps.handler_threads=2
+  scale scale_ps8_memory 8 --set ps.storage=memory
+  scale scale_ps8_k2 8 --set train.embedding_staleness=2
+  # The same job with the dense part on 8 CPU cores, as the baseline of the same run.
+  scale scale_ps4_cpu 4 --set train.device=cpu --set train.threads=8 --set train.steps=90
+fi
+
+if part tests; then
 say "== gpu tests"
 for t in device_tests cuda_backend_tests nccl_collective_tests trainer_gpu_tests; do
   if timeout 300 "$BIN/$t" --gtest_brief=1 >"$OUTDIR/$t.log" 2>&1; then
@@ -67,6 +125,9 @@ else
   failures+=(worker_tests); say "worker_tests: FAILED"; tail -30 "$OUTDIR/worker_tests.log" | tee -a "$LOG"
 fi
 
+fi
+
+if part training; then
 say "== training (1 PS, 1 worker, Criteo-Kaggle dense shape, batch 4096, 400 steps)"
 run_job() {  # name, then --set flags
   local name=$1; shift
@@ -101,9 +162,13 @@ for type in dcn_v2 deepfm wide_deep mmoe; do
   run_job "cuda_${type}_k0" --set train.device=cuda --set model.type=$type
 done
 
+fi
+
+if part benchmarks; then
 say "== benchmarks"
 "$BIN/gpu_dense_bench" 2>>"$LOG" | tee "$OUTDIR/bench.jsonl" | tee -a "$LOG" || failures+=(gpu_dense_bench)
 "$BIN/dense_bench" 8 2>>"$LOG" | tee -a "$OUTDIR/bench.jsonl" | tee -a "$LOG" || failures+=(dense_bench)
+fi
 
 if ((${#failures[@]} > 0)); then
   say "gpu_check: FAILED: ${failures[*]}"
