@@ -180,6 +180,12 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
       return Status::InvalidArgument("unknown table " + std::to_string(t.table));
     FlatIdIndex& idx = dedupe_[i];
     idx.Reset(t.ids.size());
+    // Ids spread about evenly over the shards (ShardOf hashes them).
+    const size_t expect = t.ids.size() / n_shards + (n_shards == 1 ? 0 : t.ids.size() / 16 + 16);
+    for (size_t s = 0; s < n_shards; ++s) {
+      ids[s][i].reserve(expect);
+      pos[s][i].reserve(expect);
+    }
     idx.InsertAll(t.ids.data(), t.ids.size(), [&](size_t j, uint32_t u, bool inserted) {
       if (!inserted) return;
       const uint64_t id = t.ids[j];
@@ -329,25 +335,45 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
     p.skip = skip;
     p.checkpoint = step == checkpoint_step_;
   }
+  // Each shard's rows keep the call's order, in vectors sized by a counting pass: no growth
+  // copies (fresh pages) on the push path.
+  std::vector<uint32_t> shard_of;
+  std::vector<size_t> count(n_shards);
+  std::vector<size_t> filled(n_shards);
   for (const auto& t : tables) {
     if (t.table >= options_.dims.size())
       return Status::InvalidArgument("unknown table " + std::to_string(t.table));
     const uint32_t dim = options_.dims[t.table];
     if (t.grads.size() != t.ids.size() * dim)
       return Status::InvalidArgument("ids and gradients disagree");
-    std::vector<int> slot(n_shards, -1);
+    if (t.ids.empty()) continue;
+    if (n_shards == 1) {
+      payloads[0].tables.push_back(t.table);
+      payloads[0].ids.emplace_back(t.ids.begin(), t.ids.end());
+      payloads[0].grads.emplace_back(t.grads.begin(), t.grads.end());
+      continue;
+    }
+    shard_of.resize(t.ids.size());
+    std::fill(count.begin(), count.end(), 0);
     for (size_t j = 0; j < t.ids.size(); ++j) {
-      const uint32_t s = ShardOf(t.table, t.ids[j], static_cast<uint32_t>(n_shards));
+      shard_of[j] = ShardOf(t.table, t.ids[j], static_cast<uint32_t>(n_shards));
+      ++count[shard_of[j]];
+    }
+    std::vector<uint64_t*> ids_at(n_shards, nullptr);
+    std::vector<float*> grads_at(n_shards, nullptr);
+    for (size_t s = 0; s < n_shards; ++s) {
+      if (count[s] == 0) continue;
       Payload& p = payloads[s];
-      if (slot[s] < 0) {
-        slot[s] = static_cast<int>(p.tables.size());
-        p.tables.push_back(t.table);
-        p.ids.emplace_back();
-        p.grads.emplace_back();
-      }
-      p.ids[slot[s]].push_back(t.ids[j]);
-      p.grads[slot[s]].insert(p.grads[slot[s]].end(), t.grads.begin() + j * dim,
-                              t.grads.begin() + (j + 1) * dim);
+      p.tables.push_back(t.table);
+      ids_at[s] = p.ids.emplace_back(count[s]).data();
+      grads_at[s] = p.grads.emplace_back(count[s] * dim).data();
+      filled[s] = 0;
+    }
+    for (size_t j = 0; j < t.ids.size(); ++j) {
+      const uint32_t s = shard_of[j];
+      const size_t k = filled[s]++;
+      ids_at[s][k] = t.ids[j];
+      std::memcpy(grads_at[s] + k * dim, t.grads.data() + j * dim, dim * sizeof(float));
     }
   }
   if (options_.wire_precision != WirePrecision::kFp32) {
