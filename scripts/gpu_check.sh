@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything of the GPU issue that needs a GPU, in one run (about 5 minutes on an H200): the
+# Everything of the GPU issue that needs a GPU, in one run (about 8 minutes on an H200): the
 # device report, the `gpu` tests (each CUDA op against the CPU backend, NCCL all-reduce, deadline
 # and abort with one rank, the trainer's device path), short training runs with train.device cuda
 # at k = 0 (fp32 and bf16) and k = 2 (1 PS, 1 worker) beside the same job on the CPU, and the GPU
