@@ -340,6 +340,8 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
   std::vector<uint32_t> shard_of;
   std::vector<size_t> count(n_shards);
   std::vector<size_t> filled(n_shards);
+  std::vector<uint64_t*> ids_at(n_shards);
+  std::vector<float*> grads_at(n_shards);
   for (const auto& t : tables) {
     if (t.table >= options_.dims.size())
       return Status::InvalidArgument("unknown table " + std::to_string(t.table));
@@ -359,8 +361,6 @@ Status PsClient::Push(int64_t step, std::span<const TableGrads> tables, bool ski
       shard_of[j] = ShardOf(t.table, t.ids[j], static_cast<uint32_t>(n_shards));
       ++count[shard_of[j]];
     }
-    std::vector<uint64_t*> ids_at(n_shards, nullptr);
-    std::vector<float*> grads_at(n_shards, nullptr);
     for (size_t s = 0; s < n_shards; ++s) {
       if (count[s] == 0) continue;
       Payload& p = payloads[s];

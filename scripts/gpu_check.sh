@@ -61,21 +61,39 @@ nvidia-smi -L 2>&1 | tee -a "$LOG" || true
 # 512-256-1), batch 8192, k = 0, ids Zipf 1.05 over 10^6 per field, every row in the PS cache.
 # Target: >= 1 M samples/s. SCALE_STEPS=0 skips the section;
 # SCALE_DEVICE=cpu tries it on a host without a GPU.
+# One `tandem local` job with 1 worker at the Criteo-Kaggle dense shape, in $OUTDIR/runs/NAME:
+# failure label, name, time limit (s), PS shards, then --set flags (later ones win). Sets JOB_DIR
+# and JOB_S (its wall seconds); on failure records it, shows the log's tail and returns 1.
+local_job() {
+  local label=$1 name=$2 limit=$3 ps=$4; shift 4
+  JOB_DIR="$OUTDIR/runs/$name"
+  rm -rf "$JOB_DIR"; mkdir -p "$JOB_DIR"
+  local t0=$SECONDS
+  if timeout "$limit" "$BIN/tandem" local --config configs/local.yaml --ps "$ps" --workers 1 \
+    --set output.dir="$JOB_DIR" --set ps.data_dir="$JOB_DIR/ps" \
+    --set checkpoint.dir="$JOB_DIR/ckpt" \
+    --set model.bottom_mlp=[512,256,64,16] --set model.top_mlp=[512,256,1] \
+    "$@" >"$JOB_DIR/run.log" 2>&1; then
+    JOB_S=$((SECONDS - t0))
+  else
+    local rc=$?
+    failures+=("$label:$name"); say "$name: FAILED (exit $rc)"
+    tail -20 "$JOB_DIR/run.log" | tee -a "$LOG"
+    return 1
+  fi
+}
+
 say "== scale: 1 CUDA worker, P PS shards on this host, Criteo-Kaggle DLRM shape, batch 8192"
 run_scale() {  # name, number of PS shards, then --set flags
   local name=$1 ps=$2; shift 2
-  local dir="$OUTDIR/runs/$name"
-  rm -rf "$dir"; mkdir -p "$dir"
-  local t0=$SECONDS
-  if timeout 150 "$BIN/tandem" local --config configs/local.yaml --ps "$ps" --workers 1 \
-    --set output.dir="$dir" --set ps.data_dir="$dir/ps" --set checkpoint.dir="$dir/ckpt" \
+  local_job scale "$name" 150 "$ps" \
     --set train.steps="${SCALE_STEPS:-300}" --set train.batch_size=8192 \
-    --set train.eval_every_steps=0 --set train.log_every_steps=10 --set train.device="${SCALE_DEVICE:-cuda}" \
-    --set model.bottom_mlp=[512,256,64,16] --set model.top_mlp=[512,256,1] \
+    --set train.eval_every_steps=0 --set train.log_every_steps=10 \
+    --set train.device="${SCALE_DEVICE:-cuda}" \
     --set data.synthetic.vocab=1000000 --set data.synthetic.zipf=1.05 \
     --set data.synthetic.eval_rows=16384 --set ps.cache_bytes=4294967296 \
-    --set checkpoint.every_steps=100000 "$@" >"$dir/run.log" 2>&1; then
-    python3 - "$dir/metrics.jsonl" "$name" "$((SECONDS - t0))" <<'PY' | tee -a "$LOG"
+    --set checkpoint.every_steps=100000 "$@" || return 0
+  python3 - "$JOB_DIR/metrics.jsonl" "$name" "$JOB_S" <<'PY' | tee -a "$LOG"
 import json, statistics as st, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 last = max(l.get("step", 0) for l in lines)
@@ -89,9 +107,6 @@ print(f'{sys.argv[2]}: median {med("samples_per_sec"):.0f} samples/s (last 2/3 o
 print(json.dumps({"bench": f"scale_gpu_samples_per_s_{sys.argv[2]}", "value": med("samples_per_sec"),
                   "unit": "samples/s", "better": "higher", "target": 1e6}))
 PY
-  else
-    failures+=("scale:$name"); say "$name: FAILED (exit $?)"; tail -20 "$dir/run.log" | tee -a "$LOG"
-  fi
 }
 scale() {  # name, then run_scale's other arguments; SCALE_RUNS="a b" runs only those
   [[ -z ${SCALE_RUNS:-} || " $SCALE_RUNS " == *" $1 "* ]] && run_scale "$@"
@@ -131,15 +146,10 @@ if part training; then
 say "== training (1 PS, 1 worker, Criteo-Kaggle dense shape, batch 4096, 400 steps)"
 run_job() {  # name, then --set flags
   local name=$1; shift
-  local dir="$OUTDIR/runs/$name"
-  rm -rf "$dir"; mkdir -p "$dir"
-  local t0=$SECONDS
-  if timeout 240 "$BIN/tandem" local --config configs/local.yaml --ps 1 --workers 1 \
-    --set output.dir="$dir" --set ps.data_dir="$dir/ps" --set checkpoint.dir="$dir/ckpt" \
+  local_job train "$name" 240 1 \
     --set train.steps=400 --set train.batch_size=4096 --set train.eval_every_steps=200 \
-    --set model.bottom_mlp=[512,256,64,16] --set model.top_mlp=[512,256,1] \
-    --set train.log_every_steps=20 "$@" >"$dir/run.log" 2>&1; then
-    python3 - "$dir/metrics.jsonl" "$name" "$((SECONDS - t0))" <<'PY' | tee -a "$LOG"
+    --set train.log_every_steps=20 "$@" || return 0
+  python3 - "$JOB_DIR/metrics.jsonl" "$name" "$JOB_S" <<'PY' | tee -a "$LOG"
 import json, statistics, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 rates = [l["samples_per_sec"] for l in lines if "samples_per_sec" in l and l.get("step", 0) >= 100]
@@ -149,9 +159,6 @@ print(f'{sys.argv[2]}: final auc {final["auc"]:.4f}, median {statistics.median(r
 print(json.dumps({"bench": f"train_samples_per_s_{sys.argv[2]}", "value": statistics.median(rates),
                   "unit": "samples/s", "better": "higher", "auc": final["auc"]}))
 PY
-  else
-    failures+=("train:$name"); say "$name: FAILED (exit $?)"; tail -20 "$dir/run.log" | tee -a "$LOG"
-  fi
 }
 run_job cuda_fp32_k0 --set train.device=cuda
 run_job cuda_bf16_k0 --set train.device=cuda --set train.precision=bf16

@@ -343,7 +343,6 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
   EXPECT_GE(elapsed, milliseconds(290));
 }
 
-}  // namespace
 // A server started right after the context's last one was destroyed (a restart in the same
 // process): the previous ZAP handler's inproc endpoint is unbound by libzmq's reaper after the
 // handler closed it, so the new one's bind could come first. It waits instead of failing; many
@@ -360,4 +359,5 @@ TEST(RpcServerRestartTest, AServerStartsRightAfterTheContextsLastOneWasDestroyed
   }
 }
 
+}  // namespace
 }  // namespace tandem::wire
