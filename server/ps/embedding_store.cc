@@ -230,12 +230,15 @@ Status ValidateOptions(const StoreOptions& options) {
 // One lock stripe: its cached rows and counters.
 struct Stripe {
   // `staged_total` counts the bytes every stripe has staged (EmbeddingStore::Impl's).
+  // `tables` outlives the stripe (the store's options).
   Stripe(std::vector<uint32_t> row_bytes, uint64_t budget_bytes,
-         std::atomic<uint64_t>* staged_total)
+         std::atomic<uint64_t>* staged_total, const std::vector<embedding::TableSpec>* tables)
       : cache(RowCache::Options{
             std::move(row_bytes), budget_bytes,
-            [this, staged_total](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n)
+            [this, staged_total, tables](uint32_t table, uint64_t id, const uint8_t* row,
+                                         uint32_t n)
                 NO_THREAD_SAFETY_ANALYSIS {  // called by `cache`, under mu
+                  RowRecord(&cleaned, (*tables)[table], table, id, row, false);
                   staged_total->fetch_add(staged.Put(table, id, KeyHash(table, id), row, n),
                                           std::memory_order_relaxed);
                 }}) {}
@@ -247,6 +250,9 @@ struct Stripe {
   internal::StagedRows staged GUARDED_BY(mu);
   internal::AbsentKeys absent GUARDED_BY(mu);
   CounterCache counters GUARDED_BY(mu);
+  // The records of the rows that stopped being dirty (evicted or flushed) since the store last
+  // folded them into its sum (see EmbeddingStore::Impl::sum).
+  ModelChecksum cleaned GUARDED_BY(mu);
   // Erasures, written before `mu` is released (a row erased is then in none of the three).
   rocksdb::WriteBatch writebacks GUARDED_BY(mu);
   uint64_t hits GUARDED_BY(mu) = 0;
@@ -295,7 +301,7 @@ struct ReadOp {
   const embedding::TableSpec& spec;
   float* out;
   uint32_t PrefetchBytes() const { return sizeof(RowMeta) + spec.dim * sizeof(float); }
-  void Cached(size_t i, const uint8_t* row, bool /*existed*/) {
+  void Cached(size_t i, const uint8_t* row, bool /*existed*/, bool /*was_dirty*/) {
     std::memcpy(out + i * spec.dim, row + sizeof(RowMeta), spec.dim * sizeof(float));
   }
   void Absent(size_t i, uint64_t id) {
@@ -311,7 +317,7 @@ struct ReadRowsOp {
   uint8_t* out;
   std::vector<bool>* present;
   uint32_t PrefetchBytes() const { return spec.row_bytes(); }
-  void Cached(size_t i, const uint8_t* row, bool /*existed*/) {
+  void Cached(size_t i, const uint8_t* row, bool /*existed*/, bool /*was_dirty*/) {
     std::memcpy(out + i * spec.row_bytes(), row, spec.row_bytes());
     (*present)[i] = true;
   }
@@ -323,8 +329,9 @@ struct ReadRowsOp {
 
 // fn runs under the row's stripe lock, so it must not call back into the store. `Ordered`: fn
 // is called in id order (Update), else in any order (UpdateDistinct).
-// Each row's record leaves the store's sum before fn and enters it after, so the sum stays the
-// one a scan would give without ever scanning (issue 21).
+// A row's record leaves the store's sum when the row turns dirty and enters it again when the
+// row stops being dirty (see Impl::sum), so a row updated many times between two flushes is
+// hashed twice, not twice per update (issue 21).
 template <bool Ordered>
 struct UpdateOp {
   static constexpr bool kWrites = true;
@@ -335,14 +342,13 @@ struct UpdateOp {
   std::span<const uint64_t> ids;
   SumDelta* delta;
   uint32_t PrefetchBytes() const { return spec.row_bytes(); }
-  void Cached(size_t i, uint8_t* row, bool existed) {
-    if (existed) {
-      RowRecord(&delta->minus, spec, table, ids[i], row, false);
-    } else {
+  void Cached(size_t i, uint8_t* row, bool existed, bool was_dirty) {
+    if (!existed) {
       ++delta->rows;
+    } else if (!was_dirty) {
+      RowRecord(&delta->minus, spec, table, ids[i], row, false);
     }
     fn(i, RowRef{row}, existed);
-    RowRecord(&delta->plus, spec, table, ids[i], row, false);
   }
   void Absent(size_t, uint64_t) {}  // never called: Update materialises absent rows
 };
@@ -377,8 +383,11 @@ struct EmbeddingStore::Impl {
   rocksdb::ReadOptions read_options;
   rocksdb::WriteOptions write_options;
   std::vector<std::unique_ptr<Stripe>> stripes;
-  // model_checksum's part of this store, as of the last completed change. Unknown for a store
-  // written before it was kept (until Checksum scans once).
+  // model_checksum's part of this store, as of the last completed change, is `sum` plus every
+  // stripe's `cleaned` plus the records of the dirty cached rows: a row's record leaves `sum`
+  // when the row turns dirty and goes to `cleaned` when it is evicted or flushed, so hot rows
+  // are not hashed on every update. FlushDirty folds it all into `sum` (and stores it).
+  // Unknown for a store written before it was kept (until Checksum scans once).
   mutable Mutex sum_mu;
   bool sum_known GUARDED_BY(sum_mu) = false;
   // Bytes staged in all stripes since the last drain (an upper bound: erasures do not lower it).
@@ -395,9 +404,10 @@ struct EmbeddingStore::Impl {
     sum.counters += static_cast<uint64_t>(d.counters);
   }
   // The stored row of (table, id) as the store holds it now, cache first; `found` says whether
-  // there is one. REQUIRES: the id's stripe is locked.
+  // there is one, `dirty` whether it is a dirty cached row (whose record is not in `sum`).
+  // REQUIRES: the id's stripe is locked.
   Status CurrentRow(Stripe& s, uint32_t table, uint64_t id, uint64_t hash, std::string* value,
-                    bool* found) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+                    bool* found, bool* dirty) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The counter of (table, id), cached in the stripe's counter map.
   StatusOr<CounterCache::Entry*> Counter(Stripe& s, uint32_t table, uint64_t id, uint64_t hash)
       EXCLUSIVE_LOCKS_REQUIRED(s.mu);
@@ -439,6 +449,9 @@ struct EmbeddingStore::Impl {
   // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
   // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
   Status FlushStripes(size_t begin, size_t end, bool staged_only);
+  // Adds the kept sum (see `sum`) to `out` and returns true, or returns false when it is not
+  // known. Hashes the dirty cached rows: at most the cache, never the table.
+  bool SumWithDirtyRows(ModelChecksum* out, uint64_t* rows, uint64_t* counters);
   // Writes the staged rows of every stripe once they reach options.stage_bytes. REQUIRES: no stripe
   // locked by the caller.
   Status MaybeDrainStaged();
@@ -491,6 +504,33 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
   if (pending.index.empty()) return Status::Ok();  // only misses evict
   TANDEM_RETURN_IF_ERROR(Fetch(&pending));
   return FinishAll(table, ids, &pending, op);
+}
+
+bool EmbeddingStore::Impl::SumWithDirtyRows(ModelChecksum* out, uint64_t* rows,
+                                            uint64_t* counters) NO_THREAD_SAFETY_ANALYSIS {
+  const size_t n = stripes.size();
+  for (size_t k = 0; k < n; ++k) stripes[k]->mu.Lock();
+  bool known = false;
+  {
+    MutexLock lock(&sum_mu);
+    known = sum_known;
+    if (known) {
+      for (size_t k = 0; k < n; ++k) sum.sum.Merge(std::exchange(stripes[k]->cleaned, {}));
+      out->Merge(sum.sum);
+      if (rows != nullptr) *rows = sum.rows;
+      if (counters != nullptr) *counters = sum.counters;
+    }
+  }
+  if (known) {
+    for (size_t k = 0; k < n; ++k) {
+      stripes[k]->cache.ForEachDirty(
+          [&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t /*bytes*/) {
+            RowRecord(out, options.tables[table], table, id, row, false);
+          });
+    }
+  }
+  for (size_t k = n; k-- > 0;) stripes[k]->mu.Unlock();
+  return known;
 }
 
 // One caller drains; the others go on (they wait for the stripes meanwhile).
@@ -593,14 +633,15 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
       Stripe& s = StripeOf(hash);
       // Update calls fn in id order, so after its first miss even hits wait for pass 3.
       const bool now = !Op::kOrdered || pending->index.empty();
-      uint8_t* row = s.cache.Find(table, ids[i], hash, Op::kWrites && now);
+      bool was_dirty = false;
+      uint8_t* row = s.cache.Find(table, ids[i], hash, Op::kWrites && now, &was_dirty);
       if (row != nullptr) {
         ++s.hits;
       } else {
         ++s.misses;
       }
       if (row != nullptr && now) {
-        op.Cached(i, row, true);
+        op.Cached(i, row, true, was_dirty);
         continue;
       }
       // A staged row is newer than RocksDB's copy: Finish takes it from the stage.
@@ -695,8 +736,9 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
   const size_t i = pending->index[k];
   const uint64_t hash = pending->hash[k];
   Stripe& s = StripeOf(hash);
-  if (uint8_t* row = s.cache.Find(table, id, hash, Op::kWrites)) {
-    op.Cached(i, row, true);
+  bool was_dirty = false;
+  if (uint8_t* row = s.cache.Find(table, id, hash, Op::kWrites, &was_dirty)) {
+    op.Cached(i, row, true, was_dirty);
     return Status::Ok();
   }
   const rocksdb::Slice* value = nullptr;
@@ -713,7 +755,7 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
   } else {
     embedding::InitialRow(options.seed, options.tables[table], id, RowRef{row});
   }
-  op.Cached(i, row, value != nullptr);
+  op.Cached(i, row, value != nullptr, /*was_dirty=*/false);
   // Now, not at the window's end: a later id of this window may be the row just written back,
   // and StoredValue then re-reads it from RocksDB.
   return Write(&s.writebacks);
@@ -776,6 +818,7 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
     });
     if (staged_only) continue;
     s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
+      RowRecord(&s.cleaned, options.tables[table], table, id, row, false);
       dirty.push_back(Dirty{table, n, id, row, true});
     });
     s.counters.ForEach([&](const CounterCache::Entry& e) {
@@ -817,8 +860,9 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
 }
 
 Status EmbeddingStore::Impl::CurrentRow(Stripe& s, uint32_t table, uint64_t id, uint64_t hash,
-                                        std::string* value, bool* found) {
-  if (const uint8_t* row = s.cache.Find(table, id, hash, false)) {
+                                        std::string* value, bool* found, bool* dirty) {
+  *dirty = false;
+  if (const uint8_t* row = s.cache.Find(table, id, hash, false, dirty)) {
     value->assign(reinterpret_cast<const char*>(row), row_bytes[table]);
     *found = true;
     return Status::Ok();
@@ -860,14 +904,15 @@ Status EmbeddingStore::Impl::EraseInStripe(Stripe& s, uint32_t table, std::span<
   std::vector<uint64_t> aligned;  // RocksDB's value is not aligned for RowMeta's fields
   SumDelta d;
   for (uint64_t id : ids) {
-    bool found = false;
-    TANDEM_RETURN_IF_ERROR(CurrentRow(s, table, id, KeyHash(table, id), &old, &found));
+    bool found = false, dirty = false;
+    TANDEM_RETURN_IF_ERROR(CurrentRow(s, table, id, KeyHash(table, id), &old, &found, &dirty));
     if (!found) continue;
+    --d.rows;
+    if (dirty) continue;  // its record is not in the sum
     aligned.resize((old.size() + 7) / 8);
     std::memcpy(aligned.data(), old.data(), old.size());
     RowRecord(&d.minus, options.tables[table], table, id,
               reinterpret_cast<const uint8_t*>(aligned.data()), false);
-    --d.rows;
   }
   for (uint64_t id : ids) {
     const uint64_t hash = KeyHash(table, id);
@@ -954,7 +999,8 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   const uint64_t budget =
       options.memory_only ? 0 : std::max<uint64_t>(1, options.cache_bytes / options.stripes);
   for (int i = 0; i < options.stripes; ++i) {
-    impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget, &impl->staged_bytes));
+    impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget, &impl->staged_bytes,
+                                                     &impl->options.tables));
   }
   // `new` because the constructor is private (make_unique cannot reach it).
   return std::unique_ptr<EmbeddingStore>(new EmbeddingStore(std::move(impl)));
@@ -1082,19 +1128,19 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
     Stripe& s = impl_->StripeOf(hash);
     {
       MutexLock lock(&s.mu);
-      bool found = false;
+      bool found = false, dirty = false;
       if (auto it = in_batch.find(ids[i]); it != in_batch.end()) {
         old.assign(reinterpret_cast<const char*>(rows + it->second * size_t{n}), n);
         found = true;
       } else {
-        status = impl_->CurrentRow(s, table, ids[i], hash, &old, &found);
+        status = impl_->CurrentRow(s, table, ids[i], hash, &old, &found, &dirty);
       }
       if (!status.ok()) break;
-      if (found) {
+      if (found && !dirty) {
         std::memcpy(aligned.data(), old.data(), n);
         RowRecord(&delta.minus, spec, table, ids[i],
                   reinterpret_cast<const uint8_t*>(aligned.data()), false);
-      } else {
+      } else if (!found) {
         ++delta.rows;
       }
       s.cache.Erase(table, ids[i], hash);
@@ -1140,6 +1186,8 @@ Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
     rocksdb::WriteBatch meta;
     {
       MutexLock lock(&impl_->sum_mu);
+      for (size_t k = 0; k < n; ++k)
+        impl_->sum.sum.Merge(std::exchange(impl_->stripes[k]->cleaned, {}));
       const rocksdb::Slice key(kSumKey, sizeof(kSumKey) - 1);
       // An empty store keeps no record: it is known to sum to zero when opened.
       if (impl_->sum_known && (impl_->sum.rows != 0 || impl_->sum.counters != 0)) {
@@ -1215,15 +1263,7 @@ Status EmbeddingStore::ForEachAdmissionCount(
 Status EmbeddingStore::Checksum(ModelChecksum* sum, uint64_t* rows, uint64_t* counters,
                                 bool* scanned) {
   if (scanned != nullptr) *scanned = false;
-  {
-    MutexLock lock(&impl_->sum_mu);
-    if (impl_->sum_known) {
-      sum->Merge(impl_->sum.sum);
-      if (rows != nullptr) *rows = impl_->sum.rows;
-      if (counters != nullptr) *counters = impl_->sum.counters;
-      return Status::Ok();
-    }
-  }
+  if (impl_->SumWithDirtyRows(sum, rows, counters)) return Status::Ok();
   StoredSum scan;
   TANDEM_RETURN_IF_ERROR(ScanChecksum(&scan.sum, &scan.rows, &scan.counters));
   if (scanned != nullptr) *scanned = true;

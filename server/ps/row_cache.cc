@@ -84,7 +84,11 @@ bool RowCache::Erase(uint32_t table, uint64_t id, uint64_t hash) {
 // A checkpoint after a few changed rows must not cost a visit of every cached row: the flags of
 // a chunk are contiguous, so they are tested eight at a time and a word without a dirty bit is
 // skipped whole.
-void RowCache::TakeDirty(const RowFn& fn) {
+void RowCache::TakeDirty(const RowFn& fn) { VisitDirty(fn, /*clean=*/true); }
+
+void RowCache::ForEachDirty(const RowFn& fn) { VisitDirty(fn, /*clean=*/false); }
+
+void RowCache::VisitDirty(const RowFn& fn, bool clean) {
   constexpr uint64_t kDirtyBits = 0x0101010101010101ull * kDirty;
   for (SlabClass& c : classes_) {
     for (size_t k = 0; k < c.chunks.size(); ++k) {
@@ -99,6 +103,7 @@ void RowCache::TakeDirty(const RowFn& fn) {
           uint8_t& f = *c.flags(s);
           if ((f & (kLive | kDirty)) != (kLive | kDirty)) continue;
           fn(*c.table(s), *c.id(s), c.row(s), c.row_bytes);
+          if (!clean) continue;
           NoteChanged(KeyHash(*c.table(s), *c.id(s)));
           f &= ~kDirty;
         }

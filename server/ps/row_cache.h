@@ -57,14 +57,18 @@ class RowCache {
   RowCache& operator=(const RowCache&) = delete;
 
   // The cached row of (table, id) or nullptr. Sets its CLOCK reference bit, and its dirty bit
-  // when `mark_dirty`. The pointer is valid until the next Insert or Erase.
-  uint8_t* Find(uint32_t table, uint64_t id, uint64_t hash, bool mark_dirty) {
+  // when `mark_dirty`; `was_dirty` (if given) gets whether it was dirty before. The pointer is
+  // valid until the next Insert or Erase.
+  uint8_t* Find(uint32_t table, uint64_t id, uint64_t hash, bool mark_dirty,
+                bool* was_dirty = nullptr) {
     const size_t pos = FindPos(table, id, static_cast<uint32_t>(hash));
     if (pos == kNoPos) return nullptr;
     const uint32_t ref = index_[pos].ref;
     SlabClass& c = classes_[ref >> kClassShift];
     const uint32_t slot = ref & kSlotMask;
-    *c.flags(slot) |= kRef | (mark_dirty ? kDirty : 0);
+    uint8_t& f = *c.flags(slot);
+    if (was_dirty != nullptr) *was_dirty = (f & kDirty) != 0;
+    f |= kRef | (mark_dirty ? kDirty : 0);
     return c.row(slot);
   }
 
@@ -105,6 +109,8 @@ class RowCache {
   // Calls fn for every dirty row (for the caller to write to RocksDB), then marks it clean. The
   // row pointers fn gets stay valid until the next Insert or Erase.
   void TakeDirty(const RowFn& fn);
+  // Calls fn for every dirty row and leaves it dirty.
+  void ForEachDirty(const RowFn& fn);
 
   // Change tracking, so that a row read from RocksDB without the stripe lock can be checked for
   // staleness: RocksDB's copy of a row changes only through writebacks, TakeDirty and erasures,
@@ -132,6 +138,8 @@ class RowCache {
     uint32_t tag;  // low 32 bits of the key hash; its low bits are the home position
   };
   static constexpr uint8_t kLive = 1, kDirty = 2, kRef = 4;
+  // TakeDirty when `clean`, else ForEachDirty.
+  void VisitDirty(const RowFn& fn, bool clean);
   static constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
   static constexpr uint32_t kSlotMask = kMaxSlotsPerClass;
   static constexpr size_t kNoPos = ~size_t{0};
