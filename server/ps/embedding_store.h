@@ -122,7 +122,10 @@ class EmbeddingStore {
 
   // Adds the store's part of model_checksum (DESIGN §12: every stored row and admission
   // counter) to `sum`, without a scan: the store keeps it up to date through every change and
-  // persists it with each flush. A store written before the sum was kept is scanned once
+  // persists it with each flush. The records of rows changed since the last flush (dirty in
+  // the cache) are hashed here, so this visits at most the cache, never the table; the stores
+  // of a finished job were flushed by its final checkpoint. A store written before the sum was
+  // kept is scanned once
   // (`scanned` says so). `rows` / `counters` (may be null) get the stored row / counter counts.
   // Exact when no change runs concurrently (the shard holds its applies off). A change merges
   // its part of the sum when the call ends, so FlushDirty / CreateCheckpoint write a sum that

@@ -462,7 +462,7 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
   // depends only on that row, so the store may visit them in any order, and a large table's
   // rows may be split into parts applied at once on the pool (one table of a step would
   // otherwise use one core). The store's stripes lock in ascending order, so parts never
-  // deadlock; each part adds its own pre- and post-images to the kept sum.
+  // deadlock; each part merges its own changes into the kept sum.
   const size_t parts = ApplyParts(apply_ids.size());
   std::vector<uint64_t> expired(parts, 0);
   std::vector<Status> errors(parts);

@@ -689,7 +689,7 @@ TEST(ShardApplyThreadsTest, ModelIsTheSameWithOneOrFourThreadsAtK0) {
 }
 
 // One table's ~20k merged ids are applied in two parts at once, each adding its rows'
-// pre- and post-images to the kept sum: the same model, sum and pre-images as one thread.
+// changes into the kept sum: the same model, sum and pre-images as one thread.
 TEST(ShardApplyThreadsTest, LargeTablesAppliedInPartsGiveTheSameModel) {
   const ManyTablesRun one = RunManyTables(/*workers=*/3, /*k=*/0, /*apply_threads=*/1, true);
   const ManyTablesRun four = RunManyTables(3, 0, 4, true);
