@@ -449,6 +449,17 @@ struct EmbeddingStore::Impl {
   // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
   // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
   Status FlushStripes(size_t begin, size_t end, bool staged_only);
+  // Every stripe, in ascending order (as LockWindow locks, so the two cannot deadlock).
+  void LockAllStripes() NO_THREAD_SAFETY_ANALYSIS {
+    for (const auto& s : stripes) s->mu.Lock();
+  }
+  void UnlockAllStripes() NO_THREAD_SAFETY_ANALYSIS {
+    for (size_t k = stripes.size(); k-- > 0;) stripes[k]->mu.Unlock();
+  }
+  // Moves every stripe's `cleaned` into `sum`. REQUIRES: every stripe locked.
+  void FoldCleaned() NO_THREAD_SAFETY_ANALYSIS EXCLUSIVE_LOCKS_REQUIRED(sum_mu) {
+    for (const auto& s : stripes) sum.sum.Merge(std::exchange(s->cleaned, {}));
+  }
   // Adds the kept sum (see `sum`) to `out` and returns true, or returns false when it is not
   // known. Hashes the dirty cached rows: at most the cache, never the table.
   bool SumWithDirtyRows(ModelChecksum* out, uint64_t* rows, uint64_t* counters);
@@ -508,28 +519,27 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
 
 bool EmbeddingStore::Impl::SumWithDirtyRows(ModelChecksum* out, uint64_t* rows,
                                             uint64_t* counters) NO_THREAD_SAFETY_ANALYSIS {
-  const size_t n = stripes.size();
-  for (size_t k = 0; k < n; ++k) stripes[k]->mu.Lock();
+  LockAllStripes();
   bool known = false;
   {
     MutexLock lock(&sum_mu);
     known = sum_known;
     if (known) {
-      for (size_t k = 0; k < n; ++k) sum.sum.Merge(std::exchange(stripes[k]->cleaned, {}));
+      FoldCleaned();
       out->Merge(sum.sum);
       if (rows != nullptr) *rows = sum.rows;
       if (counters != nullptr) *counters = sum.counters;
     }
   }
   if (known) {
-    for (size_t k = 0; k < n; ++k) {
-      stripes[k]->cache.ForEachDirty(
+    for (const auto& s : stripes) {
+      s->cache.ForEachDirty(
           [&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t /*bytes*/) {
             RowRecord(out, options.tables[table], table, id, row, false);
           });
     }
   }
-  for (size_t k = n; k-- > 0;) stripes[k]->mu.Unlock();
+  UnlockAllStripes();
   return known;
 }
 
@@ -537,14 +547,13 @@ bool EmbeddingStore::Impl::SumWithDirtyRows(ModelChecksum* out, uint64_t* rows,
 Status EmbeddingStore::Impl::MaybeDrainStaged() NO_THREAD_SAFETY_ANALYSIS {
   if (staged_bytes.load(std::memory_order_relaxed) < options.stage_bytes) return Status::Ok();
   if (draining.exchange(true, std::memory_order_acquire)) return Status::Ok();
-  const size_t n = stripes.size();
-  for (size_t k = 0; k < n; ++k) stripes[k]->mu.Lock();
-  Status s = FlushStripes(0, n, /*staged_only=*/true);
+  LockAllStripes();
+  Status s = FlushStripes(0, stripes.size(), /*staged_only=*/true);
   if (s.ok()) {
     staged_bytes.store(0, std::memory_order_relaxed);
     drains.fetch_add(1, std::memory_order_relaxed);
   }
-  for (size_t k = n; k-- > 0;) stripes[k]->mu.Unlock();
+  UnlockAllStripes();
   draining.store(false, std::memory_order_release);
   return s;
 }
@@ -1179,15 +1188,13 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
 // The sum is written with the rows, so a RocksDB checkpoint (restore point, durable copy) holds
 // the sum of exactly its rows. An unknown sum is written as no record (the reader then scans).
 Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
-  const size_t n = impl_->stripes.size();
-  for (size_t k = 0; k < n; ++k) impl_->stripes[k]->mu.Lock();
-  Status s = impl_->FlushStripes(0, n, /*staged_only=*/false);
+  impl_->LockAllStripes();
+  Status s = impl_->FlushStripes(0, impl_->stripes.size(), /*staged_only=*/false);
   if (s.ok() && !impl_->options.read_only) {
     rocksdb::WriteBatch meta;
     {
       MutexLock lock(&impl_->sum_mu);
-      for (size_t k = 0; k < n; ++k)
-        impl_->sum.sum.Merge(std::exchange(impl_->stripes[k]->cleaned, {}));
+      impl_->FoldCleaned();
       const rocksdb::Slice key(kSumKey, sizeof(kSumKey) - 1);
       // An empty store keeps no record: it is known to sum to zero when opened.
       if (impl_->sum_known && (impl_->sum.rows != 0 || impl_->sum.counters != 0)) {
@@ -1198,7 +1205,7 @@ Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
     }
     s = impl_->Write(&meta);
   }
-  for (size_t k = n; k-- > 0;) impl_->stripes[k]->mu.Unlock();
+  impl_->UnlockAllStripes();
   return s;
 }
 
