@@ -1,6 +1,9 @@
 #include "server/ps/change_log.h"
 
 #include <fcntl.h>
+#include <rocksdb/options.h>
+#include <rocksdb/sst_file_reader.h>
+#include <rocksdb/write_batch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,10 +30,34 @@ constexpr size_t kHeaderBytes = 8;
 // A record larger than this is damage, not a batch (FlushDirty writes batches of ~4 MiB).
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
 
-std::string SegmentPath(const std::string& dir, uint64_t seq) {
+// A replayed SST segment is given to readers in WriteBatches of about this many bytes.
+constexpr size_t kSstBatchBytes = 4 << 20;
+
+std::string SegmentPath(const std::string& dir, uint64_t seq, const char* suffix = ".log") {
   char name[32];
-  std::snprintf(name, sizeof name, "%016llu.log", static_cast<unsigned long long>(seq));
+  std::snprintf(name, sizeof name, "%016llu%s", static_cast<unsigned long long>(seq), suffix);
   return dir + "/" + name;
+}
+
+Status ForEachSstBatch(const std::string& path,
+                       const std::function<Status(std::string&& batch_rep)>& fn) {
+  rocksdb::Options options;
+  rocksdb::SstFileReader reader(options);
+  rocksdb::Status st = reader.Open(path);
+  if (!st.ok()) return Status::DataLoss("change log: " + path + ": " + st.ToString());
+  std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(rocksdb::ReadOptions()));
+  rocksdb::WriteBatch batch;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    batch.Put(it->key(), it->value()).PermitUncheckedError();
+    if (batch.GetDataSize() >= kSstBatchBytes) {
+      TANDEM_RETURN_IF_ERROR(fn(std::string(batch.Data())));
+      batch.Clear();
+    }
+  }
+  if (!it->status().ok())
+    return Status::DataLoss("change log: " + path + ": " + it->status().ToString());
+  if (batch.Count() > 0) return fn(std::string(batch.Data()));
+  return Status::Ok();
 }
 
 void PutU32(char* at, uint32_t v) {
@@ -156,6 +183,23 @@ void ChangeLog::CloseOpenLocked() {
   open_ = ChangeSegment{};
 }
 
+bool ChangeLog::AdoptSst(const std::string& sst_path, uint64_t size_bytes, uint32_t crc32c) {
+  MutexLock lock(&mu_);
+  if (fd_ >= 0) {  // the appends before this file, sealed
+    CloseOpenLocked();
+    ++seq_;
+  }
+  const std::string path = SegmentPath(dir_, seq_, ".sst");
+  if (::rename(sst_path.c_str(), path.c_str()) != 0) {
+    TLOG_WARN("change log: {} (its rows are appended instead)",
+              ErrnoToStatus(errno, "move " + sst_path + " to " + path).ToString());
+    return false;
+  }
+  sealed_.push_back(ChangeSegment{seq_, path, size_bytes, crc32c, true, true});
+  ++seq_;
+  return true;
+}
+
 uint64_t ChangeLog::Cut() {
   MutexLock lock(&mu_);
   CloseOpenLocked();
@@ -187,6 +231,7 @@ Status ForEachChangeRecord(const std::string& path,
                            const std::function<Status(std::string&& batch_rep)>& fn) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoToStatus(errno, "change log: open " + path);
+  if (path.ends_with(".sst")) return ForEachSstBatch(path, fn);
   // Buffered reads: segments are read once, front to back.
   std::string buf;
   size_t at = 0;

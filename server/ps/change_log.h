@@ -47,6 +47,7 @@ struct ChangeSegment {
   uint64_t size_bytes = 0;
   uint32_t crc32c = 0;    // of the whole file
   bool complete = false;  // every append while it was open was written
+  bool sst = false;       // an SST of puts the log adopted (AdoptSst), not records
 };
 
 // Thread-safe.
@@ -63,6 +64,13 @@ class ChangeLog {
   // Appends one WriteBatch representation to the open segment (created on first use). Buffered;
   // errors only mark the segment incomplete.
   void Append(std::string_view batch_rep);
+
+  // Makes the SST at `sst_path` (puts in key order, as rocksdb::SstFileWriter writes them,
+  // `crc32c` of the whole file) a segment of its own, after every append before the call and
+  // before every later one, by moving the file into the log: a flush that RocksDB ingested as
+  // an SST is logged without writing its rows again. False when the file cannot be moved there
+  // (another file system); it is then left where it was, and the caller appends the rows.
+  bool AdoptSst(const std::string& sst_path, uint64_t size_bytes, uint32_t crc32c);
 
   // Seals the open segment: every append before the call is in a sealed segment numbered at or
   // below the returned seq, every later one in a higher one. An empty segment leaves no file.
@@ -99,7 +107,9 @@ class ChangeLog {
 
 // Reads the records of the segment at `path` in order, giving each WriteBatch representation to
 // `fn` (which may stop the walk with an error). kDataLoss when a record is torn or fails its
-// CRC; errors of `fn` are returned as they are.
+// CRC; errors of `fn` are returned as they are. A segment the log adopted as an SST (its name
+// ends in ".sst") is given as WriteBatches of its puts in key order, about 4 MiB each, so that
+// every reader replays both kinds alike.
 Status ForEachChangeRecord(const std::string& path,
                            const std::function<Status(std::string&& batch_rep)>& fn);
 

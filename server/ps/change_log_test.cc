@@ -1,6 +1,9 @@
 #include "server/ps/change_log.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
+#include <rocksdb/write_batch.h>
 
 #include <filesystem>
 #include <fstream>
@@ -61,6 +64,95 @@ TEST(ChangeLogTest, CutsSealSegmentsThatHoldTheAppendsInOrder) {
   EXPECT_FALSE(fs::exists(all[0].path));
   EXPECT_TRUE(fs::exists(all[1].path));
   ASSERT_EQ((*log)->Sealed(0, third).size(), 1u);
+}
+
+// The puts of the WriteBatch representations `reps`, as "key=value" strings.
+std::vector<std::string> Puts(const std::vector<std::string>& reps) {
+  struct Collect : rocksdb::WriteBatch::Handler {
+    std::vector<std::string>* out;
+    void Put(const rocksdb::Slice& k, const rocksdb::Slice& v) override {
+      out->push_back(k.ToString() + "=" + v.ToString());
+    }
+  };
+  std::vector<std::string> out;
+  for (const std::string& rep : reps) {
+    rocksdb::WriteBatch batch(rep);
+    Collect c;
+    c.out = &out;
+    EXPECT_TRUE(batch.Iterate(&c).ok());
+  }
+  return out;
+}
+
+// An SST of `n` puts "k<i>" = 1 KiB values, written where `path` says.
+std::vector<std::string> WriteSst(const std::string& path, int n) {
+  rocksdb::SstFileWriter writer{rocksdb::EnvOptions(), rocksdb::Options()};
+  EXPECT_TRUE(writer.Open(path).ok());
+  std::vector<std::string> puts;
+  for (int i = 0; i < n; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "k%08d", i);
+    const std::string value(1024, static_cast<char>('a' + i % 26));
+    EXPECT_TRUE(writer.Put(key, value).ok());
+    puts.push_back(std::string(key) + "=" + value);
+  }
+  EXPECT_TRUE(writer.Finish().ok());
+  return puts;
+}
+
+// A flush RocksDB ingested as an SST is logged by moving the file in as a segment of its own,
+// between the records appended before and after it; readers get its puts as WriteBatches.
+TEST(ChangeLogTest, AnAdoptedSstIsASegmentBetweenTheAppendsAroundIt) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  rocksdb::WriteBatch before, after;
+  ASSERT_TRUE(before.Put("a", "1").ok());
+  ASSERT_TRUE(after.Put("k00000001", "newer").ok());
+  (*log)->Append(before.Data());
+  // 10,000 puts of 1 KiB: several of the ~4 MiB batches a reader is given.
+  const std::vector<std::string> puts = WriteSst(tmp.File("flush.sst"), 10000);
+  const std::string bytes = testing::ReadFile(tmp.File("flush.sst"));
+  const uint32_t crc = Crc32c(bytes.data(), bytes.size());
+  ASSERT_TRUE((*log)->AdoptSst(tmp.File("flush.sst"), bytes.size(), crc));
+  EXPECT_FALSE(fs::exists(tmp.File("flush.sst"))) << "moved, not copied";
+  (*log)->Append(after.Data());
+  const uint64_t cut = (*log)->Cut();
+
+  auto sealed = (*log)->Sealed(0, cut);
+  ASSERT_EQ(sealed.size(), 3u);
+  EXPECT_FALSE(sealed[0].sst);
+  EXPECT_TRUE(sealed[1].sst);
+  EXPECT_FALSE(sealed[2].sst);
+  EXPECT_LT(sealed[0].seq, sealed[1].seq);
+  EXPECT_LT(sealed[1].seq, sealed[2].seq);
+  EXPECT_TRUE(sealed[1].complete);
+  EXPECT_EQ(sealed[1].size_bytes, bytes.size());
+  EXPECT_EQ(sealed[1].crc32c, crc);
+  EXPECT_EQ(testing::ReadFile(sealed[1].path), bytes);
+  EXPECT_EQ(Puts(Records(sealed[0].path)), (std::vector<std::string>{"a=1"}));
+  const std::vector<std::string> reps = Records(sealed[1].path);
+  EXPECT_GE(reps.size(), 2u);
+  for (const std::string& rep : reps) EXPECT_LE(rep.size(), (5u << 20));
+  EXPECT_EQ(Puts(reps), puts);
+  EXPECT_EQ(Puts(Records(sealed[2].path)), (std::vector<std::string>{"k00000001=newer"}));
+
+  // Nothing to move: refused, and the log goes on as before.
+  EXPECT_FALSE((*log)->AdoptSst(tmp.File("absent.sst"), 10, 0));
+  (*log)->Append(before.Data());
+  const uint64_t next = (*log)->Cut();
+  ASSERT_EQ((*log)->Sealed(cut, next).size(), 1u);
+  EXPECT_FALSE((*log)->Sealed(cut, next)[0].sst);
+
+  // A damaged SST segment is data loss, not a short replay.
+  std::string damaged = bytes;
+  damaged[damaged.size() / 3] ^= 0x5A;
+  { std::ofstream(tmp.File("damaged.sst"), std::ios::binary) << damaged; }
+  Status s;
+  Records(tmp.File("damaged.sst"), &s);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
+  (*log)->DropThrough(next);
+  EXPECT_FALSE(fs::exists(sealed[1].path));
 }
 
 // Records around the 4 KiB block and the 1 MiB buffer, in one segment: the sealed file holds

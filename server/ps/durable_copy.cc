@@ -315,11 +315,12 @@ bool SafeRelativePath(const std::string& path) {
          path.starts_with(std::string(kLogDir) + "/") || path.starts_with(kStepPrefix);
 }
 
-// "log/<16-digit seq>-<crc>.log": where a change log segment lives in a durable root.
+// "log/<16-digit seq>-<crc>.log" (".sst" for an SST segment, which readers tell by the name):
+// where a change log segment lives in a durable root.
 std::string SegmentDurablePath(const ChangeSegment& seg) {
   char name[64];
-  std::snprintf(name, sizeof name, "%016llu-%s.log", static_cast<unsigned long long>(seg.seq),
-                Hex32(seg.crc32c).c_str());
+  std::snprintf(name, sizeof name, "%016llu-%s%s", static_cast<unsigned long long>(seg.seq),
+                Hex32(seg.crc32c).c_str(), seg.sst ? ".sst" : ".log");
   return std::string(kLogDir) + "/" + name;
 }
 
@@ -390,9 +391,10 @@ StatusOr<uint64_t> UploadSegment(const ChangeSegment& segment, const std::string
   const std::string to = (root / SegmentDurablePath(segment)).string();
   if (FileSize(to) == segment.size_bytes) return uint64_t{0};
   TANDEM_RETURN_IF_ERROR(CreateDirsDurably(root / kLogDir));
-  // The segment was written direct (change_log.h): none of its bytes are in the page cache.
+  // A records segment was written direct (change_log.h): none of its bytes are in the page
+  // cache. An SST segment was written through it.
   TANDEM_ASSIGN_OR_RETURN(FileSum sum, Stage(segment.path, to, segment.crc32c,
-                                             /*read_direct=*/true));
+                                             /*read_direct=*/!segment.sst));
   const std::string tmp = to + std::string(kTmpSuffix);
   Status s = FsyncPath(tmp, O_RDONLY);
   if (s.ok() && ::rename(tmp.c_str(), to.c_str()) != 0) s = ErrnoToStatus(errno, "rename " + tmp);

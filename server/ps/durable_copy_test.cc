@@ -391,12 +391,15 @@ TEST_F(DurableCopyTest, CollectGarbageKeepsWhatRetainedPartsNeed) {
 }
 
 // A store with a change log: a full part at step 1, then updates, erasures and new rows, and a
-// delta part at step 2 made of step 1's files and the log written since.
-class DeltaPartTest : public ::testing::Test {
+// delta part at step 2 made of step 1's files and the log written since. The parameter: every
+// flush of dirty rows ingested as an SST (which the log adopts as a segment), or none.
+class DeltaPartTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     StoreOptions o = Options(tmp_.File("live"));
     o.change_log_dir = tmp_.File("changes");
+    o.ingest_bytes = GetParam() ? 1 : UINT64_MAX;
+    o.ingest_piece_bytes = 16 << 10;  // several SST segments
     auto store = EmbeddingStore::Open(o);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(store).value();
@@ -417,6 +420,9 @@ class DeltaPartTest : public ::testing::Test {
     ASSERT_TRUE(store_->Checksum(&want_sum_).ok());
     segments_ = store_->change_log()->Sealed(seq1, seq2);
     ASSERT_FALSE(segments_.empty());
+    size_t ssts = 0;
+    for (const ChangeSegment& seg : segments_) ssts += seg.sst;
+    EXPECT_EQ(ssts > 0, GetParam()) << "the flush at step 2, ingested and adopted";
     auto delta = CopyDeltaToDurable(tmp_.File("rp-2"), base_, segments_, root_, 0, 2);
     ASSERT_TRUE(delta.ok()) << delta.status();
     delta_ = *delta;
@@ -442,7 +448,7 @@ class DeltaPartTest : public ::testing::Test {
   ModelChecksum want_sum_;
 };
 
-TEST_F(DeltaPartTest, CopiesOnlyTheLogAndRestoresTheNewerRows) {
+TEST_P(DeltaPartTest, CopiesOnlyTheLogAndRestoresTheNewerRows) {
   EXPECT_EQ(delta_.base_step, 1);
   EXPECT_EQ(delta_.step, 2);
   uint64_t log_bytes = 0;
@@ -472,7 +478,7 @@ TEST_F(DeltaPartTest, CopiesOnlyTheLogAndRestoresTheNewerRows) {
   EXPECT_TRUE(VerifyPart(root_, delta_, /*full=*/true).ok()) << "restoring leaves it intact";
 }
 
-TEST_F(DeltaPartTest, GarbageCollectionKeepsTheBaseFilesADeltaNeeds) {
+TEST_P(DeltaPartTest, GarbageCollectionKeepsTheBaseFilesADeltaNeeds) {
   testing::WriteFile(root_ + "/log/0000000000000099-00000000.log.tmp", "torn");
   ASSERT_TRUE(CollectGarbage(root_, {delta_}).ok());
   EXPECT_FALSE(fs::exists(root_ + "/log/0000000000000099-00000000.log.tmp"));
@@ -484,7 +490,7 @@ TEST_F(DeltaPartTest, GarbageCollectionKeepsTheBaseFilesADeltaNeeds) {
   EXPECT_TRUE(Names(root_ + "/log").empty());
 }
 
-TEST_F(DeltaPartTest, DamagedSegmentIsDataLossAndIncompleteOneIsRefused) {
+TEST_P(DeltaPartTest, DamagedSegmentIsDataLossAndIncompleteOneIsRefused) {
   const CheckpointFile* log = nullptr;
   for (const CheckpointFile& f : delta_.files)
     if (f.is_log) log = &f;
@@ -505,6 +511,11 @@ TEST_F(DeltaPartTest, DamagedSegmentIsDataLossAndIncompleteOneIsRefused) {
                   .IsInvalidArgument())
       << "a delta of a delta";
 }
+
+INSTANTIATE_TEST_SUITE_P(Flush, DeltaPartTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Ingested" : "Memtable";
+                         });
 
 TEST(DurableCopyJsonTest, PartRoundTrips) {
   CheckpointPart part;

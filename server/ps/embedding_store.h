@@ -48,6 +48,15 @@ struct StoreOptions {
   // random ones). Memory beyond cache_bytes: this, plus one lock window's evictions (about 512
   // rows) per thread applying.
   uint64_t stage_bytes = 8ull << 20;
+  // A flush of dirty rows (restore points, checkpoints) of at least this many bytes is written as
+  // one sorted SST and ingested, not put through the memtable: with the whole table in the cache
+  // a restore point writes most of it. Memory beyond cache_bytes while it is written: one SST
+  // writer's bloom filter, index and block (about 2 % of ingest_piece_bytes).
+  uint64_t ingest_bytes = 64ull << 20;
+  // Such a flush is cut into SSTs of about this many row bytes, each ingested and handed to the
+  // change log in turn, so that the shard copies one (like a sealed log segment) while the next
+  // is written.
+  uint64_t ingest_piece_bytes = 64ull << 20;
 };
 
 struct StoreStats {

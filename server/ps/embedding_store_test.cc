@@ -419,6 +419,79 @@ TEST(EmbeddingStoreTest, CheckpointRebuildGivesIdenticalRowsAndStaysIndependent)
   EXPECT_FALSE(RebuildLiveDb(dir.File("missing"), dir.File("x")).ok());
 }
 
+// A flush of dirty rows at least StoreOptions::ingest_bytes large goes to RocksDB as one SST
+// instead of through the memtable: the same rows, counters and kept checksum either way,
+// including rows that are both staged (evicted) and dirty in the cache again when flushed.
+TEST(EmbeddingStoreTest, AFlushIngestedAsAnSstHoldsWhatTheMemtableWouldHold) {
+  ScopedDir dir;
+  const std::vector<TableSpec> tables = {MakeTable(0, 8, OptimizerKind::kAdagrad),
+                                         MakeTable(1, 4, OptimizerKind::kSgd)};
+  const std::vector<uint64_t> ids = SpreadIds(3000);
+  const std::vector<uint64_t> again(ids.begin(), ids.begin() + 400);
+  const std::vector<uint64_t> erased(ids.begin() + 1000, ids.begin() + 1050);
+  std::vector<uint64_t> kept(ids.begin(), ids.begin() + 1000);
+  kept.insert(kept.end(), ids.begin() + 1050, ids.end());
+  struct Result {
+    Rows rows;
+    std::string sum;
+    uint64_t counter = 0;
+  };
+  auto run = [&](bool ingest) {
+    Result r;
+    const std::string db = dir.File(ingest ? "ingested" : "memtable");
+    StoreOptions options = Options(db, tables);
+    options.stripes = 2;
+    options.cache_bytes = 16 << 10;  // most rows evicted,
+    options.stage_bytes = 1 << 20;   // and still staged when flushed
+    options.ingest_bytes = ingest ? 1 : UINT64_MAX;
+    options.ingest_piece_bytes = 2 << 10;  // many SSTs, cut between a row's two versions too
+    auto ssts = [&] {
+      size_t n = 0;
+      for (const auto& e : std::filesystem::directory_iterator(db))
+        n += e.path().extension() == ".sst";
+      return n;
+    };
+    {
+      auto store = OpenOrDie(options);
+      if (store == nullptr) return r;
+      Churn churn0(store.get(), tables[0]), churn1(store.get(), tables[1]);
+      churn0.Update(ids, 1);
+      churn1.Update(again, 1);
+      churn0.Update(again, 2);  // back from the stage into the cache, dirty in both
+      EXPECT_GT(store->stats().staged_rows, 0u);
+      EXPECT_TRUE(store->SetAdmissionCount(1, 77, 3).ok());
+      EXPECT_TRUE(store->Erase(0, erased).ok());
+      EXPECT_TRUE(store->FlushDirty().ok());
+      // Ingested: on disk at once; through the memtable: not before RocksDB flushes it.
+      EXPECT_EQ(ssts() > 10, ingest);
+      EXPECT_FALSE(std::filesystem::exists(db + "/tandem-flush.sst.tmp"));
+      churn0.ExpectRows(kept);
+      churn0.Update(again, 3);
+      EXPECT_TRUE(store->FlushDirty().ok());
+      churn0.ExpectRows(kept);
+      churn1.ExpectRows(again);
+      ModelChecksum kept, scanned;
+      EXPECT_TRUE(store->Checksum(&kept).ok());
+      EXPECT_TRUE(store->ScanChecksum(&scanned).ok());
+      EXPECT_EQ(kept.Hex(), scanned.Hex());
+      r.sum = kept.Hex();
+    }
+    auto store = OpenOrDie(options);  // what the files hold
+    if (store == nullptr) return r;
+    r.rows = Dump(*store, tables);
+    auto counter = store->AdmissionCount(1, 77);
+    EXPECT_TRUE(counter.ok()) << counter.status();
+    r.counter = counter.ok() ? *counter : 0;
+    return r;
+  };
+  const Result memtable = run(false), ingested = run(true);
+  EXPECT_EQ(memtable.rows.size(), ids.size() - erased.size() + again.size());
+  EXPECT_EQ(ingested.rows, memtable.rows);
+  EXPECT_EQ(ingested.sum, memtable.sum);
+  EXPECT_EQ(ingested.counter, 3u);
+  EXPECT_EQ(memtable.counter, 3u);
+}
+
 TEST(EmbeddingStoreTest, EraseRemovesFromCacheAndRocksDb) {
   ScopedDir dir;
   const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);

@@ -779,6 +779,10 @@ StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string
                                                  const std::vector<int64_t>& retained,
                                                  CopyProgress* progress, PartKind kind) {
   // The copy runs outside mu_: pushes and applies go on while a part is copied.
+  // A restore point being taken holds mu_ for seconds when most of the table is dirty: the
+  // request waits for it here, not holding copy_mu_, so that the upload thread copies the
+  // change log segments the flush seals meanwhile and the part is left only the last of them.
+  { MutexLock wait(&mu_); }
   MutexLock copy_lock(&copy_mu_);
   if (last_part_ && last_part_->step == step) return *last_part_;  // a resent request
   std::string dir;
