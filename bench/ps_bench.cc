@@ -126,9 +126,10 @@ void Materialise(PsClient* c, const std::vector<uint64_t>& keys, uint32_t dim, i
   }
 }
 
+// The keys are distinct and said to be, as a worker's pulls of a batch's unique ids are.
 double PullKeysPerSec(PsClient* c, const std::vector<uint64_t>& keys, int64_t step, int reps) {
   std::vector<std::vector<float>> rows;
-  TableIds t{0, keys};
+  TableIds t{0, keys, /*unique=*/true};
   if (!c->Pull(step, {&t, 1}, &rows).ok()) std::abort();
   auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i)

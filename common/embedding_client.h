@@ -14,6 +14,9 @@ namespace tandem {
 struct TableIds {
   uint32_t table = 0;
   std::span<const uint64_t> ids;  // may repeat
+  // The caller says the ids are distinct (a batch's unique ids), so a client may skip its own
+  // de-duplication. A repeat then costs only its bytes: each position still gets its row.
+  bool unique = false;
 };
 
 struct TableGrads {

@@ -178,25 +178,35 @@ Status PsClient::Pull(int64_t step, std::span<const TableIds> tables,
     const auto& t = tables[i];
     if (t.table >= options_.dims.size())
       return Status::InvalidArgument("unknown table " + std::to_string(t.table));
-    FlatIdIndex& idx = dedupe_[i];
-    idx.Reset(t.ids.size());
     // Ids spread about evenly over the shards (ShardOf hashes them).
     const size_t expect = t.ids.size() / n_shards + (n_shards == 1 ? 0 : t.ids.size() / 16 + 16);
     for (size_t s = 0; s < n_shards; ++s) {
       ids[s][i].reserve(expect);
       pos[s][i].reserve(expect);
     }
-    idx.InsertAll(t.ids.data(), t.ids.size(), [&](size_t j, uint32_t u, bool inserted) {
-      if (!inserted) return;
+    const auto add = [&](size_t j, uint32_t u) {
       const uint64_t id = t.ids[j];
       const uint32_t s = n_shards == 1 ? 0 : ShardOf(t.table, id, static_cast<uint32_t>(n_shards));
       ids[s][i].push_back(id);
       pos[s][i].push_back(u);
-    });
+    };
+    size_t unique = t.ids.size();
+    if (t.unique) {
+      // Each position is its own unique id (a batch's ids, de-duplicated by the input pipeline):
+      // no index to build, a fifth of a pull's client CPU at 64 k ids.
+      for (size_t j = 0; j < t.ids.size(); ++j) add(j, static_cast<uint32_t>(j));
+    } else {
+      FlatIdIndex& idx = dedupe_[i];
+      idx.Reset(t.ids.size());
+      idx.InsertAll(t.ids.data(), t.ids.size(), [&](size_t j, uint32_t u, bool inserted) {
+        if (inserted) add(j, u);
+      });
+      unique = idx.size();
+    }
     // Without repeated ids the unique order is the request order: rows go straight to `rows`.
-    no_repeats[i] = idx.size() == t.ids.size();
+    no_repeats[i] = unique == t.ids.size();
     auto& target = no_repeats[i] ? (*rows)[i] : unique_rows[i];
-    target.resize(static_cast<size_t>(idx.size()) * options_.dims[t.table]);
+    target.resize(unique * options_.dims[t.table]);
   }
   std::vector<size_t> targets;
   for (size_t s = 0; s < n_shards; ++s) {

@@ -88,7 +88,8 @@ Status PullBatchRows(EmbeddingClient* client, int64_t step, const data::Batch& b
                      BatchRows* rows) {
   const size_t tables = batch.unique_ids.size();
   std::vector<TableIds> want(tables);
-  for (size_t t = 0; t < tables; ++t) want[t] = {static_cast<uint32_t>(t), batch.unique_ids[t]};
+  for (size_t t = 0; t < tables; ++t)
+    want[t] = {static_cast<uint32_t>(t), batch.unique_ids[t], /*unique=*/true};
   return client->Pull(step, want, rows);
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 
 #include "common/ps_client.h"
@@ -724,6 +725,30 @@ TEST(PsChecksumTest, TwoShardsThroughTheClientEqualTheLocalTable) {
   local.AddToChecksum(&want);
   EXPECT_EQ(sum->Hex(), want.Hex());
   EXPECT_EQ(rows, local.rows_stored());
+
+  // Pulls across both shards, the ids said to be unique (the client then skips its own
+  // de-duplication) or not; said wrongly, every position still gets its row.
+  std::vector<uint64_t> all(45);
+  std::iota(all.begin(), all.end(), 0);  // 40..44 never pushed: initial rows
+  std::vector<uint64_t> repeated = all;
+  repeated.insert(repeated.end(), all.rbegin(), all.rbegin() + 10);
+  for (uint32_t t = 0; t < tables.size(); ++t) {
+    const TableIds ask{t, all}, ask_unique{t, all, /*unique=*/true},
+        ask_repeated{t, repeated, /*unique=*/true};
+    std::vector<std::vector<float>> want_rows, plain, unique, twice;
+    ASSERT_TRUE(local.Pull(12, {&ask, 1}, &want_rows).ok());
+    ASSERT_TRUE(client.Pull(12, {&ask, 1}, &plain).ok());
+    ASSERT_TRUE(client.Pull(12, {&ask_unique, 1}, &unique).ok());
+    ASSERT_TRUE(client.Pull(12, {&ask_repeated, 1}, &twice).ok());
+    EXPECT_EQ(plain, want_rows) << "table " << t;
+    EXPECT_EQ(unique, want_rows) << "table " << t;
+    const size_t dim = tables[t].dim;
+    ASSERT_EQ(twice[0].size(), repeated.size() * dim);
+    for (size_t j = 0; j < repeated.size(); ++j)
+      EXPECT_TRUE(std::equal(&twice[0][j * dim], &twice[0][(j + 1) * dim],
+                             &want_rows[0][repeated[j] * dim]))
+          << "table " << t << " position " << j;
+  }
   for (auto& s : servers) s->Stop();
 }
 
