@@ -38,8 +38,6 @@ constexpr std::string_view kPoolDir = "sst";
 constexpr std::string_view kStepPrefix = "step-";
 constexpr std::string_view kLogDir = "log";
 constexpr std::string_view kTmpSuffix = ".tmp";
-// FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
-constexpr std::string_view kRocksCrc32cName = "FileChecksumCrc32c";
 
 Status ErrorCodeStatus(const std::error_code& ec, const std::string& what) {
   return ErrnoToStatus(ec.value(), what);
@@ -144,14 +142,24 @@ StatusOr<std::map<uint64_t, uint32_t>> RecordedSstChecksums(const std::string& d
   std::map<uint64_t, uint32_t> out;
   for (size_t i = 0; i < numbers.size(); ++i) {
     // Files written before the factory was set have no checksum; the copy computes one.
-    if (funcs[i] != kRocksCrc32cName || sums[i].size() != 4) continue;
-    uint32_t v = 0;  // RocksDB stores this CRC unmasked, as 4 big-endian bytes
-    for (char c : sums[i]) v = v << 8 | static_cast<uint8_t>(c);
-    out[numbers[i]] = v;
+    if (const std::optional<uint32_t> crc = RocksFileCrc32c(funcs[i], sums[i]))
+      out[numbers[i]] = *crc;
   }
   db->Close().PermitUncheckedError();  // read-only: nothing to lose
   return out;
 }
+
+}  // namespace
+
+std::optional<uint32_t> RocksFileCrc32c(std::string_view func_name, std::string_view checksum) {
+  // FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
+  if (func_name != "FileChecksumCrc32c" || checksum.size() != 4) return std::nullopt;
+  uint32_t v = 0;
+  for (char c : checksum) v = v << 8 | static_cast<uint8_t>(c);
+  return v;
+}
+
+namespace {
 
 // "000012.sst" -> 12; nullopt for anything else.
 std::optional<uint64_t> SstNumber(const std::string& name) {

@@ -32,7 +32,9 @@
 #include <atomic>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -138,6 +140,11 @@ Status MaterializePart(const std::string& durable_root, const CheckpointPart& pa
 // REQUIRES: no CopyToDurable into `durable_root` runs concurrently (its files are not retained
 // yet and would be deleted).
 Status CollectGarbage(const std::string& durable_root, const std::vector<CheckpointPart>& retained);
+
+// The CRC32C of a whole SST as RocksDB recorded it (file_checksum_gen_factory, or an
+// SstFileWriter's ExternalSstFileInfo): `func_name` "FileChecksumCrc32c" and 4 big-endian bytes
+// of the unmasked CRC. nullopt for anything else (a file written without the factory).
+std::optional<uint32_t> RocksFileCrc32c(std::string_view func_name, std::string_view checksum);
 
 // JSON for the manifest: {"shard", "step", "files": [{"path", "db_name", "size", "crc32c"
 // (8 lower-case hex digits), "sst", "log" (only when true)}], "bytes_copied", "files_copied",

@@ -170,8 +170,8 @@ class DurableCopyTest : public ::testing::Test {
   Rows rows_first_, rows_second_;
 };
 
-// RocksDB's CRC32C file checksum (read straight from RocksDB here, not through durable_copy) is
-// the plain CRC32C of the file, stored as 4 big-endian bytes.
+// RocksDB's CRC32C file checksum (read straight from RocksDB here) is the plain CRC32C of the
+// file, which RocksFileCrc32c decodes; any other checksum is not taken for one.
 TEST_F(DurableCopyTest, RocksSstChecksumIsCrc32cOfTheFile) {
   rocksdb::Options options;
   options.info_log = std::make_shared<QuietLogger>();
@@ -183,12 +183,16 @@ TEST_F(DurableCopyTest, RocksSstChecksumIsCrc32cOfTheFile) {
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) {
     EXPECT_EQ(f.file_checksum_func_name, "FileChecksumCrc32c");
-    ASSERT_EQ(f.file_checksum.size(), 4u);
-    uint32_t recorded = 0;
-    for (char c : f.file_checksum) recorded = recorded << 8 | static_cast<uint8_t>(c);
+    const std::optional<uint32_t> recorded =
+        RocksFileCrc32c(f.file_checksum_func_name, f.file_checksum);
+    ASSERT_TRUE(recorded.has_value()) << f.relative_filename;
     const std::string bytes = testing::ReadFile(first_ + "/" + f.relative_filename);
-    EXPECT_EQ(Crc32c(bytes.data(), bytes.size()), recorded) << f.relative_filename;
+    EXPECT_EQ(Crc32c(bytes.data(), bytes.size()), *recorded) << f.relative_filename;
+    EXPECT_FALSE(RocksFileCrc32c("FileChecksumCrc32", f.file_checksum).has_value());
+    EXPECT_FALSE(RocksFileCrc32c(f.file_checksum_func_name, f.file_checksum.substr(1)).has_value());
   }
+  EXPECT_EQ(RocksFileCrc32c("FileChecksumCrc32c", std::string_view("\x01\x02\x03\x04", 4)),
+            0x01020304u);
 }
 
 TEST_F(DurableCopyTest, FirstCopyHoldsEveryFileWithItsChecksum) {
