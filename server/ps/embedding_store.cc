@@ -1104,17 +1104,6 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
                                      "store: open " + options.db_dir));
   }
   impl->db.reset(db);
-  if (!options.read_only) {
-    // Compactions run at nice 19 (RocksDB's CpuPriority::kLow, applied by each LOW-pool thread
-    // before its next job): where they compete with pulls, pushes and restore points for the
-    // cores, those go first, and compaction takes the time the request threads leave. With the
-    // table ~57x the cache a 600-step scale job ran 3 % faster and its end of job took 0.6 s
-    // less; at the end of a job with a 10^8-row table compactions took ~45 % of the CPU while
-    // the final evaluation and checkpoint waited. Flushes (the HIGH pool) keep their priority.
-    TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::Env::Default()->LowerThreadPoolCPUPriority(
-                                         rocksdb::Env::Priority::LOW, rocksdb::CpuPriority::kLow),
-                                     "store: lower compaction priority"));
-  }
   if (!options.read_only) {  // a flush's SST that a crash left before RocksDB took it
     std::filesystem::remove(options.db_dir + "/" + kIngestFile, ec);
     std::filesystem::remove(options.db_dir + "/" + kIngestFile + ".changes", ec);

@@ -3,14 +3,10 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -629,45 +625,6 @@ TEST(EmbeddingStoreTest, RocksDbKeepsNoFiltersOrIndexesInItsOwnMemory) {
   EXPECT_TRUE(read == rows);
   EXPECT_GT(store->RocksIntProperty("rocksdb.total-sst-files-size"), ids.size() * 32);
   EXPECT_LT(store->RocksIntProperty("rocksdb.estimate-table-readers-mem"), 64u << 10);
-}
-
-// Compactions yield the cores to the request threads: RocksDB's LOW pool, which runs them, is
-// at nice 19 once it has run one, while the threads that call the store keep their priority.
-TEST(EmbeddingStoreTest, CompactionsRunAtALowerCpuPriorityThanRequests) {
-  errno = 0;
-  const int base = getpriority(PRIO_PROCESS, 0);
-  ASSERT_LT(base, 19) << "run this test below nice 19: its compactions could not be lower";
-  ScopedDir dir;
-  const TableSpec spec = MakeTable(0, 4, OptimizerKind::kSgd);
-  auto store = OpenOrDie(Options(dir.File("db"), {spec}));
-  ASSERT_NE(store, nullptr);
-  const std::vector<uint64_t> all = SpreadIds(5 * 2000);
-  for (int round = 0; round < 5; ++round) {  // five L0 files: one more than the trigger
-    const std::span<const uint64_t> ids(all.data() + round * 2000, 2000);
-    const std::vector<uint8_t> rows = MutatedRows(spec, {ids.begin(), ids.end()}, round + 1);
-    ASSERT_TRUE(store->WriteRows(0, ids, rows.data()).ok());
-    ASSERT_TRUE(store->CreateCheckpoint(dir.File("cp" + std::to_string(round))).ok());
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (store->RocksIntProperty("rocksdb.num-files-at-level0") >= 4 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_LT(store->RocksIntProperty("rocksdb.num-files-at-level0"), 4u) << "no compaction ran";
-  int low = 0, lowered = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "rocksdb:low") continue;
-    ++low;
-    errno = 0;
-    const int nice = getpriority(PRIO_PROCESS, std::stoi(task.path().filename().string()));
-    if (errno == 0 && nice == 19) ++lowered;
-  }
-  EXPECT_GT(low, 0);
-  EXPECT_GT(lowered, 0) << "no compaction thread at nice 19";
-  errno = 0;  // this thread, which made the requests, keeps the priority it was started with
-  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), base);
 }
 
 TEST(EmbeddingStoreTest, AdmissionCountersRoundTripThroughFlushAndReopen) {
