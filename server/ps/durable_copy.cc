@@ -149,18 +149,6 @@ StatusOr<std::map<uint64_t, uint32_t>> RecordedSstChecksums(const std::string& d
   return out;
 }
 
-}  // namespace
-
-std::optional<uint32_t> RocksFileCrc32c(std::string_view func_name, std::string_view checksum) {
-  // FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
-  if (func_name != "FileChecksumCrc32c" || checksum.size() != 4) return std::nullopt;
-  uint32_t v = 0;
-  for (char c : checksum) v = v << 8 | static_cast<uint8_t>(c);
-  return v;
-}
-
-namespace {
-
 // "000012.sst" -> 12; nullopt for anything else.
 std::optional<uint64_t> SstNumber(const std::string& name) {
   if (!name.ends_with(".sst") || name.size() == 4) return std::nullopt;
@@ -717,6 +705,14 @@ StatusOr<CheckpointPart> CheckpointPartFromJson(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(std::string("checkpoint part: ") + e.what());
   }
+}
+
+std::optional<uint32_t> RocksFileCrc32c(std::string_view func_name, std::string_view checksum) {
+  // FileChecksumGenCrc32c::Name(): the only RocksDB file checksum we know how to read.
+  if (func_name != "FileChecksumCrc32c" || checksum.size() != 4) return std::nullopt;
+  uint32_t v = 0;
+  for (char c : checksum) v = v << 8 | static_cast<uint8_t>(c);
+  return v;
 }
 
 }  // namespace tandem::ps
