@@ -253,11 +253,8 @@ struct Stripe {
   Mutex mu;
   RowCache cache GUARDED_BY(mu);
   // Dirty rows `cache` evicted, until DrainStaged writes them: for anyone holding `mu`, a row
-  // is in the cache, staged, in flight, or in RocksDB, looked for in that order.
+  // is in the cache, staged, or in RocksDB, looked for in that order.
   internal::StagedRows staged GUARDED_BY(mu);
-  // Copies of the rows a checkpoint's flush round took from this stripe (clean in the cache
-  // since) while it writes them without the lock; null between rounds (FlushInRounds).
-  std::unique_ptr<internal::StagedRows> in_flight GUARDED_BY(mu);
   internal::AbsentKeys absent GUARDED_BY(mu);
   CounterCache counters GUARDED_BY(mu);
   // The records of the rows that stopped being dirty (evicted or flushed) since the store last
@@ -425,9 +422,6 @@ struct EmbeddingStore::Impl {
   std::atomic<uint64_t> staged_bytes{0};
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> drains{0};
-  // Set while FlushInRounds runs: the writing calls fail instead of racing its older copies.
-  std::atomic<bool> flushing_rounds{false};
-  Mutex rounds_mu;  // one FlushInRounds at a time
   StoredSum sum GUARDED_BY(sum_mu);
 
   void MergeDelta(const SumDelta& d) {
@@ -483,7 +477,7 @@ struct EmbeddingStore::Impl {
   // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
   // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
   Status FlushStripes(size_t begin, size_t end, bool staged_only);
-  // A row a flush writes; `row` stays valid while the flush holds what it points into.
+  // A row a flush writes; `row` stays valid while the flush holds the stripes.
   struct Dirty {
     uint32_t table;
     uint32_t bytes;
@@ -495,22 +489,8 @@ struct EmbeddingStore::Impl {
   // change log: as ingested SSTs when `may_ingest` and they reach options.ingest_bytes, else
   // through the memtable.
   Status WriteSorted(std::vector<Dirty>* dirty, bool may_ingest);
-  // Appends the dirty counters of `s` to `batch` and empties its counter map.
-  static void TakeCounters(Stripe& s, rocksdb::WriteBatch* batch) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // CreateCheckpoint's flush (see there): rounds that copy the staged and dirty rows of a few
-  // stripes into their `in_flight` under each stripe's lock, write them without it, then drop
-  // the copies (or stage them again when the write failed).
-  Status FlushInRounds();
-  // FlushDirty's work. REQUIRES: rounds_mu held.
-  Status FlushAll();
-  const uint8_t* InFlight(const Stripe& s, uint32_t table, uint64_t id, uint64_t hash) const
-      EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    return s.in_flight == nullptr ? nullptr : s.in_flight->Find(table, id, hash);
-  }
-  Status CheckNotFlushing() const {
-    if (!flushing_rounds.load(std::memory_order_acquire)) return Status::Ok();
-    return Status::FailedPrecondition("store: a change while a checkpoint flushes");
-  }
+  // Appends the dirty counters of `s` to `batch`.
+  static void DirtyCounters(Stripe& s, rocksdb::WriteBatch* batch) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Writes rows 0..n of a key-ordered flush into one SST and ingests it. value(i, &v) gives
   // row i's bytes, or false to leave it out; key(i) its key (ascending, distinct once the rows
   // left out are left out).
@@ -724,8 +704,7 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
       // A staged row is newer than RocksDB's copy: Finish takes it from the stage.
       int32_t how = Pending::kNotFetched;
       uint32_t noted = 0;
-      if (row == nullptr && s.staged.Find(table, ids[i], hash) == nullptr &&
-          InFlight(s, table, ids[i], hash) == nullptr) {
+      if (row == nullptr && s.staged.Find(table, ids[i], hash) == nullptr) {
         how = 0;
         if (Op::kWrites && s.absent.Find(table, ids[i], hash, &noted) &&
             !s.cache.MaybeChangedSince(hash, noted)) {
@@ -844,9 +823,7 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
 // missing; otherwise the row is read again, under the lock that orders those writes.
 Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending,
                                          size_t k, const rocksdb::Slice** value) {
-  const uint8_t* staged = s.staged.Find(table, id, pending->hash[k]);
-  if (staged == nullptr) staged = InFlight(s, table, id, pending->hash[k]);
-  if (staged != nullptr) {
+  if (const uint8_t* staged = s.staged.Find(table, id, pending->hash[k])) {
     // Copied: inserting the row into the cache may stage (and so overwrite) another.
     pending->reread.PinSelf(
         rocksdb::Slice(reinterpret_cast<const char*>(staged), row_bytes[table]));
@@ -943,14 +920,24 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
       RowRecord(&s.cleaned, options.tables[table], table, id, row, false);
       dirty.push_back(Dirty{table, n, id, row, true});
     });
-    TakeCounters(s, &counters);
+    DirtyCounters(s, &counters);
   }
   // The byte order of big-endian (table, id) keys is the numeric order of (table, id).
   std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
     if (a.table != b.table) return a.table < b.table;
     return a.id != b.id ? a.id < b.id : a.cached < b.cached;
   });
-  TANDEM_RETURN_IF_ERROR(WriteSorted(&dirty, /*may_ingest=*/!staged_only));
+  if (Status written = WriteSorted(&dirty, /*may_ingest=*/!staged_only); !written.ok()) {
+    // The cache holds the taken rows clean now, and would drop them at eviction: staged, they
+    // are written by the next drain or flush (the stage's own rows stay staged).
+    for (const Dirty& d : dirty) {
+      if (!d.cached) continue;
+      const uint64_t hash = KeyHash(d.table, d.id);
+      staged_bytes.fetch_add(StripeOf(hash).staged.Put(d.table, d.id, hash, d.row, d.bytes),
+                             std::memory_order_relaxed);
+    }
+    return written;
+  }
   for (size_t k = begin; k < end; ++k) {
     Stripe& s = *stripes[k];
     // RocksDB's copy of each staged row changed just now (see StoredValue).
@@ -959,10 +946,15 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
     });
     s.staged.Clear();
   }
-  return Write(&counters);
+  TANDEM_RETURN_IF_ERROR(Write(&counters));  // else they stay dirty in the maps
+  // Stored: dropping them bounds the maps to the counters touched between two flushes.
+  if (!staged_only) {
+    for (size_t k = begin; k < end; ++k) stripes[k]->counters.Clear();
+  }
+  return Status::Ok();
 }
 
-void EmbeddingStore::Impl::TakeCounters(Stripe& s, rocksdb::WriteBatch* batch) {
+void EmbeddingStore::Impl::DirtyCounters(Stripe& s, rocksdb::WriteBatch* batch) {
   s.counters.ForEach([&](const CounterCache::Entry& e) {
     if (e.state != CounterCache::kDirty) return;
     const CounterKey key(e.table, e.id);
@@ -972,9 +964,6 @@ void EmbeddingStore::Impl::TakeCounters(Stripe& s, rocksdb::WriteBatch* batch) {
       batch->Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
     }
   });
-  // Stored by the caller before the stripe is unlocked; dropping them bounds the map to the
-  // counters touched between two flushes.
-  s.counters.Clear();
 }
 
 Status EmbeddingStore::Impl::WriteSorted(std::vector<Dirty>* rows, bool may_ingest) {
@@ -1040,9 +1029,7 @@ Status EmbeddingStore::Impl::CurrentRow(Stripe& s, uint32_t table, uint64_t id, 
     *found = true;
     return Status::Ok();
   }
-  const uint8_t* row = s.staged.Find(table, id, hash);
-  if (row == nullptr) row = InFlight(s, table, id, hash);
-  if (row != nullptr) {
+  if (const uint8_t* row = s.staged.Find(table, id, hash)) {
     value->assign(reinterpret_cast<const char*>(row), row_bytes[table]);
     *found = true;
     return Status::Ok();
@@ -1202,7 +1189,6 @@ Status EmbeddingStore::ReadRows(uint32_t table, std::span<const uint64_t> ids, u
 
 // The delta is merged even when the call fails part-way: the rows it did change stay changed.
 Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn) {
-  TANDEM_RETURN_IF_ERROR(impl_->CheckNotFlushing());
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
   SumDelta delta;
   UpdateOp<true> op{fn, impl_->options.tables[table], table, ids, &delta};
@@ -1213,7 +1199,6 @@ Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, con
 
 Status EmbeddingStore::UpdateDistinct(uint32_t table, std::span<const uint64_t> ids,
                                       const RowFn& fn) {
-  TANDEM_RETURN_IF_ERROR(impl_->CheckNotFlushing());
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
   SumDelta delta;
   UpdateOp<false> op{fn, impl_->options.tables[table], table, ids, &delta};
@@ -1225,7 +1210,6 @@ Status EmbeddingStore::UpdateDistinct(uint32_t table, std::span<const uint64_t> 
 // Ids are grouped by stripe, so each stripe's deletions reach RocksDB in one batch, written
 // while its lock is held (a concurrent miss then sees the row in neither place).
 Status EmbeddingStore::Erase(uint32_t table, std::span<const uint64_t> ids) {
-  TANDEM_RETURN_IF_ERROR(impl_->CheckNotFlushing());
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
   std::vector<std::pair<size_t, uint64_t>> by_stripe;
   by_stripe.reserve(ids.size());
@@ -1268,7 +1252,6 @@ StatusOr<uint64_t> EmbeddingStore::AdmissionCount(uint32_t table, uint64_t id) {
 }
 
 Status EmbeddingStore::SetAdmissionCount(uint32_t table, uint64_t id, uint64_t count) {
-  TANDEM_RETURN_IF_ERROR(impl_->CheckNotFlushing());
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
   const uint64_t hash = KeyHash(table, id);
   Stripe& s = impl_->StripeOf(hash);
@@ -1295,7 +1278,6 @@ Status EmbeddingStore::SetAdmissionCount(uint32_t table, uint64_t id, uint64_t c
 
 Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
                                  const uint8_t* rows) {
-  TANDEM_RETURN_IF_ERROR(impl_->CheckNotFlushing());
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
   const uint32_t n = impl_->row_bytes[table];
   const embedding::TableSpec& spec = impl_->options.tables[table];
@@ -1362,109 +1344,32 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
 // at restore points, where the apply path waits for it anyway.
 // The sum is written with the rows, so a RocksDB checkpoint (restore point, durable copy) holds
 // the sum of exactly its rows. An unknown sum is written as no record (the reader then scans).
-Status EmbeddingStore::FlushDirty() {
-  MutexLock rounds(&impl_->rounds_mu);
-  return impl_->FlushAll();
-}
-
-Status EmbeddingStore::Impl::FlushAll() NO_THREAD_SAFETY_ANALYSIS {
-  LockAllStripes();
-  Status s = FlushStripes(0, stripes.size(), /*staged_only=*/false);
-  if (s.ok() && !options.read_only) {
+Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
+  impl_->LockAllStripes();
+  Status s = impl_->FlushStripes(0, impl_->stripes.size(), /*staged_only=*/false);
+  if (s.ok() && !impl_->options.read_only) {
     rocksdb::WriteBatch meta;
     {
-      MutexLock lock(&sum_mu);
-      FoldCleaned();
+      MutexLock lock(&impl_->sum_mu);
+      impl_->FoldCleaned();
       const rocksdb::Slice key(kSumKey, sizeof(kSumKey) - 1);
       // An empty store keeps no record: it is known to sum to zero when opened.
-      if (sum_known && (sum.rows != 0 || sum.counters != 0)) {
-        meta.Put(key, EncodeSum(sum)).PermitUncheckedError();
+      if (impl_->sum_known && (impl_->sum.rows != 0 || impl_->sum.counters != 0)) {
+        meta.Put(key, EncodeSum(impl_->sum)).PermitUncheckedError();
       } else {
         meta.Delete(key).PermitUncheckedError();
       }
     }
-    s = Write(&meta);
+    s = impl_->Write(&meta);
   }
-  UnlockAllStripes();
+  impl_->UnlockAllStripes();
   return s;
 }
 
-// Nothing changes a row while the rounds run (REQUIRES, enforced by flushing_rounds), so every
-// copy of a row that anyone writes meanwhile, a round's or a drain's of rows evicted from the
-// stripes not yet taken, is its current value, and the order of those writes does not matter.
-// What a round must keep is that readers find its rows: taken from the cache they are clean,
-// may be evicted at once, and are not in RocksDB until the round's write, so readers look in
-// `in_flight` after the stage, and the round notes each key as changed when it drops them, so
-// that a MultiGet that read RocksDB before the write is read again (StoredValue).
-Status EmbeddingStore::Impl::FlushInRounds() NO_THREAD_SAFETY_ANALYSIS {
-  if (options.read_only) return Status::Ok();
-  flushing_rounds.store(true, std::memory_order_release);
-  Status status;
-  for (size_t begin = 0; begin < stripes.size() && status.ok();) {
-    size_t end = begin;
-    uint64_t bytes = 0;
-    while (end < stripes.size() && (end == begin || bytes < options.flush_round_bytes)) {
-      Stripe& s = *stripes[end++];
-      auto flight = std::make_unique<internal::StagedRows>();
-      const auto take = [&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-        flight->Put(table, id, KeyHash(table, id), row,
-                    n);  // the cached copy replaces a staged one
-        bytes += n;
-      };
-      rocksdb::WriteBatch counters;
-      MutexLock lock(&s.mu);
-      s.staged.ForEach(take);
-      s.cache.TakeDirty([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-        RowRecord(&s.cleaned, options.tables[table], table, id, row, false);
-        take(table, id, row, n);
-      });
-      s.staged.Clear();
-      TakeCounters(s, &counters);
-      // Under the lock: a counter not in the map is read from RocksDB.
-      status = Write(&counters);
-      if (flight->rows() > 0) s.in_flight = std::move(flight);
-      if (!status.ok()) break;
-    }
-    std::vector<Dirty> dirty;
-    for (size_t k = begin; k < end; ++k) {
-      if (stripes[k]->in_flight == nullptr) continue;  // only this thread sets it
-      stripes[k]->in_flight->ForEach(
-          [&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-            dirty.push_back(Dirty{table, n, id, row, true});
-          });
-    }
-    // Distinct keys: each is in one stripe and once in its copies.
-    std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
-      return a.table != b.table ? a.table < b.table : a.id < b.id;
-    });
-    if (status.ok() && options.on_round_copied) options.on_round_copied();
-    if (status.ok()) status = WriteSorted(&dirty, /*may_ingest=*/true);
-    for (size_t k = begin; k < end; ++k) {
-      Stripe& s = *stripes[k];
-      MutexLock lock(&s.mu);
-      if (s.in_flight == nullptr) continue;
-      std::unique_ptr<internal::StagedRows> flight = std::move(s.in_flight);
-      flight->ForEach([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
-        const uint64_t hash = KeyHash(table, id);
-        s.cache.NoteChanged(hash);
-        // Not written (or not known to be): staged again, so that no row is lost.
-        if (!status.ok() && s.staged.Find(table, id, hash) == nullptr)
-          staged_bytes.fetch_add(s.staged.Put(table, id, hash, row, n), std::memory_order_relaxed);
-      });
-    }
-    begin = end;
-  }
-  flushing_rounds.store(false, std::memory_order_release);
-  return status;
-}
-
-// REQUIRES (see the header): restore points are taken after a fully applied step.
+// REQUIRES: no concurrent Update/Erase/SetAdmissionCount (restore points are taken after a fully
+// applied step), or the checkpoint may hold part of them.
 Status EmbeddingStore::CreateCheckpoint(const std::string& dir, uint64_t* change_seq) {
-  MutexLock rounds(&impl_->rounds_mu);
-  TANDEM_RETURN_IF_ERROR(impl_->FlushInRounds());
-  // What the rounds left (rows evicted from stripes before their round, then staged, and
-  // counters) is small; the sum is stored with every stripe held, so it matches the rows.
-  TANDEM_RETURN_IF_ERROR(impl_->FlushAll());
+  TANDEM_RETURN_IF_ERROR(FlushDirty());
   // Cut before the checkpoint: a write between the two is in both, which a replay tolerates;
   // cut after, one could be in neither.
   if (impl_->changes != nullptr) {

@@ -57,14 +57,6 @@ struct StoreOptions {
   // change log in turn, so that the shard copies one (like a sealed log segment) while the next
   // is written.
   uint64_t ingest_piece_bytes = 64ull << 20;
-  // CreateCheckpoint copies the dirty rows out of the cache in rounds of about this many bytes
-  // and writes each round to RocksDB without holding the stripes, so that reads (the next step's
-  // pulls, an evaluation) go on meanwhile. Memory beyond cache_bytes while a checkpoint flushes:
-  // one round's copies.
-  uint64_t flush_round_bytes = 64ull << 20;
-  // Tests: called by CreateCheckpoint after each round's rows were copied out and before they
-  // are written, holding no lock of the store.
-  std::function<void()> on_round_copied;
 };
 
 struct StoreStats {
@@ -124,13 +116,9 @@ class EmbeddingStore {
   // Writes every dirty cached row (and counter) to RocksDB, in key order; rows stay cached,
   // clean. Holds every stripe for its duration: other calls wait for it.
   Status FlushDirty();
-  // Writes every dirty row as FlushDirty does, but in rounds (StoreOptions::flush_round_bytes)
-  // that hold each stripe only while its rows are copied out, then a RocksDB checkpoint (hard
-  // links; the memtable is flushed first) in `dir`, which must not exist. Reads go on during
-  // it. REQUIRES: no concurrent Update, Erase, WriteRows or SetAdmissionCount (they fail with
-  // kFailedPrecondition while the rounds run, rather than be overwritten by an older copy). With a
-  // change log, `change_seq` (may be null) gets the segment the log was cut at: the checkpoint
-  // holds every write of segments up to it.
+  // FlushDirty, then a RocksDB checkpoint (hard links; the memtable is flushed first) in
+  // `dir`, which must not exist. With a change log, `change_seq` (may be null) gets the segment
+  // the log was cut at: the checkpoint holds every write of segments up to it.
   Status CreateCheckpoint(const std::string& dir, uint64_t* change_seq = nullptr);
   // The change log (null without StoreOptions::change_log_dir).
   ChangeLog* change_log();
