@@ -477,20 +477,18 @@ struct EmbeddingStore::Impl {
   // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
   // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
   Status FlushStripes(size_t begin, size_t end, bool staged_only);
-  // A row a flush writes; `row` stays valid while the flush holds the stripes.
+  // A row a flush writes.
   struct Dirty {
     uint32_t table;
     uint32_t bytes;
     uint64_t id;
-    const uint8_t* row;
-    bool cached;  // from the cache (else from the stage)
+    const uint8_t* row;  // valid while the stripe is locked and nothing is inserted or erased
+    bool cached;         // from the cache (else from the stage)
   };
   // Writes `dirty` (sorted by key, a key twice only as staged then cached) to RocksDB and the
   // change log: as ingested SSTs when `may_ingest` and they reach options.ingest_bytes, else
   // through the memtable.
   Status WriteSorted(std::vector<Dirty>* dirty, bool may_ingest);
-  // Appends the dirty counters of `s` to `batch`.
-  static void DirtyCounters(Stripe& s, rocksdb::WriteBatch* batch) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Writes rows 0..n of a key-ordered flush into one SST and ingests it. value(i, &v) gives
   // row i's bytes, or false to leave it out; key(i) its key (ascending, distinct once the rows
   // left out are left out).
@@ -920,7 +918,15 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
       RowRecord(&s.cleaned, options.tables[table], table, id, row, false);
       dirty.push_back(Dirty{table, n, id, row, true});
     });
-    DirtyCounters(s, &counters);
+    s.counters.ForEach([&](const CounterCache::Entry& e) {
+      if (e.state != CounterCache::kDirty) return;
+      const CounterKey key(e.table, e.id);
+      if (e.count == 0) {
+        counters.Delete(key.slice()).PermitUncheckedError();
+      } else {
+        counters.Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
+      }
+    });
   }
   // The byte order of big-endian (table, id) keys is the numeric order of (table, id).
   std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
@@ -952,18 +958,6 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
     for (size_t k = begin; k < end; ++k) stripes[k]->counters.Clear();
   }
   return Status::Ok();
-}
-
-void EmbeddingStore::Impl::DirtyCounters(Stripe& s, rocksdb::WriteBatch* batch) {
-  s.counters.ForEach([&](const CounterCache::Entry& e) {
-    if (e.state != CounterCache::kDirty) return;
-    const CounterKey key(e.table, e.id);
-    if (e.count == 0) {
-      batch->Delete(key.slice()).PermitUncheckedError();
-    } else {
-      batch->Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
-    }
-  });
 }
 
 Status EmbeddingStore::Impl::WriteSorted(std::vector<Dirty>* rows, bool may_ingest) {
