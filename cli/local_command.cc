@@ -78,7 +78,7 @@ std::vector<std::string> WorkerGpus() {
 }
 
 Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::string& chief_port,
-                  const HostNetwork* net, Child* c) {
+                  const HostNetwork* net, bool cuda_workers, Child* c) {
   std::error_code ec;
   std::filesystem::remove(c->ready_file, ec);
   SpawnOptions o;
@@ -103,10 +103,13 @@ Status StartChild(const LocalArgs& args, const std::string& job_hex, const std::
   if (c->new_run) o.argv.push_back("--new-run");
   c->new_run = false;
   o.unset_env = {"TF_CONFIG"};  // DESIGN §1: `local` ignores it and removes it from children
-  // Worker i trains on GPU i (modulo the GPUs there are), seen in the worker as device 0.
-  static const std::vector<std::string> gpus = WorkerGpus();
-  if (c->role == config::Role::kWorker && !gpus.empty())
-    o.set_env = {"CUDA_VISIBLE_DEVICES=" + gpus[static_cast<size_t>(c->index) % gpus.size()]};
+  // Worker i trains on GPU i (modulo the GPUs there are), seen in the worker as device 0. Only
+  // a CUDA job probes: opening the CUDA libraries costs a CPU job ~0.35 s at every start.
+  if (c->role == config::Role::kWorker && cuda_workers) {
+    static const std::vector<std::string> gpus = WorkerGpus();
+    if (!gpus.empty())
+      o.set_env = {"CUDA_VISIBLE_DEVICES=" + gpus[static_cast<size_t>(c->index) % gpus.size()]};
+  }
   o.output_path = c->log_file;
   auto p = Subprocess::Spawn(o);
   if (!p.ok()) return p.status();
@@ -288,13 +291,17 @@ class JobAttempt {
     Child& chief = children_[0];
     chief.new_run = true;
     chief.port = *chief_port_io;  // bind where the previous attempt's chief was, if any
-    if (Status s = StartChild(args_, job_hex_, *chief_port_io, net_, &chief); !s.ok())
+    if (Status s =
+            StartChild(args_, job_hex_, *chief_port_io, net_, job_.train.device == "cuda", &chief);
+        !s.ok())
       return FailStart(s, chief);
     if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return FailStart(s, chief);
     chief_port_ = chief.port;
     *chief_port_io = chief_port_;
     for (size_t i = 1; i < children_.size(); ++i)
-      if (Status s = StartChild(args_, job_hex_, chief_port_, net_, &children_[i]); !s.ok())
+      if (Status s = StartChild(args_, job_hex_, chief_port_, net_, job_.train.device == "cuda",
+                                &children_[i]);
+          !s.ok())
         return FailStart(s, children_[i]);
     for (size_t i = 1; i < children_.size(); ++i)
       if (Status s = AwaitReady(&children_[i], start_deadline); !s.ok())
@@ -322,11 +329,14 @@ class JobAttempt {
     if (!HandleStopSignal()) return false;
     // Once the chief has left (the job ended) nobody answers: asking would wait out the whole
     // timeout after every job (issue 21: end-of-job time).
-    const bool chief_running = std::any_of(children_.begin(), children_.end(), [](Child& c) {
-      return c.role == config::Role::kChief && !c.finished && c.process && c.process->running();
-    });
-    auto view = chief_running ? tool_->View(milliseconds(1000))
-                              : StatusOr<ClusterView>(Status::Unavailable("the chief has left"));
+    auto chief_running = [this] {
+      return std::any_of(children_.begin(), children_.end(), [](Child& c) {
+        return c.role == config::Role::kChief && !c.finished && c.process && c.process->running();
+      });
+    };
+    // A chief that leaves while the request is out never answers it: the wait ends with it.
+    auto view = chief_running() ? tool_->View(milliseconds(1000), [&] { return !chief_running(); })
+                                : StatusOr<ClusterView>(Status::Unavailable("the chief has left"));
     if (view.ok()) last_view_ = *view;
     int up = 0;
     bool changed = false;
@@ -355,7 +365,8 @@ class JobAttempt {
   // every process now (false).
   bool HandleStopSignal() {
     int sig = 0;
-    if (WaitStopSignal(stop_signals_, milliseconds(250), &sig)) {
+    // 100 ms: how late the exit of the last process (the job's end) is noticed.
+    if (WaitStopSignal(stop_signals_, milliseconds(100), &sig)) {
       if (stop_asked_) {
         std::printf("\ntandem local: second stop signal: stopping every process now\n");
         return false;
@@ -425,7 +436,7 @@ class JobAttempt {
     c.restarts++;
     std::printf("\ntandem local: %s ended (%s); restarting (%d of %d)\n", c.task().c_str(),
                 e.ToString().c_str(), c.restarts, args_.max_restarts);
-    if (StartChild(args_, job_hex_, chief_port_, net_, &c).ok() &&
+    if (StartChild(args_, job_hex_, chief_port_, net_, job_.train.device == "cuda", &c).ok() &&
         AwaitReady(&c, Clock::now() + std::chrono::seconds(args_.start_timeout_s)).ok())
       *changed = true;
   }

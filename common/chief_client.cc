@@ -160,11 +160,13 @@ milliseconds ChiefClient::HeartbeatBudget() const {
                   std::max(2 * options_.heartbeat_interval, milliseconds(500)));
 }
 
-StatusOr<wire::InMessage> ChiefClient::ControlCall(wire::OutMessage message, milliseconds budget) {
+StatusOr<wire::InMessage> ChiefClient::ControlCall(wire::OutMessage message, milliseconds budget,
+                                                   const std::function<bool()>& cancelled) {
   if (control_handle_ < 0)
     return Status::InvalidArgument("bad chief endpoint '" + options_.chief_endpoint + "'");
   control_.SetIdentity(identity());
-  return control_.Call(control_handle_, std::move(message), std::max(budget, milliseconds(1)));
+  return control_.Call(control_handle_, std::move(message), std::max(budget, milliseconds(1)),
+                       cancelled);
 }
 
 StatusOr<wire::InMessage> ChiefClient::ControlRetry(const std::function<wire::OutMessage()>& build,
@@ -183,7 +185,7 @@ StatusOr<wire::InMessage> ChiefClient::ControlRetry(const std::function<wire::Ou
     StatusOr<wire::InMessage> reply = Status::Internal("unset");
     {
       MutexLock lock(&mu_);
-      reply = ControlCall(build(), attempt);
+      reply = ControlCall(build(), attempt, cancelled);
     }
     if (reply.ok() && reply->reply_code() == ReplyCode::OK) return reply;
     if (reply.ok() && !Retryable(reply->reply_code())) return wire::ReplyStatus(*reply);
@@ -427,6 +429,15 @@ Status ChiefClient::HeartbeatNow(milliseconds budget) {
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
+}
+
+Status ChiefClient::Leave(milliseconds budget) {
+  {
+    MutexLock lock(&state_mu_);
+    progress_.state = MemberState::kLeft;
+  }
+  MutexLock lock(&mu_);
+  return SendHeartbeat(&control_, control_handle_, budget);
 }
 
 Status ChiefClient::HeartbeatNowOnce(milliseconds budget) {

@@ -125,6 +125,11 @@ class ChiefClient {
   // Sends a heartbeat now from the calling thread and waits for its answer (a final report),
   // trying again while the chief is unreachable (e.g. restarting) until `budget` is spent.
   Status HeartbeatNow(std::chrono::milliseconds budget);
+  // The last word of a member that has made its final report and stopped its heartbeats: it
+  // sends nothing more, so the chief may leave without waiting for it to fall quiet (three
+  // heartbeat intervals). One attempt of at most `budget`; a chief that misses it waits out
+  // the quiet as before, so the result only says whether it was heard.
+  Status Leave(std::chrono::milliseconds budget);
 
   bool stop_requested() const { return stop_requested_.load(); }
   bool fenced() const { return fenced_.load(); }
@@ -168,7 +173,9 @@ class ChiefClient {
                                   std::chrono::milliseconds budget);
 
  private:
-  StatusOr<wire::InMessage> ControlCall(wire::OutMessage message, std::chrono::milliseconds budget)
+  // `cancelled` (if set) ends the wait early, within 100 ms.
+  StatusOr<wire::InMessage> ControlCall(wire::OutMessage message, std::chrono::milliseconds budget,
+                                        const std::function<bool()>& cancelled = {})
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ControlCall again (after a back-off) while the chief is unreachable or answers OVERLOADED or
   // RETRY, until `budget` is spent. Returns an OK reply or the error.

@@ -332,6 +332,7 @@ class WorkerRun {
     chief_->SetProgress(progress_);
     chief_->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
     chief_->StopHeartbeats();
+    chief_->Leave(std::chrono::milliseconds(200)).IgnoreError();
     return kExitOk;
   }
 
@@ -356,6 +357,7 @@ class WorkerRun {
     else
       TLOG_INFO("stopped after step {}", result.steps_done - 1);
     chief_->StopHeartbeats();
+    chief_->Leave(std::chrono::milliseconds(200)).IgnoreError();
     return kExitOk;
   }
 

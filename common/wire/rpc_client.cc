@@ -219,6 +219,17 @@ StatusOr<InMessage> RpcClient::Call(int server, OutMessage message,
   return Wait(*id, deadline);
 }
 
+StatusOr<InMessage> RpcClient::Call(int server, OutMessage message,
+                                    std::chrono::milliseconds budget,
+                                    const std::function<bool()>& stop) {
+  if (!stop) return Call(server, std::move(message), budget);
+  const auto deadline = Clock::now() + budget;
+  auto id = Send(server, std::move(message), budget);
+  if (!id.ok()) return id.status();
+  const uint64_t ids[] = {*id};
+  return std::move(WaitAll(ids, deadline, stop).front());
+}
+
 std::vector<StatusOr<InMessage>> RpcClient::CallAll(
     std::vector<std::pair<int, OutMessage>> messages, std::chrono::milliseconds budget) {
   const auto deadline = Clock::now() + budget;

@@ -71,6 +71,9 @@ class RpcClient {
                                            const std::function<bool()>& stop = {});
 
   StatusOr<InMessage> Call(int server, OutMessage message, std::chrono::milliseconds budget);
+  // As above; the wait also ends (kDeadlineExceeded) within 100 ms of `stop` returning true.
+  StatusOr<InMessage> Call(int server, OutMessage message, std::chrono::milliseconds budget,
+                           const std::function<bool()>& stop);
   // Sends every message, then waits for all replies until one common deadline.
   std::vector<StatusOr<InMessage>> CallAll(std::vector<std::pair<int, OutMessage>> messages,
                                            std::chrono::milliseconds budget);

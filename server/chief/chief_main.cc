@@ -47,7 +47,7 @@ int ChiefDaemon::Run(const daemon::RoleContext& ctx) {
       std::chrono::milliseconds(job.collective.timeout_ms + job.chief.heartbeat_timeout_ms + 10000);
   for (;;) {
     int sig = 0;
-    if (daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) {
+    if (daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(50), &sig)) {
       TLOG_INFO("received {}: stopping the job", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       service->RequestStop(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " to the chief");
       break;

@@ -61,7 +61,8 @@ class ChiefService {
   // already ended.
   void RequestStop(const std::string& reason);
   // Blocks until the job state is terminal and every registered member has reported a terminal
-  // state and been silent for three heartbeat intervals, or is lost or left; or until `until`.
+  // state and been silent for three heartbeat intervals (or said its last word), or is lost or
+  // left; or until `until`.
   // Returns the job state then.
   JobState WaitFinished(std::chrono::steady_clock::time_point until);
 

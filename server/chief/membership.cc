@@ -363,7 +363,11 @@ StatusOr<HeartbeatResult> Membership::Heartbeat(Role role, uint32_t index, uint6
     EndIsolation(who, now);
     m.last_heartbeat = m.last_alive = now;
     m.heartbeated = true;
-    if (progress.state == MemberState::kLeft) {
+    if (progress.state == MemberState::kLeft && Terminal(m)) {
+      // The last word after a final report: the report stands (a worker that left after "done"
+      // still counts towards the job's end), only the wait for its silence is over.
+      m.gone = true;
+    } else if (progress.state == MemberState::kLeft) {
       m.left = true;
       TLOG_INFO("{} left the job", who);
     }
@@ -542,7 +546,7 @@ bool Membership::Finished(Clock::time_point now, std::chrono::milliseconds quiet
       rejoined_at_ != Clock::time_point{} && now - rejoined_at_ < options_.heartbeat_timeout;
   auto quiet_now = [&](const Member& m) {
     if (!m.registered) return !may_come_back;
-    return m.lost || m.left || (Terminal(m) && now - m.last_heartbeat >= quiet);
+    return m.lost || m.left || (Terminal(m) && (m.gone || now - m.last_heartbeat >= quiet));
   };
   return std::all_of(ps_.begin(), ps_.end(), quiet_now) &&
          std::all_of(workers_.begin(), workers_.end(), quiet_now);

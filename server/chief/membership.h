@@ -231,7 +231,7 @@ class Membership {
   uint64_t timeline() const { return state_->data().timeline; }
   uint64_t term() const { return state_->data().term; }
   // The job ended and every registered member reported a terminal state and has been silent for
-  // `quiet`, or is lost or left.
+  // `quiet` or said its last word, or is lost or left.
   bool Finished(Clock::time_point now, std::chrono::milliseconds quiet) const;
   JobSnapshot Snapshot(Clock::time_point now) const;
 
@@ -242,6 +242,9 @@ class Membership {
     std::string address, host, determinism_class;
     uint32_t pid = 0;
     bool lost = false, left = false;
+    // Said its last word after a terminal report (ChiefClient::Leave): it sends nothing more, so
+    // Finished need not wait for it to fall quiet.
+    bool gone = false;
     std::string lost_reason;
     Clock::time_point last_heartbeat{}, last_alive{};  // last_alive: heartbeat or probe
     bool heartbeated = false;

@@ -526,6 +526,26 @@ TEST_F(MembershipTest, TerminalMembersAreNotMonitoredAndFinishAfterFallingQuiet)
   EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
 }
 
+// A member's last word (ChiefClient::Leave) after its final report ends the wait for its
+// silence at once; its report stands. Worker 1 says it before worker 0 is done: the job still
+// ends done with worker 0's result (a member that left a running job would not count).
+TEST_F(MembershipTest, ALastWordAfterTheFinalReportEndsTheWaitAndKeepsTheReport) {
+  RegisterAll();
+  Beat(Role::kWorker, 1, w1_, MemberState::kDone);
+  Beat(Role::kWorker, 1, w1_, MemberState::kLeft);
+  EXPECT_EQ(Name(members_->job_state()), "training");
+  Beat(Role::kWorker, 0, w0_, MemberState::kDone);
+  EXPECT_EQ(Name(members_->job_state()), "done");
+  Beat(Role::kPs, 0, ps0_, MemberState::kStopped);
+  EXPECT_FALSE(members_->Finished(now_, milliseconds(300))) << "worker 0 and ps 0 still may talk";
+  Beat(Role::kWorker, 0, w0_, MemberState::kLeft);
+  EXPECT_FALSE(members_->Finished(now_, milliseconds(300))) << "ps 0 still may talk";
+  Beat(Role::kPs, 0, ps0_, MemberState::kLeft);
+  EXPECT_TRUE(members_->Finished(now_, milliseconds(300)));
+  auto snap = members_->Snapshot(now_);
+  for (const auto& m : snap.members) EXPECT_NE(Name(m.state), "left") << "the report stands";
+}
+
 TEST_F(MembershipTest, RunningMemberHoldsBackFinished) {
   RegisterAll();
   members_->RequestStop("test", now_);

@@ -134,7 +134,8 @@ int PsDaemon::Run(const RoleContext& ctx) {
     progress.step = shard->applied_step();
     chief->SetProgress(progress);
     int sig = 0;
-    if (daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(200), &sig)) {
+    // 50 ms: the job's end (heard by the heartbeat thread) is acted on within a poll.
+    if (daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(50), &sig)) {
       if (stop_deadline) break;  // a second signal: stop now
       TLOG_INFO("received {}: asking the chief to stop the job",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -163,6 +164,7 @@ int PsDaemon::Run(const RoleContext& ctx) {
   chief->SetProgress(progress);
   chief->HeartbeatNow(std::chrono::milliseconds(2000)).IgnoreError();
   chief->StopHeartbeats();
+  chief->Leave(std::chrono::milliseconds(200)).IgnoreError();
   // A failed job goes on only from its last checkpoint, with every process started again (the
   // chief and the workers of a failed job exit non-zero too): under systemd's
   // Restart=on-failure a shard that exited 0 would never come back for that restart.
