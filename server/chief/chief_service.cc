@@ -304,9 +304,19 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
 JobState ChiefService::WaitFinished(std::chrono::steady_clock::time_point until) {
   const auto quiet = 3 * milliseconds(job_.chief.heartbeat_interval_ms);
   MutexLock lock(&mu_);
+  std::optional<Clock::time_point> members_finished;
   for (;;) {
     const auto now = Clock::now();
-    if (membership_.Finished(Now(), quiet) || now >= until) return membership_.job_state();
+    if (now >= until) return membership_.job_state();
+    if (membership_.Finished(Now(), quiet)) {
+      if (!members_finished) members_finished = now;
+      // A supervisor that polls the status (tandem local) learns the job's end only from a reply
+      // that shows it: members that say their last word leave at once, so wait for that reply,
+      // for at most `quiet` (what waiting for their silence used to give it).
+      const bool watched = tool_asked_ != Clock::time_point{} && now - tool_asked_ < 2 * quiet;
+      if (tool_saw_end_ || !watched || now - *members_finished >= quiet)
+        return membership_.job_state();
+    }
     // Members fall quiet without any event: look again every tick.
     changed_.WaitUntil(std::min(until, now + tick_));
   }
@@ -436,7 +446,8 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
   r.Send(std::move(reply));
 }
 
-void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
+void ChiefService::HandleStatus(wire::InMessage& m, wire::Responder r) {
+  const bool tool = m.header().getSenderRole() == wire::Role::TOOL;
   const JobSnapshot j = Snapshot();
   const wire::Identity self = server_->identity();
   wire::OutMessage reply = r.NewReply();
@@ -495,6 +506,13 @@ void ChiefService::HandleStatus(wire::InMessage&, wire::Responder r) {
     body.setResumeStep(checkpoints_->resume_step());
   }
   r.Send(std::move(reply));
+  if (!tool) return;
+  {
+    MutexLock lock(&mu_);
+    tool_asked_ = Clock::now();
+    tool_saw_end_ = tool_saw_end_ || IsTerminal(j.job_state);
+  }
+  changed_.SignalAll();
 }
 
 void ChiefService::HandleBarrier(wire::InMessage& m, wire::Responder r) {
