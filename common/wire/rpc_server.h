@@ -77,6 +77,11 @@ class Responder {
   // Answers STALE/RETRY with the receiver's view so the sender can catch up.
   void SendView(ReplyCode code, std::string_view message, uint64_t applied_step_or_minus1);
   bool answered() const { return sink_ == nullptr; }
+  // The client connection the request came on (ZeroMQ's routing id: one per client socket).
+  // Empty once answered.
+  std::string peer() const {
+    return std::string(static_cast<const char*>(routing_id_.data()), routing_id_.size());
+  }
 
  private:
   friend class RpcServer;

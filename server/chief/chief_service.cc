@@ -310,12 +310,14 @@ JobState ChiefService::WaitFinished(std::chrono::steady_clock::time_point until)
     if (now >= until) return membership_.job_state();
     if (membership_.Finished(Now(), quiet)) {
       if (!members_finished) members_finished = now;
-      // A supervisor that polls the status (tandem local) learns the job's end only from a reply
-      // that shows it: members that say their last word leave at once, so wait for that reply,
-      // for at most `quiet` (what waiting for their silence used to give it).
-      const bool watched = tool_asked_ != Clock::time_point{} && now - tool_asked_ < 2 * quiet;
-      if (tool_saw_end_ || !watched || now - *members_finished >= quiet)
-        return membership_.job_state();
+      // A supervisor that polls the status (tandem local, tandem drill) learns the job's end
+      // only from a reply that shows it: members that say their last word leave at once, so
+      // wait for that reply to every tool that asked lately, for at most `quiet` (what waiting
+      // for the members' silence used to give them).
+      const bool all_saw_end = std::all_of(tools_.begin(), tools_.end(), [&](const auto& t) {
+        return t.second.saw_end || now - t.second.asked >= 2 * quiet;
+      });
+      if (all_saw_end || now - *members_finished >= quiet) return membership_.job_state();
     }
     // Members fall quiet without any event: look again every tick.
     changed_.WaitUntil(std::min(until, now + tick_));
@@ -448,6 +450,7 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
 
 void ChiefService::HandleStatus(wire::InMessage& m, wire::Responder r) {
   const bool tool = m.header().getSenderRole() == wire::Role::TOOL;
+  const std::string peer = tool ? r.peer() : std::string();
   const JobSnapshot j = Snapshot();
   const wire::Identity self = server_->identity();
   wire::OutMessage reply = r.NewReply();
@@ -509,8 +512,13 @@ void ChiefService::HandleStatus(wire::InMessage& m, wire::Responder r) {
   if (!tool) return;
   {
     MutexLock lock(&mu_);
-    tool_asked_ = Clock::now();
-    tool_saw_end_ = tool_saw_end_ || IsTerminal(j.job_state);
+    const auto now = Clock::now();
+    // One-off status commands come on connections of their own: forget those long silent.
+    std::erase_if(tools_,
+                  [&](const auto& t) { return now - t.second.asked > milliseconds(60000); });
+    ToolWatch& w = tools_[peer];
+    w.asked = now;
+    w.saw_end = w.saw_end || IsTerminal(j.job_state);
   }
   changed_.SignalAll();
 }

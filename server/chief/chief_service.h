@@ -62,7 +62,7 @@ class ChiefService {
   void RequestStop(const std::string& reason);
   // Blocks until the job state is terminal and every registered member has reported a terminal
   // state and been silent for three heartbeat intervals (or said its last word), or is lost or
-  // left, and a tool that watches the job has been answered with its end (for at most three
+  // left, and every tool that watches the job has been answered with its end (for at most three
   // heartbeat intervals more); or until `until`.
   // Returns the job state then.
   JobState WaitFinished(std::chrono::steady_clock::time_point until);
@@ -129,10 +129,14 @@ class ChiefService {
   int64_t next_barrier_key_ GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> kv_ GUARDED_BY(mu_);
   bool stop_monitor_ GUARDED_BY(mu_) = false;
-  // A tool watching the job (`tandem local` polls the status): when it last asked, and whether a
-  // reply showing the job's end went to it. WaitFinished gives it that reply before leaving.
-  std::chrono::steady_clock::time_point tool_asked_ GUARDED_BY(mu_){};
-  bool tool_saw_end_ GUARDED_BY(mu_) = false;
+  // Tools watching the job (`tandem local`, `tandem drill` poll the status), by connection: when
+  // each last asked, and whether a reply showing the job's end went to it. WaitFinished gives
+  // every recent one that reply before leaving.
+  struct ToolWatch {
+    std::chrono::steady_clock::time_point asked;
+    bool saw_end = false;
+  };
+  std::map<std::string, ToolWatch> tools_ GUARDED_BY(mu_);
   bool rejoin_unconfirmed_ GUARDED_BY(mu_) = false;  // see ConfirmRejoin
   const TimeSource::time_point started_at_;
   Status fatal_ GUARDED_BY(mu_);

@@ -89,6 +89,36 @@ TEST(LocalJobTest, TwoPsTwoWorkersReachTheTeachersAuc) {
     EXPECT_NE(::kill(m["pid"].get<int>(), 0), 0) << m["task"] << " still runs";
 }
 
+// The supervisor of a CPU job never opens the CUDA libraries: probing for GPUs to hand out cost
+// every `tandem local` start ~0.35 s (the plugin, cuBLAS, cuBLASLt and cuDNN), and nothing uses them.
+TEST(LocalJobTest, ACpuJobsSupervisorLeavesTheCudaLibrariesUnloaded) {
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 100000));
+  SpawnOptions o;
+  o.argv = {TANDEM_BINARY, "local", "--config",  dir.File("job.yaml"),
+            "--ps",        "1",     "--workers", "1"};
+  o.output_path = dir.File("local.log");
+  auto local = Subprocess::Spawn(o);
+  ASSERT_TRUE(local.ok()) << local.status();
+  // cluster.json lists the worker once every process has started.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ClusterPid(dir.path() + "/out", "worker:0") == 0) {
+    if (std::chrono::steady_clock::now() > deadline || !local->running()) {
+      ADD_FAILURE() << "the job did not start: " << ReadFile(o.output_path);
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const std::string maps = ReadFile("/proc/" + std::to_string(local->pid()) + "/maps");
+  EXPECT_FALSE(maps.empty());
+  for (const char* lib : {"tandem-cuda.so", "libcublas", "libcudnn"})
+    EXPECT_EQ(maps.find(lib), std::string::npos) << lib << " is mapped by tandem local";
+  local->Signal(SIGTERM);
+  auto e = local->Wait(milliseconds(60000));
+  ASSERT_TRUE(e.has_value()) << ReadFile(o.output_path);
+  EXPECT_EQ(e->exit_code, 0) << ReadFile(o.output_path);
+}
+
 TEST(LocalJobTest, TwoIdenticalRunsEndWithTheSameModelChecksum) {
   std::string checksums[2];
   for (auto& checksum : checksums) {
