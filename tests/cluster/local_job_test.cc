@@ -90,7 +90,8 @@ TEST(LocalJobTest, TwoPsTwoWorkersReachTheTeachersAuc) {
 }
 
 // The supervisor of a CPU job never opens the CUDA libraries: probing for GPUs to hand out cost
-// every `tandem local` start ~0.35 s (the plugin, cuBLAS, cuBLASLt and cuDNN), and nothing uses them.
+// every `tandem local` start ~0.35 s (the plugin, cuBLAS, cuBLASLt and cuDNN), and nothing uses
+// them.
 TEST(LocalJobTest, ACpuJobsSupervisorLeavesTheCudaLibrariesUnloaded) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 100000));
