@@ -242,7 +242,8 @@ class JobAttempt {
         job_hex_(job_id.ToHex()),
         out_(job.output.dir),
         stop_signals_(stop_signals),
-        net_(net) {}
+        net_(net),
+        cuda_(job.train.device == "cuda") {}
 
   // `chief_port_io`: where the previous attempt's chief was bound ("0": anywhere), then where
   // this one's is. `process_failed`: a child crashed or was declared lost and the job did not end
@@ -291,17 +292,13 @@ class JobAttempt {
     Child& chief = children_[0];
     chief.new_run = true;
     chief.port = *chief_port_io;  // bind where the previous attempt's chief was, if any
-    if (Status s =
-            StartChild(args_, job_hex_, *chief_port_io, net_, job_.train.device == "cuda", &chief);
-        !s.ok())
+    if (Status s = StartChild(args_, job_hex_, *chief_port_io, net_, cuda_, &chief); !s.ok())
       return FailStart(s, chief);
     if (Status s = AwaitReady(&chief, start_deadline); !s.ok()) return FailStart(s, chief);
     chief_port_ = chief.port;
     *chief_port_io = chief_port_;
     for (size_t i = 1; i < children_.size(); ++i)
-      if (Status s = StartChild(args_, job_hex_, chief_port_, net_, job_.train.device == "cuda",
-                                &children_[i]);
-          !s.ok())
+      if (Status s = StartChild(args_, job_hex_, chief_port_, net_, cuda_, &children_[i]); !s.ok())
         return FailStart(s, children_[i]);
     for (size_t i = 1; i < children_.size(); ++i)
       if (Status s = AwaitReady(&children_[i], start_deadline); !s.ok())
@@ -436,7 +433,7 @@ class JobAttempt {
     c.restarts++;
     std::printf("\ntandem local: %s ended (%s); restarting (%d of %d)\n", c.task().c_str(),
                 e.ToString().c_str(), c.restarts, args_.max_restarts);
-    if (StartChild(args_, job_hex_, chief_port_, net_, job_.train.device == "cuda", &c).ok() &&
+    if (StartChild(args_, job_hex_, chief_port_, net_, cuda_, &c).ok() &&
         AwaitReady(&c, Clock::now() + std::chrono::seconds(args_.start_timeout_s)).ok())
       *changed = true;
   }
@@ -585,6 +582,7 @@ class JobAttempt {
   const std::string out_;
   const sigset_t& stop_signals_;
   const HostNetwork* net_;
+  const bool cuda_;              // train.device: cuda: children get GPUs handed out
   std::vector<Child> children_;  // the chief first, then ps 0.., then workers 0..
   std::string chief_port_;
   std::string cluster_path_;

@@ -73,6 +73,10 @@ struct ShardOptions {
   // read the tables of one pull, in parallel. 1 = in series. Tables are independent, so the
   // model does not depend on it (PROTOCOLS §5).
   int apply_threads = 2;
+  // The job's last step (train.steps - 1), -1 when unknown. Once it is applied only the final
+  // restore point, the final eval's reads and the exit follow, and the store's compactions (work
+  // that a later open would do as well) yield the CPU to them (issue 21: end of job).
+  int64_t last_step = -1;
   // Benchmarks only: skip the push log, to measure what it costs. Voids every durability
   // promise; the config has no key for it.
   bool push_log_enabled_for_bench = true;
@@ -251,6 +255,9 @@ class Shard {
   Status Admit(uint32_t table, std::span<const uint64_t> ids, std::vector<uint32_t>* admitted,
                ShardStats* stats);
   void AdvanceAppliedK1(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once the job's last step is applied (options_.last_step), and not while replaying: lowers
+  // the compactions' priority (compaction_priority.h), once.
+  void YieldIfTrainingOver() EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status ApplyOrHoldK1(const PushInput& push, uint64_t lsn, uint64_t bytes)
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status CutAndReleaseK1() EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -312,7 +319,8 @@ class Shard {
   std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
   uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
   ShardStats stats_ GUARDED_BY(mu_);
-  bool replaying_ GUARDED_BY(mu_) = false;  // Recover is replaying the log
+  bool replaying_ GUARDED_BY(mu_) = false;      // Recover is replaying the log
+  bool training_over_ GUARDED_BY(mu_) = false;  // YieldIfTrainingOver has lowered them
   // Announced checkpoint steps (a push carried `checkpoint`) whose restore point is not cut yet.
   std::set<int64_t> cuts_ GUARDED_BY(mu_);
   // k >= 1: pushes of steps after the oldest cut, logged and held back until it is taken (LSN

@@ -14,6 +14,7 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.staleness = job.train.embedding_staleness;
   o.tables = embedding::TableSpecsFromConfig(job);
   o.seed = job.train.seed;
+  o.last_step = job.train.steps - 1;
   o.dir = job.ps.data_dir + "/shard-" + std::to_string(index);
   o.durable_dir = job.checkpoint.dir + "/" + ShardDurableDir(index);
   // A delta needs an earlier full part: a job without periodic checkpoints never makes one.

@@ -2,6 +2,7 @@
 #include "server/ps/shard.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "common/testing/local_embedding_table.h"
+#include "server/ps/compaction_priority.h"
 #include "server/ps/shard_test_util.h"
 
 namespace tandem::ps {
@@ -302,6 +304,31 @@ TEST(ShardTest, KGreaterThanZeroAppliesOnArrivalAndGatesPulls) {
   ASSERT_TRUE(shard->Push(MakePush(0, 1, {{0, {1}}}, o).input()).ok());
   EXPECT_EQ(shard->applied_step(), 0);
   EXPECT_EQ(shard->CheckPull(0, 2, false), PullVerdict::kReady);
+}
+
+// Issue 21, end of job: compactions keep their priority while the job trains, and drop to the
+// lowest once its last step is applied (before that step's restore point, which they slow).
+TEST(ShardTest, CompactionsYieldTheCpuOnceTheLastStepIsApplied) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2);
+  o.last_step = 1;
+  auto shard = OpenShard(o);
+  const std::vector<int> threads = CompactionThreads();
+  ASSERT_FALSE(threads.empty()) << "the store started no RocksDB compaction thread";
+  const auto nice_of = [](int tid) { return getpriority(PRIO_PROCESS, static_cast<id_t>(tid)); };
+  std::vector<int> before;
+  for (int tid : threads) before.push_back(nice_of(tid));
+  ASSERT_TRUE(shard->Push(MakePush(0, 0, {{0, {1}}}, o).input()).ok());
+  ASSERT_TRUE(shard->Push(MakePush(0, 1, {{0, {1}}}, o).input()).ok());
+  ASSERT_EQ(shard->applied_step(), 0);
+  for (size_t i = 0; i < threads.size(); ++i)
+    EXPECT_EQ(nice_of(threads[i]), before[i]) << "thread " << threads[i] << " after step 0";
+  ASSERT_TRUE(shard->Push(MakePush(1, 1, {{0, {2}}}, o).input()).ok());
+  for (size_t i = 0; i < threads.size(); ++i)  // half of the last step changes nothing
+    EXPECT_EQ(nice_of(threads[i]), before[i]) << "thread " << threads[i] << " with step 1 half in";
+  ASSERT_TRUE(shard->Push(MakePush(1, 0, {{0, {2}}}, o).input()).ok());
+  ASSERT_EQ(shard->applied_step(), 1);
+  for (int tid : CompactionThreads()) EXPECT_EQ(nice_of(tid), 19) << "thread " << tid;
 }
 
 TEST(ShardTest, SecondProcessOnTheSameDirectoryIsRefused) {
