@@ -95,10 +95,7 @@ TEST(LocalJobTest, TwoPsTwoWorkersReachTheTeachersAuc) {
 TEST(LocalJobTest, ACpuJobsSupervisorLeavesTheCudaLibrariesUnloaded) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 100000));
-  SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config",  dir.File("job.yaml"),
-            "--ps",        "1",     "--workers", "1"};
-  o.output_path = dir.File("local.log");
+  const SpawnOptions o = LocalSpawn(dir, 1, 1, "local.log");
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok()) << local.status();
   // cluster.json lists the worker once every process has started.
@@ -286,10 +283,7 @@ TEST(LocalJobTest, DurablePoolsKeepOnlyWhatTheKeptCheckpointsNeed) {
 TEST(LocalJobTest, SigtermStopsTheWholeJobAndEveryChildExits0) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 1000000));
-  SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config",  dir.File("job.yaml"),
-            "--ps",        "1",     "--workers", "2"};
-  o.output_path = dir.File("local.log");
+  const SpawnOptions o = LocalSpawn(dir, 1, 2, "local.log");
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok());
   const std::string metrics = dir.path() + "/out/metrics.jsonl";
@@ -314,10 +308,7 @@ TEST(LocalJobTest, SigtermStopsTheWholeJobAndEveryChildExits0) {
 TEST(LocalJobTest, StatusDirListsEveryProcessAndACrashedPsIsRestartedAndTrainingGoesOn) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 1000000));
-  SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local", "--config",  dir.File("job.yaml"),
-            "--ps",        "2",     "--workers", "1"};
-  o.output_path = dir.File("local.log");
+  const SpawnOptions o = LocalSpawn(dir, 2, 1, "local.log");
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok());
   const std::string out = dir.path() + "/out";
@@ -381,10 +372,7 @@ TEST(LocalJobTest, StatusDirListsEveryProcessAndACrashedPsIsRestartedAndTraining
 TEST(LocalJobTest, AWorkerTheChiefDeclaresLostIsKilledAndRestarted) {
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), 1000000));
-  SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "local",     "--config", dir.File("job.yaml"), "--ps",
-            "1",           "--workers", "1",        "--max-restarts",     "1"};
-  o.output_path = dir.File("local.log");
+  const SpawnOptions o = LocalSpawn(dir, 1, 1, "local.log", {"--max-restarts", "1"});
   auto local = Subprocess::Spawn(o);
   ASSERT_TRUE(local.ok());
   const std::string metrics = dir.path() + "/out/metrics.jsonl";

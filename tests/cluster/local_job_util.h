@@ -59,17 +59,26 @@ inline CommandResult Local(const TempDir& dir, int ps, int workers,
   return RunCommand(argv, {"TF_CONFIG={\"task\": {\"type\": \"ps\", \"index\": 7}}"}, {}, timeout);
 }
 
-// Starts `tandem local` on dir's job.yaml (log in dir/first.log), waits until metrics.jsonl
-// under dir/out reports step `min_step` or later, stops the job with SIGTERM and returns the log
-// once it exited 0 having said "job stopped" (a test failure otherwise: check HasFatalFailure).
-inline std::string StopLocalJobAfterStep(const TempDir& dir, int ps, int workers, int64_t min_step,
-                                         std::chrono::milliseconds poll) {
+// `tandem local` on dir's job.yaml with `ps` and `workers`, its output to dir/`log`; `extra`
+// arguments go after the counts.
+inline SpawnOptions LocalSpawn(const TempDir& dir, int ps, int workers, const std::string& log,
+                               std::vector<std::string> extra = {}) {
   SpawnOptions o;
   o.argv = {TANDEM_BINARY, "local",
             "--config",    dir.File("job.yaml"),
             "--ps",        std::to_string(ps),
             "--workers",   std::to_string(workers)};
-  o.output_path = dir.File("first.log");
+  o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+  o.output_path = dir.File(log);
+  return o;
+}
+
+// Starts `tandem local` on dir's job.yaml (log in dir/first.log), waits until metrics.jsonl
+// under dir/out reports step `min_step` or later, stops the job with SIGTERM and returns the log
+// once it exited 0 having said "job stopped" (a test failure otherwise: check HasFatalFailure).
+inline std::string StopLocalJobAfterStep(const TempDir& dir, int ps, int workers, int64_t min_step,
+                                         std::chrono::milliseconds poll) {
+  const SpawnOptions o = LocalSpawn(dir, ps, workers, "first.log");
   auto first = Subprocess::Spawn(o);
   EXPECT_TRUE(first.ok()) << first.status();
   if (!first.ok()) return "";
