@@ -459,6 +459,31 @@ Status PushLog::Append(PushHeader* header, std::span<const PushTableView> tables
   return Status::Ok();
 }
 
+StatusOr<uint64_t> PushLog::Reserve(std::span<const PushTableView> tables) {
+  std::vector<uint8_t> head;
+  std::vector<iovec> iov;
+  TANDEM_ASSIGN_OR_RETURN(const uint64_t record_bytes,
+                          BuildRecord(PushHeader{}, tables, &head, &iov));
+  MutexLock lock(&mu_);
+  TANDEM_RETURN_IF_ERROR(BrokenLocked());
+  if (!direct_ || direct_refused_ || fallocate_refused_)
+    return Status::Unimplemented("push log: no reservation without direct writes and fallocate");
+  const Segment& seg = segments_.back();
+  // Exactly the blocks the direct write covers: the file then has the size that write gives it,
+  // and what lies past the last record is zeros, which Open cuts off the newest segment.
+  const uint64_t from = BlockFloor(seg.bytes), to = BlockCeil(seg.bytes + record_bytes);
+  if (::fallocate(current_->get(), 0, static_cast<off_t>(from), static_cast<off_t>(to - from)) !=
+      0) {
+    if (errno == EOPNOTSUPP || errno == ENOSYS) {
+      fallocate_refused_ = true;
+      return Status::Unimplemented("push log: " + seg.path + " has no fallocate");
+    }
+    return ErrnoToStatus(errno,
+                         "reserve " + std::to_string(record_bytes) + " bytes in " + seg.path);
+  }
+  return last_lsn_ + 1;
+}
+
 Status PushLog::WriteRecordLocked(std::vector<iovec>* iov, uint64_t lsn, uint64_t record_bytes) {
   Segment& seg = segments_.back();
   int fd = current_->get();

@@ -99,6 +99,14 @@ class PushLog {
   // the record exceeds 1 GiB, kFailedPrecondition once an earlier failed fdatasync has made the
   // log unusable until it is reopened.
   Status Append(PushHeader* header, std::span<const PushTableView> tables);
+  // Lets a caller work beside the next Append (the shard applies a k = 0 step while its record is
+  // written): allocates the blocks that Append's direct write of `tables` will cover in the open
+  // segment, so that a full disk or the file size limit fails here, as Append would, and not
+  // after the caller has gone on. Returns the LSN that Append will take.
+  // REQUIRES: the caller serializes Reserve and the Append that follows it with every other Append.
+  // kUnimplemented where nothing can be reserved (buffered writes, a file system without
+  // fallocate): the caller writes first; kResourceExhausted and the others as Append.
+  StatusOr<uint64_t> Reserve(std::span<const PushTableView> tables);
 
   // Calls fn for every record with lsn > after_lsn, in LSN order. Stops at fn's first error.
   // kOutOfRange if some of those records were already deleted (DeleteThrough).
@@ -170,6 +178,7 @@ class PushLog {
   bool direct_ GUARDED_BY(mu_) = false;
   // A direct write failed with EINVAL (an alignment above 4 KiB): buffered from then on.
   bool direct_refused_ GUARDED_BY(mu_) = false;
+  bool fallocate_refused_ GUARDED_BY(mu_) = false;  // the file system lacks fallocate(2)
   AlignedBytes chunk_ GUARDED_BY(mu_);
   AlignedBytes tail_ GUARDED_BY(mu_);
   Mutex delete_mu_;      // serializes DeleteThrough so that segments are unlinked oldest first

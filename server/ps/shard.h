@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,6 +81,8 @@ struct ShardOptions {
   // Benchmarks only: skip the push log, to measure what it costs. Voids every durability
   // promise; the config has no key for it.
   bool push_log_enabled_for_bench = true;
+  // Tests only: the push log's record writes (PushLogOptions::write_for_test).
+  PwritevFn push_log_write_for_test;
 };
 
 // One table of a pull: the embeddings of ids go to out[i * dim ...].
@@ -273,6 +276,12 @@ class Shard {
   // `error`. LogWritable() ends the episode after a record was written again.
   Status RefuseUnlogged(Status error) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogWritable() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a push whose record is written, and warns (once) when the log grows past its bound.
+  void RecordLogged(uint64_t bytes) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The record of a k = 0 push that was written beside its apply failed: a push only buffered
+  // is taken back (the shard is as it was); a push that completed its step stays applied, and
+  // its record is written when the rank sends it again (unlogged_). Returns the refusal.
+  Status UnloggedBesideApply(const PushInput& push, Status error) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t ReplayFromLsn() const EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ShardOptions options_;
@@ -294,6 +303,13 @@ class Shard {
   std::map<int64_t, std::set<uint32_t>> k1_ranks_ GUARDED_BY(mu_);
   // Exactly-once: (step, rank) -> payload hash, for steps above the oldest retained bound.
   std::map<std::pair<int64_t, uint32_t>, uint64_t> logged_ GUARDED_BY(mu_);
+  // k = 0: (step, rank) of applied pushes whose record could not be written; acknowledged only
+  // once the rank's resend has written it (the state is ahead of the log until then).
+  std::set<std::pair<int64_t, uint32_t>> unlogged_ GUARDED_BY(mu_);
+  // k = 0: the record being written beside the apply of its push (PushLocked), and its result
+  // once a restore point had to wait for it.
+  std::future<Status>* record_in_flight_ GUARDED_BY(mu_) = nullptr;
+  Status record_result_ GUARDED_BY(mu_);
   // Pre-images of the last apply, per table: ids and their embeddings before it (rows[k * dim]
   // for ids[k]). Only a recovery pull reads them, so the id index is built by the first lookup
   // after an apply, not on the hot path.

@@ -356,6 +356,80 @@ TEST(ShardTest, LoggedPushSurvivesRestartAndItsResendIsADuplicate) {
   EXPECT_EQ(Rows(shard.get()).size(), 2u);
 }
 
+// A pwritev that fails with ENOSPC while *fail is set (the space was reserved, so only a
+// device error could do this; ENOSPC stands in for it).
+PwritevFn FailingWrites(const bool* fail) {
+  return [fail](int fd, const iovec* iov, int n, off_t offset) -> ssize_t {
+    if (*fail) {
+      errno = ENOSPC;
+      return -1;
+    }
+    return offset < 0 ? ::writev(fd, iov, n) : ::pwritev(fd, iov, n, offset);
+  };
+}
+
+// At k = 0 a push's record is written while the push is applied. A write that fails after the
+// apply leaves the step applied; the rank's resend writes the record before it is acknowledged,
+// and a restart replays it: the rows are those of a run without the failure.
+TEST(ShardTest, ARecordThatFailsBesideItsApplyIsWrittenByTheResend) {
+  TempDir ref_dir, dir;
+  auto ref_o = SmallShard(ref_dir.path(), 1);
+  auto o = SmallShard(dir.path(), 1);
+  bool fail = false;
+  o.push_log_write_for_test = FailingWrites(&fail);
+  auto p0 = MakePush(0, 0, {{0, {1, 2}}, {1, {3}}}, o);
+  auto p1 = MakePush(1, 0, {{0, {2, 4}}}, o);
+  {
+    auto ref = OpenShard(ref_o);
+    ASSERT_TRUE(ref->Push(p0.input()).ok());
+    ASSERT_TRUE(ref->Push(p1.input()).ok());
+  }
+  {
+    auto shard = OpenShard(o);
+    fail = true;
+    auto refused = shard->Push(p0.input());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+    // Applied beside the failed write; where nothing can be reserved (buffered writes, no
+    // fallocate) the record is written first and the refused push changed nothing.
+    const bool beside = shard->applied_step() == 0;
+    if (!beside) {
+      EXPECT_EQ(shard->applied_step(), -1);
+    }
+    fail = false;
+    auto ack = shard->Push(p0.input());
+    ASSERT_TRUE(ack.ok()) << ack.status();
+    EXPECT_EQ(ack->duplicate, beside);
+    EXPECT_EQ(shard->stats().pushes_logged, 1u);
+    ASSERT_TRUE(shard->Push(p1.input()).ok());
+  }  // dies without a restore point after step 0: the restart replays both records
+  auto shard = OpenShard(o);
+  EXPECT_EQ(shard->applied_step(), 1);
+  auto ref = OpenShard(ref_o);
+  EXPECT_EQ(Rows(shard.get()), Rows(ref.get()));
+}
+
+// With two ranks the first push of a step is only buffered: a record that fails beside it takes
+// the push back, as a write first would have.
+TEST(ShardTest, ABufferedPushWhoseRecordFailsIsTakenBack) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 2);
+  bool fail = true;
+  o.push_log_write_for_test = FailingWrites(&fail);
+  auto shard = OpenShard(o);
+  auto p0 = MakePush(0, 0, {{0, {1, 2}}}, o);
+  ASSERT_FALSE(shard->Push(p0.input()).ok());
+  fail = false;
+  auto ack = shard->Push(MakePush(0, 1, {{0, {2}}}, o).input());
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  EXPECT_EQ(ack->applied_step, -1);  // rank 0's push is not in: the step waits for it
+  ack = shard->Push(p0.input());
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  EXPECT_FALSE(ack->duplicate);
+  EXPECT_EQ(ack->applied_step, 0);
+  EXPECT_EQ(shard->stats().pushes_logged, 2u);
+}
+
 // Scenarios 7 and 8: whatever the cache wrote back before a crash, recovery rebuilds from the
 // restore point and replays the log: every logged push applied exactly once.
 TEST(ShardTest, RecoveryAfterEvictionAndCrashAppliesEveryPushOnce) {
