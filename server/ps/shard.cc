@@ -67,6 +67,12 @@ Shard::~Shard() {
     upload_cv_.SignalAll();
   }
   if (uploader_.joinable()) uploader_.join();
+  {
+    MutexLock lock(&trim_mu_);
+    stop_trimming_ = true;
+    trim_cv_.SignalAll();
+  }
+  if (trimmer_.joinable()) trimmer_.join();
   store_.reset();
   log_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
@@ -83,6 +89,7 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options) {
   if (::flock(shard->lock_fd_, LOCK_EX | LOCK_NB) != 0)
     return Status::FailedPrecondition(options.dir + " is in use by another process");
   TANDEM_RETURN_IF_ERROR(shard->Recover());
+  shard->trimmer_ = std::thread([s = shard.get()] { s->TrimLoop(); });
   if (shard->store_->change_log() != nullptr && !options.durable_dir.empty())
     shard->uploader_ = std::thread([s = shard.get()] { s->UploadLoop(); });
   return shard;
@@ -796,18 +803,22 @@ Status Shard::TakeRestorePointLocked(std::string* dir, uint64_t* change_seq) {
     fs::remove_all(path, ec);
   }
   points = std::move(kept);
-  const auto pruned = std::chrono::steady_clock::now();
-  if (!points.empty() && points.front().replay_from_lsn > 1)
-    TANDEM_RETURN_IF_ERROR(log_->DeleteThrough(points.front().replay_from_lsn - 1));
+  // Not once the last step is applied: deleting a GB of segments then only competes with the
+  // final eval's reads (1.86 s against 0.72 s in a 500-step job at 10^9 ids); the next open's
+  // first restore point deletes them.
+  if (!training_over_ && !points.empty() && points.front().replay_from_lsn > 1) {
+    MutexLock lock(&trim_mu_);
+    trim_through_ = std::max(trim_through_, points.front().replay_from_lsn - 1);
+    trim_cv_.Signal();
+  }
   const auto done = std::chrono::steady_clock::now();
   const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   if (secs(started, done) >= 0.5)
     TLOG_INFO(
         "shard {}: restore point of step {} took {:.1f} s (dirty rows written to the store {:.2f} "
-        "s, marker and push log roll {:.2f} s, older restore points removed {:.2f} s, push log "
-        "trimmed {:.2f} s)",
+        "s, marker and push log roll {:.2f} s, older restore points removed {:.2f} s)",
         options_.shard_index, m.step, secs(started, done), secs(started, flushed),
-        secs(flushed, marked), secs(marked, pruned), secs(pruned, done));
+        secs(flushed, marked), secs(marked, done));
   return Status::Ok();
 }
 
@@ -823,6 +834,24 @@ StatusOr<uint64_t> Shard::UploadSealedSegments() {
     uploaded_.insert(seg.seq);
   }
   return bytes;
+}
+
+void Shard::TrimLoop() {
+  uint64_t done = 0;
+  for (;;) {
+    uint64_t through = 0;
+    {
+      MutexLock lock(&trim_mu_);
+      while (!stop_trimming_ && trim_through_ <= done) trim_cv_.Wait();
+      if (stop_trimming_) return;
+      through = trim_through_;
+    }
+    // A failure leaves segments that replay skips; the next restore point's request retries.
+    if (Status s = log_->DeleteThrough(through); !s.ok())
+      TLOG_WARN("shard {}: deleting push log segments through lsn {}: {}", options_.shard_index,
+                through, s.ToString());
+    done = through;
+  }
 }
 
 void Shard::UploadLoop() {
