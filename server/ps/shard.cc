@@ -195,13 +195,12 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
                 std::any_of(held_.begin(), held_.end(), [&](const HeldPush& h) {
                   return h.input.step == push.step && h.input.rank == push.rank;
                 });
-  PushHeader h;
-  h.timeline = push.timeline;
-  h.step = push.step;
-  h.rank = push.rank;
-  h.shard = options_.shard_index;
-  h.incarnation = push.incarnation;
-  h.flags = (push.skip ? 1u : 0u) | (push.checkpoint ? 2u : 0u);
+  PushHeader h{.timeline = push.timeline,
+               .step = push.step,
+               .rank = push.rank,
+               .shard = options_.shard_index,
+               .incarnation = push.incarnation,
+               .flags = (push.skip ? 1u : 0u) | (push.checkpoint ? 2u : 0u)};
   const bool logging = !replaying && options_.push_log_enabled_for_bench;
   if (duplicate) {
     auto it = logged_.find(key);
