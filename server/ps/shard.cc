@@ -228,10 +228,11 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     return Status::ResourceExhausted("k = 0 push buffer full (ps.max_buffered_bytes)");
   // At k = 0 the record is written while the push is buffered or its step applied: the write
   // waits for the device (a direct write), the apply for the CPU, and the acknowledgement for
-  // both (issue 21: 1.36x pushes/s, ps_bench procs). The space is reserved first, so that a full
-  // disk refuses the push before anything of it is stored, as a write first would. At k >= 1
-  // the log's order is the order of applies, so the record goes first; in `machine` mode too,
-  // where PROTOCOLS §6 has a step applied only after the fdatasync of its records.
+  // both (issue 21: `ps_bench procs` pushes 1.19x at dim 16, 1.29x at dim 64). The space is
+  // reserved first, so that a full disk refuses the push before anything of it is stored, as a
+  // write first would. At k >= 1 the log's order is the order of applies, so the record goes
+  // first; in `machine` mode too, where PROTOCOLS §6 applies a step only after the fdatasync of
+  // its records.
   std::future<Status> written;
   // A restore point taken by this push's apply waits for the record (TakeRestorePointLocked).
   record_in_flight_ = &written;
