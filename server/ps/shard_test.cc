@@ -356,6 +356,36 @@ TEST(ShardTest, LoggedPushSurvivesRestartAndItsResendIsADuplicate) {
   EXPECT_EQ(Rows(shard.get()).size(), 2u);
 }
 
+// After the last step nothing is deleted beside the final restore point: older restore points
+// stay until a job with more steps cuts its next restore point.
+TEST(ShardTest, TheLastStepsRestorePointRemovesNoOlderOnes) {
+  TempDir dir;
+  auto o = SmallShard(dir.path(), 1);
+  o.restore_point_every_bytes = 1000;  // a push here is 120 bytes: one every ~9 steps
+  o.last_step = 39;
+  const auto markers = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/restore"))
+      n += e.path().extension() == ".done";
+    return n;
+  };
+  {
+    auto shard = OpenShard(o);
+    for (int64_t step = 0; step < 39; ++step)
+      ASSERT_TRUE(shard->Push(MakePush(step, 0, {{0, {1, 2, 3, 4, 5}}}, o).input()).ok());
+    EXPECT_EQ(markers(), 2);
+    ASSERT_TRUE(shard->Push(MakePush(39, 0, {{0, {1, 2, 3, 4, 5}}}, o).input()).ok());
+    ASSERT_TRUE(shard->TakeRestorePoint().ok());  // the final one, as a checkpoint part cuts it
+    EXPECT_EQ(markers(), 3);
+  }
+  o.last_step = 79;  // the job goes on (train.steps raised): its next restore point prunes
+  auto shard = OpenShard(o);
+  EXPECT_EQ(shard->applied_step(), 39);
+  for (int64_t step = 40; step < 50; ++step)
+    ASSERT_TRUE(shard->Push(MakePush(step, 0, {{0, {1, 2, 3, 4, 5}}}, o).input()).ok());
+  EXPECT_EQ(markers(), 2);
+}
+
 // A pwritev that fails with ENOSPC while *fail is set (the space was reserved, so only a
 // device error could do this; ENOSPC stands in for it).
 PwritevFn FailingWrites(const bool* fail) {
