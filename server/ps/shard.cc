@@ -202,6 +202,8 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
                .incarnation = push.incarnation,
                .flags = (push.skip ? 1u : 0u) | (push.checkpoint ? 2u : 0u)};
   const bool logging = !replaying && options_.push_log_enabled_for_bench;
+  uint64_t bytes = 0;
+  for (const auto& t : push.tables) bytes += t.ids.size_bytes() + t.grads.size_bytes();
   if (duplicate) {
     auto it = logged_.find(key);
     if (k0 && it != logged_.end() && it->second != hash)
@@ -215,15 +217,11 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
       if (Status s = log_->Append(&h, push.tables); !s.ok()) return RefuseUnlogged(std::move(s));
       unlogged_.erase(key);
       LogWritable();
-      uint64_t bytes = 0;
-      for (const auto& t : push.tables) bytes += t.ids.size_bytes() + t.grads.size_bytes();
       RecordLogged(bytes);
     }
     stats_.duplicates++;
     return PushAck{true, applied_};
   }
-  uint64_t bytes = 0;
-  for (const auto& t : push.tables) bytes += t.ids.size_bytes() + t.grads.size_bytes();
   if (k0 && pending_bytes_ + bytes > options_.max_buffered_bytes && !pending_.empty())
     return Status::ResourceExhausted("k = 0 push buffer full (ps.max_buffered_bytes)");
   // At k = 0 the record is written while the push is buffered or its step applied: the write
