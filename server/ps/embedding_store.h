@@ -57,6 +57,13 @@ struct StoreOptions {
   // change log in turn, so that the shard copies one (like a sealed log segment) while the next
   // is written.
   uint64_t ingest_piece_bytes = 64ull << 20;
+  // Whether a pull's or an update's read of RocksDB verifies the block checksums of what it
+  // reads (ps.verify_reads). RocksDB reads mapped SSTs (allow_mmap_reads) and then verifies a
+  // block on every read, not once per load into its block cache: with a table many times the
+  // cache that was a fifth of a shard's CPU, most of a data block's cache misses. Off, as in
+  // fbgemm's SSD embedding tables: a block is still verified where it is copied or rewritten
+  // (compaction inputs, checkpoint parts and restores against their file checksums, scans).
+  bool verify_reads = false;
 };
 
 struct StoreStats {
@@ -151,6 +158,15 @@ class EmbeddingStore {
   StoreStats stats() const;
   // A RocksDB integer property ("rocksdb.estimate-num-keys", ...); 0 when it has none.
   uint64_t RocksIntProperty(const std::string& name) const;
+  // Whether RocksDB schedules compactions (false after StopCompactions).
+  bool compacting() const;
+
+  // Schedules no more compactions; running ones finish. For the end of a job: nothing but the
+  // final restore point writes after the last step, every later read is read once, and a
+  // compaction then only makes new SSTs that the reads must open (and the old ones' readers
+  // torn down) while it takes CPU and page cache from them. RocksDB's L0 and pending-bytes write
+  // stalls do not apply without compactions, so no write waits for one; a later open compacts.
+  Status StopCompactions();
 
   EmbeddingStore(const EmbeddingStore&) = delete;
   EmbeddingStore& operator=(const EmbeddingStore&) = delete;

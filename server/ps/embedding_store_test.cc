@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -662,6 +663,57 @@ TEST(EmbeddingStoreTest, RocksDbKeepsNoFiltersOrIndexesInItsOwnMemory) {
   EXPECT_TRUE(read == rows);
   EXPECT_GT(store->RocksIntProperty("rocksdb.total-sst-files-size"), ids.size() * 32);
   EXPECT_LT(store->RocksIntProperty("rocksdb.estimate-table-readers-mem"), 64u << 10);
+}
+
+// ps.read_checksums: a bit flipped in one stored row's embedding, in its SST. Pulls and updates
+// read it unverified by default (the flipped row, every other row intact), fail with DataLoss
+// under `verify`, and a checksum scan fails either way.
+TEST(EmbeddingStoreTest, ReadsSkipBlockChecksumsUnlessAskedAndScansVerifyThem) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kSgd);
+  const std::vector<uint64_t> ids = SpreadIds(3000);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  const std::vector<uint8_t> rows = MutatedRows(spec, ids, 5);
+  {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->WriteRows(0, ids, rows.data()).ok());
+  }  // closed: the rows are in an SST now, stored uncompressed
+  const size_t victim = 1234, n = spec.row_bytes();
+  const std::string row(reinterpret_cast<const char*>(rows.data() + victim * n), n);
+  size_t flipped = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.File("db"))) {
+    if (e.path().extension() != ".sst") continue;
+    std::string bytes;
+    {
+      std::ifstream in(e.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const size_t at = bytes.find(row);
+    if (at == std::string::npos) continue;
+    bytes[at + n - 1] ^= 0x01;  // the lowest mantissa bit of the row's last embedding value
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << bytes;
+    ++flipped;
+  }
+  ASSERT_EQ(flipped, 1u) << "the row's bytes should be in exactly one SST";
+  std::vector<uint8_t> read(rows.size());
+  std::vector<bool> present;
+  {
+    auto store = OpenOrDie(options);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->ReadRows(0, ids, read.data(), &present).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(std::memcmp(read.data() + i * n, rows.data() + i * n, n) == 0, i != victim)
+          << "row " << i;
+    }
+    ModelChecksum sum;
+    EXPECT_TRUE(store->ScanChecksum(&sum).IsDataLoss());
+  }
+  options.verify_reads = true;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  const Status s = store->ReadRows(0, ids, read.data(), &present);
+  EXPECT_TRUE(s.IsDataLoss()) << s;
 }
 
 TEST(EmbeddingStoreTest, AdmissionCountersRoundTripThroughFlushAndReopen) {

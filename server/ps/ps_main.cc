@@ -5,6 +5,7 @@
 #include "common/determinism_class.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "server/ps/open_files.h"
 #include "server/ps/ps_metrics.h"
 #include "server/ps/shard_options.h"
 #include "server/ps/shard_resume.h"
@@ -33,6 +34,8 @@ std::optional<int> PsDaemon::Prepare(const RoleContext& ctx) {
   // starting job resumes from, complete before the port is bound, so no request ever sees a
   // half-recovered shard.
   const auto& job = *ctx.job;
+  const uint64_t open_files = RaiseOpenFileLimit();
+  TLOG_INFO("open-file limit {}: up to {} SSTs open", open_files, MaxOpenTables());
   const auto shard_options = ShardOptionsFromConfig(job, static_cast<uint32_t>(ctx.index));
   if (!job.cluster.chief.at(0).ends_with(":0")) {
     auto restored = RestoreForResume(job, ctx.job_id, ctx.context, shard_options, ctx.stop_signals);

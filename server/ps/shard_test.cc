@@ -13,6 +13,7 @@
 
 #include "common/testing/local_embedding_table.h"
 #include "server/ps/compaction_priority.h"
+#include "server/ps/restore_marker.h"
 #include "server/ps/shard_test_util.h"
 
 namespace tandem::ps {
@@ -307,7 +308,8 @@ TEST(ShardTest, KGreaterThanZeroAppliesOnArrivalAndGatesPulls) {
 }
 
 // Issue 21, end of job: compactions keep their priority while the job trains, and drop to the
-// lowest once its last step is applied (before that step's restore point, which they slow).
+// lowest once its last step is applied (before that step's restore point, which they slow);
+// from then no new one starts, and the final restore point is written all the same.
 TEST(ShardTest, CompactionsYieldTheCpuOnceTheLastStepIsApplied) {
   TempDir dir;
   auto o = SmallShard(dir.path(), 2);
@@ -326,9 +328,15 @@ TEST(ShardTest, CompactionsYieldTheCpuOnceTheLastStepIsApplied) {
   ASSERT_TRUE(shard->Push(MakePush(1, 1, {{0, {2}}}, o).input()).ok());
   for (size_t i = 0; i < threads.size(); ++i)  // half of the last step changes nothing
     EXPECT_EQ(nice_of(threads[i]), before[i]) << "thread " << threads[i] << " with step 1 half in";
+  EXPECT_TRUE(shard->store()->compacting());
   ASSERT_TRUE(shard->Push(MakePush(1, 0, {{0, {2}}}, o).input()).ok());
   ASSERT_EQ(shard->applied_step(), 1);
   for (int tid : CompactionThreads()) EXPECT_EQ(nice_of(tid), 19) << "thread " << tid;
+  EXPECT_FALSE(shard->store()->compacting());
+  ASSERT_TRUE(shard->TakeRestorePoint().ok());
+  const auto points = ListRestorePoints(o.dir);
+  ASSERT_FALSE(points.empty());
+  EXPECT_EQ(points.back().step, 1);
 }
 
 TEST(ShardTest, SecondProcessOnTheSameDirectoryIsRefused) {
