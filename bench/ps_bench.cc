@@ -17,9 +17,7 @@
 //    `serve-shard`), against raw ZeroMQ between two processes moving the same bytes each way
 //    (`serve-raw`), runs interleaved: the hot-path figures (dim 16 Adagrad, log on);
 //  - `procs-io`: push keys/s with the shard in another process, its log written direct against
-//    buffered, runs interleaved;
-//  - `read-checksums`: reads of stored rows the cache does not hold with ps.read_checksums skip
-//    against verify, runs interleaved on one store.
+//    buffered, runs interleaved.
 // glibc's mmap threshold is fixed (see Main).
 #include <malloc.h>
 #include <rocksdb/db.h>
@@ -45,7 +43,6 @@
 #include "common/subprocess.h"
 #include "common/testing/test_util.h"
 #include "common/wire/curve_keys.h"
-#include "server/ps/embedding_store.h"
 #include "server/ps/ps_service.h"
 #include "server/ps/shard.h"
 
@@ -387,54 +384,6 @@ void UncachedZipfPull(zmq::context_t* ctx) {
               "in-process rocksdb MultiGet, same keys", Median(base));
 }
 
-// `read-checksums`: pulls of stored rows that the cache does not hold, read from RocksDB with
-// ps.read_checksums skip against verify, runs interleaved on the same store (the SSTs in the
-// page cache, as the end of a job reads them): 4 M rows of dim 16 Adagrad (576 MB, ~9 SSTs),
-// a 16 MiB cache, pulls of 64 k ids, a fifth drawn uniformly from the stored ones and the rest
-// never stored (about the final eval's mix with a 10^8-row table at Zipf 0.5).
-void ReadChecksumsSkipVerify() {
-  const uint32_t dim = 16;
-  const embedding::TableSpec spec = Table(dim, embedding::OptimizerKind::kAdagrad);
-  const size_t n_rows = 4'000'000, batch = 500'000;
-  testing::TempDir dir;
-  ps::StoreOptions o;
-  o.db_dir = dir.path() + "/db";
-  o.tables = {spec};
-  o.cache_bytes = 16 << 20;
-  const std::vector<uint64_t> all = Keys(n_rows, 13);
-  {
-    auto store = std::move(ps::EmbeddingStore::Open(o)).value();
-    std::vector<uint8_t> rows(batch * spec.row_bytes(), 0);
-    for (size_t i = 0; i < rows.size() / 4; ++i) reinterpret_cast<float*>(rows.data())[i] = 0.25f;
-    for (size_t off = 0; off < n_rows; off += batch) {
-      if (!store->WriteRows(0, {all.data() + off, batch}, rows.data()).ok()) std::abort();
-    }
-  }
-  std::mt19937_64 rng(5);
-  std::vector<std::vector<uint64_t>> requests(20);
-  for (auto& r : requests) {
-    std::unordered_set<uint64_t> seen;
-    while (seen.size() < kKeys / 5) seen.insert(all[rng() % n_rows]);
-    while (seen.size() < kKeys) seen.insert(rng() | 1ull << 63);  // Keys() are below 2^63
-    r.assign(seen.begin(), seen.end());
-  }
-  std::vector<double> keys_per_sec[2];
-  std::vector<float> out(kKeys * dim);
-  for (int run = 0; run < 2 * kRuns; ++run) {
-    const int verify = run % 2;
-    o.verify_reads = verify == 1;
-    auto store = std::move(ps::EmbeddingStore::Open(o)).value();
-    if (!store->Read(0, requests[0], out.data()).ok()) std::abort();  // the SSTs opened
-    const auto t0 = Clock::now();
-    for (size_t i = 1; i < requests.size(); ++i)
-      if (!store->Read(0, requests[i], out.data()).ok()) std::abort();
-    keys_per_sec[verify].push_back((requests.size() - 1) * kKeys / Seconds(t0));
-  }
-  PrintFigure("ps_store_read_skip_checksums_dim16", Median(keys_per_sec[0]), "keys/s", true,
-              "the same reads verifying every block (ps.read_checksums: verify)",
-              Median(keys_per_sec[1]));
-}
-
 void MemoryPerRow(uint32_t dim, embedding::OptimizerKind opt, const std::string& name) {
   testing::TempDir dir;
   auto spec = Table(dim, opt);
@@ -765,7 +714,6 @@ int Main(int argc, char** argv) {
   if (only == "push-profile")
     PushOnly(&ctx, 16, 60, !(argc > 2 && std::string(argv[2]) == "buffered"));
   if (only == "pull-profile") PullOnly(&ctx, 16, 400);  // for perf: no baselines, no pushes
-  if (only.empty() || only == "read-checksums") ReadChecksumsSkipVerify();
   if (only.empty() || only == "wire") {
     WirePrecisionOnOff(&ctx, 16);
     WirePrecisionOnOff(&ctx, 64);

@@ -163,7 +163,6 @@ constexpr JobKey kJobKeys[] = {
     {"ps.push_log.group_ms", Bind<&PsConfig::push_log_group_ms>, AtLeast(1)},
     {"ps.push_log.io", Bind<&PsConfig::push_log_io>, OneOf("direct|buffered")},
     {"ps.push_log.max_bytes", Bind<&PsConfig::push_log_max_bytes>, Above(0)},
-    {"ps.read_checksums", Bind<&PsConfig::read_checksums>, OneOf("skip|verify")},
     {"ps.restore_point_every_bytes", Bind<&PsConfig::restore_point_every_bytes>, AtLeast(0)},
     {"ps.max_buffered_bytes", Bind<&PsConfig::max_buffered_bytes>, Above(0)},
     {"ps.wire_precision", Bind<&PsConfig::wire_precision>, OneOf("fp32|bf16|fp16")},

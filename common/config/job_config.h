@@ -125,7 +125,6 @@ struct PsConfig {
   std::string push_log_durability = "process";  // `ps.push_log.durability`: process | machine
   int64_t push_log_group_ms = 10;               // `ps.push_log.group_ms` >= 1
   std::string push_log_io = "direct";           // `ps.push_log.io`: direct | buffered
-  std::string read_checksums = "skip";          // `ps.read_checksums`: skip | verify
   std::string nan_policy = "reject";            // reject | skip_rows
   int64_t watchdog_ms = 10000;                  // >= 100
   int64_t handler_threads = 4;                  // `ps.handler_threads` >= 1

@@ -82,7 +82,6 @@ data:
   synthetic: {vocab: 500, zipf: 1.3, eval_rows: 7}
 ps:
   push_log: {durability: machine, group_ms: 5, max_bytes: 1000, io: buffered}
-  read_checksums: verify
 train: {seed: 18446744073709551615}
 )");
   const TableConfig& t = c.tables.at("C7");
@@ -107,7 +106,6 @@ train: {seed: 18446744073709551615}
   EXPECT_EQ(c.ps.push_log_group_ms, 5);
   EXPECT_EQ(c.ps.push_log_max_bytes, 1000);
   EXPECT_EQ(c.ps.push_log_io, "buffered");
-  EXPECT_EQ(c.ps.read_checksums, "verify");
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
 }
 
@@ -230,8 +228,6 @@ TEST(JobConfigTest, BadEnum) {
   ExpectError("tables:\n  C2:\n    optimizer: lamb\n", "job.yaml:3: tables.C2.optimizer: must be");
   ExpectError("ps:\n  push_log:\n    io: mmap\n",
               "job.yaml:3: ps.push_log.io: must be one of {direct,buffered}, got \"mmap\"");
-  ExpectError("ps:\n  read_checksums: always\n",
-              "job.yaml:2: ps.read_checksums: must be one of {skip,verify}, got \"always\"");
 }
 
 TEST(JobConfigTest, DuplicateKey) {

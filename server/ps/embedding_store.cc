@@ -1095,8 +1095,6 @@ Status EmbeddingStore::Impl::Scan(
     const std::function<Status(const rocksdb::Slice&, const rocksdb::Slice&)>& fn) {
   rocksdb::ReadOptions ro = read_options;
   ro.iterate_upper_bound = until;
-  // A scan feeds checksums, exports and copies: every block it reads is verified.
-  ro.verify_checksums = true;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
   for (it->Seek(from); it->Valid(); it->Next()) {
     TANDEM_RETURN_IF_ERROR(fn(it->key(), it->value()));
@@ -1145,7 +1143,6 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   }
   // Durability comes from the push log and restore points (PROTOCOLS §6), not the WAL.
   impl->write_options.disableWAL = true;
-  impl->read_options.verify_checksums = options.verify_reads;
   {
     std::string value;
     rocksdb::Status st =

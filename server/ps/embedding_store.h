@@ -57,13 +57,6 @@ struct StoreOptions {
   // change log in turn, so that the shard copies one (like a sealed log segment) while the next
   // is written.
   uint64_t ingest_piece_bytes = 64ull << 20;
-  // Whether a pull's or an update's read of RocksDB verifies the block checksums of what it
-  // reads (ps.verify_reads). RocksDB reads mapped SSTs (allow_mmap_reads) and then verifies a
-  // block on every read, not once per load into its block cache: with a table many times the
-  // cache that was a fifth of a shard's CPU, most of a data block's cache misses. Off, as in
-  // fbgemm's SSD embedding tables: a block is still verified where it is copied or rewritten
-  // (compaction inputs, checkpoint parts and restores against their file checksums, scans).
-  bool verify_reads = false;
 };
 
 struct StoreStats {

@@ -127,7 +127,6 @@ Status Shard::Recover() {
   so.seed = options_.seed;
   so.cache_bytes = options_.cache_bytes;
   so.memory_only = options_.memory_only;
-  so.verify_reads = options_.verify_reads;
   // Only delta checkpoint parts read the change log: otherwise it would be dead weight.
   if (options_.change_log && !options_.durable_dir.empty())
     so.change_log_dir = options_.dir + "/changes";

@@ -70,7 +70,6 @@ struct ShardOptions {
   uint64_t restore_point_every_bytes = 1ull << 30;
   uint64_t push_log_max_bytes = 16ull << 30;
   bool push_log_direct_io = true;  // `ps.push_log.io: direct`
-  bool verify_reads = false;       // `ps.read_checksums: verify` (StoreOptions::verify_reads)
   // Performance: threads (the calling one included) that apply the tables of one step, and
   // read the tables of one pull, in parallel. 1 = in series. Tables are independent, so the
   // model does not depend on it (PROTOCOLS §5).

@@ -30,7 +30,6 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.restore_point_every_bytes = static_cast<uint64_t>(job.ps.restore_point_every_bytes);
   o.push_log_max_bytes = static_cast<uint64_t>(job.ps.push_log_max_bytes);
   o.push_log_direct_io = job.ps.push_log_io == "direct";
-  o.verify_reads = job.ps.read_checksums == "verify";
   // No key of its own: half the handler threads (the other half serves the lanes).
   o.apply_threads = static_cast<int>(std::max<int64_t>(1, job.ps.handler_threads / 2));
   return o;
