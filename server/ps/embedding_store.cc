@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdarg>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <system_error>
 #include <unordered_map>
 #include <utility>
@@ -429,6 +432,13 @@ struct EmbeddingStore::Impl {
   std::atomic<uint64_t> staged_bytes{0};
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> drains{0};
+  // Writing calls (Update, Erase, WriteRows, SetAdmissionCount) hold it shared; FlushDirty holds
+  // it alone, so that it writes the rows it took without holding the stripes (see FlushDirty).
+  std::shared_mutex write_gate;
+  // Set, under every stripe's lock, while FlushDirty writes rows it took from the cache: they
+  // are clean there but not yet in RocksDB, so the cache must not drop them, and their pointers
+  // must stay valid. Reads then insert nothing (no eviction) and no drain runs.
+  std::atomic<bool> frozen{false};
   StoredSum sum GUARDED_BY(sum_mu);
 
   void MergeDelta(const SumDelta& d) {
@@ -481,17 +491,32 @@ struct EmbeddingStore::Impl {
   Status UnlockWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
                      const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
-  // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
-  Status FlushStripes(size_t begin, size_t end, bool staged_only);
   // A row a flush writes.
   struct Dirty {
     uint32_t table;
     uint32_t bytes;
     uint64_t id;
-    const uint8_t* row;  // valid while the stripe is locked and nothing is inserted or erased
+    const uint8_t* row;  // valid while nothing is inserted into or erased from the cache
     bool cached;         // from the cache (else from the stage)
   };
+  // What a flush writes, taken from the stripes under their locks.
+  struct Taken {
+    std::vector<Dirty> rows;
+    rocksdb::WriteBatch counters;
+  };
+  // Writes the staged rows, dirty rows and counters of stripes [begin, end) to RocksDB, in key
+  // order (only the staged rows when `staged_only`). REQUIRES: those stripes are locked.
+  Status FlushStripes(size_t begin, size_t end, bool staged_only);
+  // FlushStripes in its three steps. Take: the staged rows and, unless `staged_only`, the dirty
+  // cached rows (clean in the cache from now on) and dirty counters. REQUIRES: those stripes
+  // are locked.
+  void Take(size_t begin, size_t end, bool staged_only, Taken* taken);
+  // Writes the rows taken, in key order. Needs no stripe lock while the cache inserts and erases
+  // nothing (`frozen`).
+  Status WriteTaken(Taken* taken, bool may_ingest);
+  // Under the stripes' locks again: on success clears the stage and writes the counters; after
+  // a failed write (`written`) stages the rows taken from the cache again. Returns the error.
+  Status EndFlush(size_t begin, size_t end, bool staged_only, Taken* taken, Status written);
   // Writes `dirty` (sorted by key, a key twice only as staged then cached) to RocksDB and the
   // change log: as ingested SSTs when `may_ingest` and they reach options.ingest_bytes, else
   // through the memtable.
@@ -601,8 +626,12 @@ Status EmbeddingStore::Impl::MaybeDrainStaged() NO_THREAD_SAFETY_ANALYSIS {
   if (staged_bytes.load(std::memory_order_relaxed) < options.stage_bytes) return Status::Ok();
   if (draining.exchange(true, std::memory_order_acquire)) return Status::Ok();
   LockAllStripes();
-  Status s = FlushStripes(0, stripes.size(), /*staged_only=*/true);
-  if (s.ok()) {
+  // Not while a flush writes what it took, the stage's rows among them (a read calls this; it
+  // staged nothing meanwhile, so the flush's own end leaves the stage empty).
+  Status s = frozen.load(std::memory_order_relaxed)
+                 ? Status::Ok()
+                 : FlushStripes(0, stripes.size(), /*staged_only=*/true);
+  if (s.ok() && !frozen.load(std::memory_order_relaxed)) {
     staged_bytes.store(0, std::memory_order_relaxed);
     drains.fetch_add(1, std::memory_order_relaxed);
   }
@@ -810,6 +839,14 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
     op.Absent(i, id);  // reads never store anything for an absent row (PROTOCOLS §4)
     return Status::Ok();
   }
+  if constexpr (!Op::kWrites) {
+    if (frozen.load(std::memory_order_relaxed)) {
+      // A flush is writing rows the cache holds (FlushDirty): served without caching, so that
+      // nothing is evicted meanwhile. (Writes wait for the flush: they hold write_gate.)
+      op.Cached(i, reinterpret_cast<const uint8_t*>(value->data()), true, /*was_dirty=*/false);
+      return Status::Ok();
+    }
+  }
   uint8_t* row = s.cache.Insert(table, id, hash, Op::kWrites);
   if (row == nullptr) return Status::ResourceExhausted("store: stripe slab limit reached");
   if (value != nullptr) {
@@ -911,10 +948,16 @@ Status EmbeddingStore::Impl::IngestSorted(size_t n, ValueAt value, KeyAt key, bo
 // that arrive in order with a step from the previous insert instead of a search from the top
 // (the slot order of the cache is random key order). A key both staged and dirty in the cache
 // is written twice, the cached (newer) copy last.
-Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
-                                          bool staged_only) NO_THREAD_SAFETY_ANALYSIS {
-  std::vector<Dirty> dirty;
-  rocksdb::WriteBatch counters;
+Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end, bool staged_only) {
+  Taken taken;
+  Take(begin, end, staged_only, &taken);
+  Status written = WriteTaken(&taken, /*may_ingest=*/!staged_only);
+  return EndFlush(begin, end, staged_only, &taken, std::move(written));
+}
+
+void EmbeddingStore::Impl::Take(size_t begin, size_t end, bool staged_only,
+                                Taken* taken) NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<Dirty>& dirty = taken->rows;
   for (size_t k = begin; k < end; ++k) {
     Stripe& s = *stripes[k];
     s.staged.ForEach([&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
@@ -929,21 +972,29 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
       if (e.state != CounterCache::kDirty) return;
       const CounterKey key(e.table, e.id);
       if (e.count == 0) {
-        counters.Delete(key.slice()).PermitUncheckedError();
+        taken->counters.Delete(key.slice()).PermitUncheckedError();
       } else {
-        counters.Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
+        taken->counters.Put(key.slice(), EncodeCount(e.count)).PermitUncheckedError();
       }
     });
   }
+}
+
+Status EmbeddingStore::Impl::WriteTaken(Taken* taken, bool may_ingest) {
   // The byte order of big-endian (table, id) keys is the numeric order of (table, id).
-  std::sort(dirty.begin(), dirty.end(), [](const Dirty& a, const Dirty& b) {
+  std::sort(taken->rows.begin(), taken->rows.end(), [](const Dirty& a, const Dirty& b) {
     if (a.table != b.table) return a.table < b.table;
     return a.id != b.id ? a.id < b.id : a.cached < b.cached;
   });
-  if (Status written = WriteSorted(&dirty, /*may_ingest=*/!staged_only); !written.ok()) {
+  return WriteSorted(&taken->rows, may_ingest);
+}
+
+Status EmbeddingStore::Impl::EndFlush(size_t begin, size_t end, bool staged_only, Taken* taken,
+                                      Status written) NO_THREAD_SAFETY_ANALYSIS {
+  if (!written.ok()) {
     // The cache holds the taken rows clean now, and would drop them at eviction: staged, they
     // are written by the next drain or flush (the stage's own rows stay staged).
-    for (const Dirty& d : dirty) {
+    for (const Dirty& d : taken->rows) {
       if (!d.cached) continue;
       const uint64_t hash = KeyHash(d.table, d.id);
       staged_bytes.fetch_add(StripeOf(hash).staged.Put(d.table, d.id, hash, d.row, d.bytes),
@@ -959,7 +1010,7 @@ Status EmbeddingStore::Impl::FlushStripes(size_t begin, size_t end,
     });
     s.staged.Clear();
   }
-  TANDEM_RETURN_IF_ERROR(Write(&counters));  // else they stay dirty in the maps
+  TANDEM_RETURN_IF_ERROR(Write(&taken->counters));  // else they stay dirty in the maps
   // Stored: dropping them bounds the maps to the counters touched between two flushes.
   if (!staged_only) {
     for (size_t k = begin; k < end; ++k) stripes[k]->counters.Clear();
@@ -1191,6 +1242,7 @@ Status EmbeddingStore::ReadRows(uint32_t table, std::span<const uint64_t> ids, u
 // The delta is merged even when the call fails part-way: the rows it did change stay changed.
 Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, const RowFn& fn) {
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  std::shared_lock gate(impl_->write_gate);
   SumDelta delta;
   UpdateOp<true> op{fn, impl_->options.tables[table], table, ids, &delta};
   Status s = impl_->Apply(table, ids, op);
@@ -1201,6 +1253,7 @@ Status EmbeddingStore::Update(uint32_t table, std::span<const uint64_t> ids, con
 Status EmbeddingStore::UpdateDistinct(uint32_t table, std::span<const uint64_t> ids,
                                       const RowFn& fn) {
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  std::shared_lock gate(impl_->write_gate);
   SumDelta delta;
   UpdateOp<false> op{fn, impl_->options.tables[table], table, ids, &delta};
   Status s = impl_->Apply(table, ids, op);
@@ -1212,6 +1265,7 @@ Status EmbeddingStore::UpdateDistinct(uint32_t table, std::span<const uint64_t> 
 // while its lock is held (a concurrent miss then sees the row in neither place).
 Status EmbeddingStore::Erase(uint32_t table, std::span<const uint64_t> ids) {
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  std::shared_lock gate(impl_->write_gate);
   std::vector<std::pair<size_t, uint64_t>> by_stripe;
   by_stripe.reserve(ids.size());
   for (uint64_t id : ids) by_stripe.emplace_back(impl_->StripeIndex(KeyHash(table, id)), id);
@@ -1254,6 +1308,7 @@ StatusOr<uint64_t> EmbeddingStore::AdmissionCount(uint32_t table, uint64_t id) {
 
 Status EmbeddingStore::SetAdmissionCount(uint32_t table, uint64_t id, uint64_t count) {
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  std::shared_lock gate(impl_->write_gate);
   const uint64_t hash = KeyHash(table, id);
   Stripe& s = impl_->StripeOf(hash);
   SumDelta delta;
@@ -1280,6 +1335,7 @@ Status EmbeddingStore::SetAdmissionCount(uint32_t table, uint64_t id, uint64_t c
 Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
                                  const uint8_t* rows) {
   TANDEM_RETURN_IF_ERROR(impl_->CheckTable(table));
+  std::shared_lock gate(impl_->write_gate);
   const uint32_t n = impl_->row_bytes[table];
   const embedding::TableSpec& spec = impl_->options.tables[table];
   rocksdb::WriteBatch batch;
@@ -1339,38 +1395,63 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
 }
 
 // All stripes are locked at once (in stripe order, as LockWindow locks, so the two cannot
-// deadlock) so that every dirty row goes to RocksDB in one key-ordered sequence: per stripe,
-// each stripe's run would interleave with the others' in the memtable, and the flush took 2-3x
-// the CPU (measured at 10^4 and 10^6 dirty rows). Reads wait for the flush meanwhile; it runs
-// at restore points, where the apply path waits for it anyway.
+// deadlock) while the dirty rows are taken, so that every one goes to RocksDB in one key-ordered
+// sequence: per stripe, each stripe's run would interleave with the others' in the memtable, and
+// the flush took 2-3x the CPU (measured at 10^4 and 10^6 dirty rows). They are written with no
+// stripe held, so reads go on (issue 21: the final eval's pulls waited seconds for the final
+// restore point of a 10^8-row table); writes wait (write_gate), and the cache inserts and
+// evicts nothing meanwhile (`frozen`), which keeps the rows taken where they are.
 // The sum is written with the rows, so a RocksDB checkpoint (restore point, durable copy) holds
 // the sum of exactly its rows. An unknown sum is written as no record (the reader then scans).
-Status EmbeddingStore::FlushDirty() NO_THREAD_SAFETY_ANALYSIS {
-  impl_->LockAllStripes();
-  Status s = impl_->FlushStripes(0, impl_->stripes.size(), /*staged_only=*/false);
-  if (s.ok() && !impl_->options.read_only) {
+Status EmbeddingStore::FlushDirty(FlushTimes* times) NO_THREAD_SAFETY_ANALYSIS {
+  Impl& d = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock gate(d.write_gate);
+  d.LockAllStripes();
+  Impl::Taken taken;
+  d.Take(0, d.stripes.size(), /*staged_only=*/false, &taken);
+  d.frozen.store(true, std::memory_order_relaxed);
+  d.UnlockAllStripes();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (d.options.while_flushing_for_test) d.options.while_flushing_for_test();
+  Status written = d.WriteTaken(&taken, /*may_ingest=*/true);
+  const auto t2 = std::chrono::steady_clock::now();
+  d.LockAllStripes();
+  d.frozen.store(false, std::memory_order_relaxed);
+  Status s = d.EndFlush(0, d.stripes.size(), /*staged_only=*/false, &taken, std::move(written));
+  if (s.ok()) d.staged_bytes.store(0, std::memory_order_relaxed);  // every stripe's is empty
+  if (s.ok() && !d.options.read_only) {
     rocksdb::WriteBatch meta;
     {
-      MutexLock lock(&impl_->sum_mu);
-      impl_->FoldCleaned();
+      MutexLock lock(&d.sum_mu);
+      d.FoldCleaned();
       const rocksdb::Slice key(kSumKey, sizeof(kSumKey) - 1);
       // An empty store keeps no record: it is known to sum to zero when opened.
-      if (impl_->sum_known && (impl_->sum.rows != 0 || impl_->sum.counters != 0)) {
-        meta.Put(key, EncodeSum(impl_->sum)).PermitUncheckedError();
+      if (d.sum_known && (d.sum.rows != 0 || d.sum.counters != 0)) {
+        meta.Put(key, EncodeSum(d.sum)).PermitUncheckedError();
       } else {
         meta.Delete(key).PermitUncheckedError();
       }
     }
-    s = impl_->Write(&meta);
+    s = d.Write(&meta);
   }
-  impl_->UnlockAllStripes();
+  d.UnlockAllStripes();
+  if (times != nullptr) {
+    const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    const auto t3 = std::chrono::steady_clock::now();
+    times->rows = taken.rows.size();
+    times->flush_s = secs(t0, t3);
+    times->reads_held_s = secs(t0, t1) + secs(t2, t3);
+  }
   return s;
 }
 
 // REQUIRES: no concurrent Update/Erase/SetAdmissionCount (restore points are taken after a fully
 // applied step), or the checkpoint may hold part of them.
-Status EmbeddingStore::CreateCheckpoint(const std::string& dir, uint64_t* change_seq) {
-  TANDEM_RETURN_IF_ERROR(FlushDirty());
+Status EmbeddingStore::CreateCheckpoint(const std::string& dir, uint64_t* change_seq,
+                                        FlushTimes* times) {
+  TANDEM_RETURN_IF_ERROR(FlushDirty(times));
+  const auto flushed = std::chrono::steady_clock::now();
   // Cut before the checkpoint: a write between the two is in both, which a replay tolerates;
   // cut after, one could be in neither.
   if (impl_->changes != nullptr) {
@@ -1383,8 +1464,12 @@ Status EmbeddingStore::CreateCheckpoint(const std::string& dir, uint64_t* change
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
   // log_size_for_flush = 0 flushes the memtable first: with the WAL off it holds rows that
   // exist nowhere else on disk.
-  return FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
-                   "store: checkpoint " + dir);
+  Status made = FromRocks(checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0),
+                          "store: checkpoint " + dir);
+  if (times != nullptr)
+    times->checkpoint_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - flushed).count();
+  return made;
 }
 
 // Flushing first makes RocksDB hold every row's newest version, so one scan visits each once.

@@ -57,6 +57,17 @@ struct StoreOptions {
   // change log in turn, so that the shard copies one (like a sealed log segment) while the next
   // is written.
   uint64_t ingest_piece_bytes = 64ull << 20;
+  // Tests only: called by FlushDirty once it took the rows, with no stripe held, before it
+  // writes them.
+  std::function<void()> while_flushing_for_test;
+};
+
+// How a flush went (FlushDirty, CreateCheckpoint).
+struct FlushTimes {
+  uint64_t rows = 0;        // dirty and staged rows written
+  double flush_s = 0;       // FlushDirty, all of it
+  double reads_held_s = 0;  // the part of it reads waited for (every stripe held)
+  double checkpoint_s = 0;  // CreateCheckpoint: the RocksDB checkpoint after the flush
 };
 
 struct StoreStats {
@@ -114,12 +125,17 @@ class EmbeddingStore {
   Status WriteRows(uint32_t table, std::span<const uint64_t> ids, const uint8_t* rows);
 
   // Writes every dirty cached row (and counter) to RocksDB, in key order; rows stay cached,
-  // clean. Holds every stripe for its duration: other calls wait for it.
-  Status FlushDirty();
+  // clean. Reads wait only while the rows are taken (every stripe held) and at the end; they are
+  // served while the rows are written, without filling the cache. Writing calls (Update,
+  // UpdateDistinct, Erase, WriteRows, SetAdmissionCount) wait for the whole flush.
+  // `times` (may be null) gets how long it took and how long of it reads waited.
+  Status FlushDirty(FlushTimes* times = nullptr);
   // FlushDirty, then a RocksDB checkpoint (hard links; the memtable is flushed first) in
   // `dir`, which must not exist. With a change log, `change_seq` (may be null) gets the segment
-  // the log was cut at: the checkpoint holds every write of segments up to it.
-  Status CreateCheckpoint(const std::string& dir, uint64_t* change_seq = nullptr);
+  // the log was cut at: the checkpoint holds every write of segments up to it. Reads go on
+  // during both but for FlushDirty's short holds.
+  Status CreateCheckpoint(const std::string& dir, uint64_t* change_seq = nullptr,
+                          FlushTimes* times = nullptr);
   // The change log (null without StoreOptions::change_log_dir).
   ChangeLog* change_log();
 
