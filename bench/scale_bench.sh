@@ -45,6 +45,8 @@
 #                      exiting (taken by the shell right after it returns): the final
 #                      checkpoint, the final eval, the model checksum, the members leaving. final_line_to_exit_s is the part after the final line,
 #                      chief_exit_to_exit_s the part after the chief's last log line.
+#                      last_apply_to_exit_s is from the later shard's log line that it applied
+#                      the job's last step to the exit: always with the final restore point.
 set -euo pipefail
 caller=$PWD
 cd "$(dirname "$0")/.."
@@ -250,6 +252,19 @@ run_job() {  # DIR CACHE
   if [[ -n $final ]]; then
     final_s=$(awk -v a="$t_exit" -v b="$(json_num wall_time "$final")" 'BEGIN {printf "%.3f", a - b}')
   fi
+  # From the later shard's apply of the last step: unlike end_of_job_s, it always holds the
+  # final restore point, which falls before or after the last metrics line by chance (it is
+  # cut in the apply of the push that completes the step, whichever rank sent it).
+  local apply_s="" t_apply="" ts
+  for ((i = 0; i < PS; i++)); do
+    ts=$( (grep -h "is the job's last" "$dir/out/logs/ps-$i.log" 2>/dev/null || true) | tail -1 | cut -d' ' -f1)
+    if [[ -n $ts ]] && ts=$(date -d "$ts" +%s.%N 2>/dev/null); then
+      if [[ -z $t_apply ]] || awk -v a="$ts" -v b="$t_apply" 'BEGIN {exit !(a > b)}'; then t_apply=$ts; fi
+    fi
+  done
+  if [[ -n $t_apply ]]; then
+    apply_s=$(awk -v a="$t_exit" -v b="$t_apply" 'BEGIN {printf "%.3f", a - b}')
+  fi
   # The chief's last log line ("stopped: ...") is local time, as GNU date reads it.
   local chief_s="" ts
   ts=$( (grep -h 'stopped:' "$dir/out/logs/chief-0.log" 2>/dev/null || true) | tail -1 | cut -d' ' -f1)
@@ -290,6 +305,7 @@ run_job() {  # DIR CACHE
     echo "end_of_job_s=${end_s:-null}"
     echo "final_line_to_exit_s=${final_s:-null}"
     echo "chief_exit_to_exit_s=${chief_s:-null}"
+    echo "last_apply_to_exit_s=${apply_s:-null}"
     echo "auc=${auc:-null}"
     echo "model_checksum=${checksum:-none}"
     echo "evictions=$(sum2 tandem_ps_rows_evicted_total)"
@@ -347,13 +363,13 @@ if ((fixed_cache > 0)); then
     for ((rep = 1; rep <= reps; rep++)); do get "$out/runs/cache-$fixed_cache-rep$rep" "$1"; done |
       { grep -v -e '^null$' -e '^$' || true; } | median
   }
-  printf '{"bench": "scale_job", "value": %s, "unit": "s", "better": "lower", "of": "end of job: last step to tandem local exiting", "baseline": "none", "baseline_value": 0, "ratio": 0, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "zipf": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "samples_per_sec": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "ps_peak_anon_bytes": %s, "model_checksum": "%s", "rc": %s}\n' \
+  printf '{"bench": "scale_job", "value": %s, "unit": "s", "better": "lower", "of": "end of job: last step to tandem local exiting", "baseline": "none", "baseline_value": 0, "ratio": 0, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "zipf": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "samples_per_sec": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "last_apply_to_exit_s": %s, "job_s": %s, "ps_peak_anon_bytes": %s, "model_checksum": "%s", "rc": %s}\n' \
     "$(fmed end_of_job_s)" "$((fixed_cache * PS))" "$table_rows" "$table_bytes" "$vocab" "$ZIPF" \
     "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "$(fmed samples_per_sec)" "$(fmed live_db_bytes)" \
     "$(fmed checkpoint_dir_bytes)" "$(fmed final_checkpoint_s)" \
     "$(fmed final_checkpoint_copied_bytes)" "$(fmed final_delta_parts)" \
-    "$(fmed final_line_to_exit_s)" "$(fmed chief_exit_to_exit_s)" "$(fmed job_s)" \
-    "$(fmed ps_peak_anon_bytes)" "$(get "$out/runs/cache-$fixed_cache-rep1" model_checksum)" "$failed"
+    "$(fmed final_line_to_exit_s)" "$(fmed chief_exit_to_exit_s)" "$(fmed last_apply_to_exit_s)" \
+    "$(fmed job_s)" "$(fmed ps_peak_anon_bytes)" "$(get "$out/runs/cache-$fixed_cache-rep1" model_checksum)" "$failed"
   exit $failed
 fi
 ratios=(1 0.1 0.01)

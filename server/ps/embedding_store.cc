@@ -1410,6 +1410,7 @@ Status EmbeddingStore::FlushDirty(FlushTimes* times) NO_THREAD_SAFETY_ANALYSIS {
   d.LockAllStripes();
   Impl::Taken taken;
   d.Take(0, d.stripes.size(), /*staged_only=*/false, &taken);
+  const size_t rows = taken.rows.size();  // (writing them empties the vector)
   d.frozen.store(true, std::memory_order_relaxed);
   d.UnlockAllStripes();
   const auto t1 = std::chrono::steady_clock::now();
@@ -1439,7 +1440,7 @@ Status EmbeddingStore::FlushDirty(FlushTimes* times) NO_THREAD_SAFETY_ANALYSIS {
   if (times != nullptr) {
     const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     const auto t3 = std::chrono::steady_clock::now();
-    times->rows = taken.rows.size();
+    times->rows = rows;
     times->flush_s = secs(t0, t3);
     times->reads_held_s = secs(t0, t1) + secs(t2, t3);
   }

@@ -668,11 +668,14 @@ TEST(EmbeddingStoreTest, ReadsGoOnWhileAFlushWritesAndWritesWaitForIt) {
   churn.Update({touched.begin(), touched.begin() + 150}, 2);
   ASSERT_GT(store->stats().drains, 0u);
   ASSERT_GT(store->stats().staged_rows, 0u);
+  const StoreStats flushed = store->stats();
   FlushTimes times;
   armed = true;
   ASSERT_TRUE(store->FlushDirty(&times).ok());
   ASSERT_TRUE(ran);
-  EXPECT_GT(times.rows, 0u);
+  EXPECT_EQ(times.rows, flushed.cached_rows + flushed.staged_rows);  // every one dirty
+  EXPECT_GT(times.flush_s, 0.3);  // the hook's 300 ms wait included
+  EXPECT_LT(times.reads_held_s, times.flush_s);
   ASSERT_TRUE(writer.valid());
   writer.get();  // once the flush ended
   churn.ExpectRows(ids);
