@@ -56,7 +56,8 @@ uint64_t PayloadHash(const PushInput& p) {
 
 }  // namespace
 
-Shard::Shard(const ShardOptions& options) : options_(options), pool_(options.apply_threads) {
+Shard::Shard(const ShardOptions& options)
+    : options_(options), pool_(options.apply_threads), read_pool_(options.read_threads) {
   pre_images_.resize(options_.tables.size());
 }
 
@@ -658,7 +659,7 @@ Status Shard::ReadTables(std::span<const TableRead> reads, bool from_pre_images)
     }
   }
   std::vector<Status> errors(parts.size());
-  pool_.ParallelFor(parts.size(), [&](size_t k) {
+  read_pool_.ParallelFor(parts.size(), [&](size_t k) {
     const TableRead& r = parts[k];
     errors[k] =
         from_pre_images ? ReadPreImages(r.table, r.ids, r.out) : Read(r.table, r.ids, r.out);

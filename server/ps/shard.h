@@ -74,6 +74,12 @@ struct ShardOptions {
   // read the tables of one pull, in parallel. 1 = in series. Tables are independent, so the
   // model does not depend on it (PROTOCOLS §5).
   int apply_threads = 2;
+  // Threads (the calling one included) that read the tables of one pull, at most one table part
+  // each. More than the cores: a read that misses waits for the disk (a page fault in an SST),
+  // so each thread keeps one more read in flight (issue 21: the final eval of a table many
+  // times the page cache). Parts are cut as for applies (apply_threads), so a pull of few tables
+  // uses no more threads than before.
+  int read_threads = 8;
   // The job's last step (train.steps - 1), -1 when unknown. Once it is applied only the final
   // restore point, the final eval's reads and the exit follow, and the store's compactions (work
   // that a later open would do as well) yield the CPU to them (issue 21: end of job).
@@ -290,6 +296,7 @@ class Shard {
   std::unique_ptr<EmbeddingStore> store_;
   std::unique_ptr<PushLog> log_;
   internal::ApplyPool pool_;
+  internal::ApplyPool read_pool_;  // ReadTables (options_.read_threads)
 
   mutable Mutex mu_;
   // Written under mu_; read without it, so pulls never wait behind an apply.
