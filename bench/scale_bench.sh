@@ -128,7 +128,7 @@ scrape() {  # PORT ARRAY
     case $line in
       tandem_ps_rows_evicted_total\ * | tandem_ps_cache_hits_total\ * | \
         tandem_ps_cache_misses_total\ * | tandem_ps_cache_bytes\ * | tandem_ps_rows_cached\ * | \
-        tandem_ps_cache_writebacks_total\ *)
+        tandem_ps_cache_writebacks_total\ * | tandem_ps_cache_written_ahead_total\ *)
         name=${line%% *} value=${line##* }
         into[$name]=$value got=1
         if [[ $name == tandem_ps_cache_bytes && $value =~ ^[0-9]+$ ]] &&
@@ -310,6 +310,7 @@ run_job() {  # DIR CACHE
     echo "model_checksum=${checksum:-none}"
     echo "evictions=$(sum2 tandem_ps_rows_evicted_total)"
     echo "writebacks=$(sum2 tandem_ps_cache_writebacks_total)"
+    echo "written_ahead=$(sum2 tandem_ps_cache_written_ahead_total)"
     echo "cache_hits=$(sum2 tandem_ps_cache_hits_total)"
     echo "cache_misses=$(sum2 tandem_ps_cache_misses_total)"
     echo "cache_bytes_used_max=$(sum2 cache_bytes_max)"

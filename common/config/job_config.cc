@@ -158,6 +158,7 @@ constexpr JobKey kJobKeys[] = {
     {"train.loss_weights", Bind<&TrainConfig::loss_weights>, Weights()},
     {"ps.data_dir", Bind<&PsConfig::data_dir>, NonEmpty()},
     {"ps.cache_bytes", Bind<&PsConfig::cache_bytes>, Above(0)},
+    {"ps.max_dirty_bytes", Bind<&PsConfig::max_dirty_bytes>, AtLeast(-1)},
     {"ps.storage", Bind<&PsConfig::storage>, OneOf("rocksdb|memory")},
     {"ps.push_log.durability", Bind<&PsConfig::push_log_durability>, OneOf("process|machine")},
     {"ps.push_log.group_ms", Bind<&PsConfig::push_log_group_ms>, AtLeast(1)},

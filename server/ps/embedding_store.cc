@@ -439,6 +439,18 @@ struct EmbeddingStore::Impl {
   // are clean there but not yet in RocksDB, so the cache must not drop them, and their pointers
   // must stay valid. Reads then insert nothing (no eviction) and no drain runs.
   std::atomic<bool> frozen{false};
+  std::atomic<bool> reads_skip_cache{false};  // StopCachingReads
+  // A stripe's share of options.max_dirty_bytes; 0 = no bound.
+  uint64_t stripe_max_dirty_bytes = 0;
+  // Stages the dirty rows of a full stripe when they exceed its share of max_dirty_bytes (see
+  // StoreOptions): they reach RocksDB with the next drain, as evicted ones do, so a flush finds
+  // few. Not while a flush writes: it holds pointers into rows it took, and no writer runs.
+  void MaybeWriteAhead(Stripe& s) NO_THREAD_SAFETY_ANALYSIS {
+    if (stripe_max_dirty_bytes == 0 || s.cache.dirty_bytes() <= stripe_max_dirty_bytes ||
+        s.cache.evictions() == 0 || frozen.load(std::memory_order_relaxed))
+      return;
+    s.cache.WriteBackDirty();
+  }
   StoredSum sum GUARDED_BY(sum_mu);
 
   void MergeDelta(const SumDelta& d) {
@@ -691,6 +703,7 @@ Status EmbeddingStore::Impl::UnlockWindow(const uint32_t* locked,
   Status status;
   for (size_t k = count; k-- > 0;) {
     Stripe& s = *stripes[locked[k]];
+    MaybeWriteAhead(s);
     Status written = Write(&s.writebacks);
     if (status.ok()) status = std::move(written);
     s.mu.Unlock();
@@ -843,7 +856,8 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
     return Status::Ok();
   }
   if constexpr (!Op::kWrites) {
-    if (frozen.load(std::memory_order_relaxed)) {
+    if (frozen.load(std::memory_order_relaxed) ||
+        reads_skip_cache.load(std::memory_order_relaxed)) {
       // A flush is writing rows the cache holds (FlushDirty): served without caching, so that
       // nothing is evicted meanwhile. (Writes wait for the flush: they hold write_gate.)
       op.Cached(i, reinterpret_cast<const uint8_t*>(value->data()), true, /*was_dirty=*/false);
@@ -1219,6 +1233,8 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   }
   const uint64_t budget =
       options.memory_only ? 0 : std::max<uint64_t>(1, options.cache_bytes / options.stripes);
+  if (options.max_dirty_bytes > 0)
+    impl->stripe_max_dirty_bytes = std::max<uint64_t>(1, options.max_dirty_bytes / options.stripes);
   for (int i = 0; i < options.stripes; ++i) {
     impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget, &impl->staged_bytes,
                                                      &impl->options.tables));
@@ -1561,6 +1577,10 @@ bool EmbeddingStore::compacting() const {
   return impl_->db != nullptr && !impl_->db->GetOptions().disable_auto_compactions;
 }
 
+void EmbeddingStore::StopCachingReads() {
+  impl_->reads_skip_cache.store(true, std::memory_order_relaxed);
+}
+
 Status EmbeddingStore::StopCompactions() {
   if (impl_->db == nullptr || impl_->options.read_only) return Status::Ok();
   return FromRocks(impl_->db->SetOptions({{"disable_auto_compactions", "true"}}),
@@ -1584,6 +1604,8 @@ StoreStats EmbeddingStore::stats() const {
     total.misses_known_absent += s->known_absent;
     total.evictions += s->cache.evictions();
     total.writebacks += s->cache.writebacks();
+    total.written_ahead += s->cache.written_ahead();
+    total.dirty_bytes += s->cache.dirty_bytes();
     total.staged_rows += s->staged.rows();
     total.staged_bytes += s->staged.bytes_used();
   }

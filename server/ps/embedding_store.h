@@ -50,13 +50,23 @@ struct StoreOptions {
   uint64_t stage_bytes = 8ull << 20;
   // A flush of dirty rows (restore points, checkpoints) of at least this many bytes is written as
   // one sorted SST and ingested, not put through the memtable: with the whole table in the cache
-  // a restore point writes most of it. Memory beyond cache_bytes while it is written: one SST
-  // writer's bloom filter, index and block (about 2 % of ingest_piece_bytes).
-  uint64_t ingest_bytes = 64ull << 20;
+  // a restore point writes most of it, and more than a memtable's worth (16 MiB) would fill
+  // RocksDB's two memtables and wait for it to flush them (a flush of 0.35 M rows of 144 B, 50
+  // MiB, took 2.1-3.1 s through the memtable at the end of a job, issue 21). Memory beyond
+  // cache_bytes while it is written: one SST writer's bloom filter, index and block (about 2 %
+  // of ingest_piece_bytes).
+  uint64_t ingest_bytes = 16ull << 20;
   // Such a flush is cut into SSTs of about this many row bytes, each ingested and handed to the
   // change log in turn, so that the shard copies one (like a sealed log segment) while the next
   // is written.
   uint64_t ingest_piece_bytes = 64ull << 20;
+  // Once a stripe of the cache is full (it has evicted), its dirty rows are written back ahead
+  // of eviction whenever they exceed this bound's share (max_dirty_bytes / stripes), and stay
+  // cached, clean. A flush (restore point, the job's last checkpoint) then writes at most this
+  // much plus the stage, whatever the size of the cache or the table. A cache that never fills
+  // is left alone: its rows are written by the flushes alone, once per restore point however
+  // often they change. 0 = no bound.
+  uint64_t max_dirty_bytes = 0;
   // Tests only: called by FlushDirty once it took the rows, with no stripe held, before it
   // writes them.
   std::function<void()> while_flushing_for_test;
@@ -78,9 +88,11 @@ struct StoreStats {
   uint64_t misses_known_absent = 0;  // misses of an update that a read had just found absent
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
-  uint64_t staged_rows = 0;   // evicted dirty rows not yet written to RocksDB
-  uint64_t staged_bytes = 0;  // memory the stage holds (kept between drains)
-  uint64_t drains = 0;        // key-ordered writes of the staged rows
+  uint64_t written_ahead = 0;  // dirty rows written back to keep within max_dirty_bytes
+  uint64_t dirty_bytes = 0;    // row bytes of the cached dirty rows
+  uint64_t staged_rows = 0;    // evicted dirty rows not yet written to RocksDB
+  uint64_t staged_bytes = 0;   // memory the stage holds (kept between drains)
+  uint64_t drains = 0;         // key-ordered writes of the staged rows
 };
 
 // Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are
@@ -176,6 +188,11 @@ class EmbeddingStore {
   // torn down) while it takes CPU and page cache from them. RocksDB's L0 and pending-bytes write
   // stalls do not apply without compactions, so no write waits for one; a later open compacts.
   Status StopCompactions();
+  // From now on a read that misses is served from the stage or RocksDB without caching the row,
+  // so it neither evicts nor inserts (as during a flush's writes). For the end of a job too: the
+  // final evaluation reads each row once, so caching it only costs an insert and an eviction.
+  // Writes still cache what they touch.
+  void StopCachingReads();
 
   EmbeddingStore(const EmbeddingStore&) = delete;
   EmbeddingStore& operator=(const EmbeddingStore&) = delete;

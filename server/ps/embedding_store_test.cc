@@ -349,6 +349,114 @@ TEST(EmbeddingStoreTest, EvictionWritesBackDirtyRowsAndReopenReadsEveryRow) {
   EXPECT_EQ(Dump(*store, {spec}).size(), ids.size());
 }
 
+// A full cache keeps its dirty rows within max_dirty_bytes by writing them ahead of eviction,
+// so a flush writes that much at most where it would write the whole cache, and nothing else
+// changes: the same rows, in memory and on disk, and the same checksum. A cache that never
+// fills is left alone.
+TEST(EmbeddingStoreTest, AFullCacheKeepsItsDirtyRowsWithinTheirBoundAndTheSameRows) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);  // 144-byte rows
+  const std::vector<uint64_t> ids = SpreadIds(20000);
+  const std::vector<uint64_t> hot(ids.begin(), ids.begin() + 300);
+  const uint64_t table_bytes = ids.size() * spec.row_bytes();
+  struct Result {
+    Rows rows;
+    std::string sum;
+    StoreStats stats;
+    uint64_t flushed = 0;
+  };
+  auto run = [&](const std::string& name, uint64_t cache_bytes, uint64_t max_dirty_bytes) {
+    Result r;
+    StoreOptions options = Options(dir.File(name), {spec});
+    options.stripes = 8;
+    options.cache_bytes = cache_bytes;
+    options.max_dirty_bytes = max_dirty_bytes;
+    {
+      auto store = OpenOrDie(options);
+      if (store == nullptr) return r;
+      Churn churn(store.get(), spec);
+      std::mt19937_64 rng(11);
+      std::vector<uint64_t> shuffled = ids;
+      for (int round = 1; round <= 3; ++round) {
+        std::shuffle(shuffled.begin(), shuffled.end(), rng);
+        for (size_t b = 0; b < shuffled.size(); b += 1000) {
+          churn.Update({shuffled.begin() + b, shuffled.begin() + b + 1000}, round);
+          churn.Update(hot, round);  // rows that change again after they were written ahead
+        }
+        if (round == 2) {
+          EXPECT_TRUE(store->FlushDirty().ok());
+        }
+      }
+      r.stats = store->stats();
+      FlushTimes times;
+      EXPECT_TRUE(store->FlushDirty(&times).ok());
+      r.flushed = times.rows;
+      churn.ExpectRows(ids);
+      ModelChecksum kept, scanned;
+      EXPECT_TRUE(store->Checksum(&kept).ok());
+      EXPECT_TRUE(store->ScanChecksum(&scanned).ok());
+      EXPECT_EQ(kept.Hex(), scanned.Hex());
+      r.sum = kept.Hex();
+    }
+    auto store = OpenOrDie(options);
+    if (store != nullptr) r.rows = Dump(*store, {spec});
+    return r;
+  };
+  const uint64_t cache = table_bytes / 10, bound = cache / 4;
+  const Result unbounded = run("unbounded", cache, 0);
+  const Result bounded = run("bounded", cache, bound);
+  const Result roomy = run("roomy", 2 * table_bytes, bound);
+
+  EXPECT_EQ(unbounded.stats.written_ahead, 0u);
+  EXPECT_GT(unbounded.stats.dirty_bytes, 2 * bound);  // without it, most of the cache is dirty
+  EXPECT_GT(bounded.stats.written_ahead, 0u);
+  EXPECT_LE(bounded.stats.dirty_bytes, bound);
+  // The flush writes the dirty rows and the stage (whose bound Options sets).
+  EXPECT_LE(bounded.flushed, (bound + (16 << 10)) / spec.row_bytes() + 8);
+  EXPECT_GT(unbounded.flushed, 2 * bounded.flushed);
+  EXPECT_EQ(roomy.stats.evictions, 0u);
+  EXPECT_EQ(roomy.stats.written_ahead, 0u);
+  EXPECT_GT(roomy.stats.dirty_bytes, bound);
+
+  EXPECT_EQ(unbounded.rows.size(), ids.size());
+  EXPECT_EQ(bounded.rows, unbounded.rows);
+  EXPECT_EQ(roomy.rows, unbounded.rows);
+  EXPECT_EQ(bounded.sum, unbounded.sum);
+  EXPECT_EQ(roomy.sum, unbounded.sum);
+}
+
+// After StopCachingReads (the end of a job) a read that misses is served exactly but leaves the
+// cache as it was: no insert, no eviction. Writes still cache what they touch.
+TEST(EmbeddingStoreTest, ReadsThatMissAfterStopCachingReadsLeaveTheCacheAlone) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);
+  const std::vector<uint64_t> ids = SpreadIds(4000);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.stripes = 4;
+  options.cache_bytes = ids.size() * spec.row_bytes() / 8;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  churn.Update(ids, 1);
+  ASSERT_TRUE(store->FlushDirty().ok());
+  const StoreStats before = store->stats();
+  ASSERT_GT(before.evictions, 0u);
+  store->StopCachingReads();
+  churn.ExpectRows(ids);  // most of them miss
+  std::vector<uint64_t> absent = {7, 8, 9};
+  churn.ExpectRows(absent);
+  const StoreStats after = store->stats();
+  EXPECT_GT(after.misses, before.misses + ids.size() / 2);
+  EXPECT_EQ(after.evictions, before.evictions);
+  EXPECT_EQ(after.cached_rows, before.cached_rows);
+  churn.Update(absent, 2);  // cached as before
+  const StoreStats written = store->stats();
+  churn.ExpectRows(absent);
+  EXPECT_EQ(store->stats().hits, written.hits + absent.size());
+  EXPECT_EQ(store->stats().misses, written.misses);
+  churn.ExpectRows(ids);
+}
+
 TEST(EmbeddingStoreTest, MemoryOnlyKeepsEveryRowAndFlushPersists) {
   ScopedDir dir;
   const TableSpec spec = MakeTable(0, 16, OptimizerKind::kFtrl);

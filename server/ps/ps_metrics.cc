@@ -53,6 +53,11 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
     AddCount(out, "tandem_ps_rows_evicted_total", "Rows evicted from the cache", c.evictions);
     AddCount(out, "tandem_ps_cache_writebacks_total", "Dirty rows written back to RocksDB",
              c.writebacks);
+    AddCount(out, "tandem_ps_cache_written_ahead_total",
+             "Dirty rows of a full cache written back ahead of eviction (ps.max_dirty_bytes)",
+             c.written_ahead);
+    AddGauge(out, "tandem_ps_cache_dirty_bytes", "Row bytes of the dirty rows in the cache",
+             static_cast<double>(c.dirty_bytes));
     AddGauge(out, "tandem_ps_staged_rows", "Evicted dirty rows waiting for their key-ordered write",
              static_cast<double>(c.staged_rows));
     AddGauge(out, "tandem_ps_staged_bytes", "Memory of the stage of evicted dirty rows",

@@ -63,6 +63,7 @@ uint8_t* RowCache::Insert(uint32_t table, uint64_t id, uint64_t hash, bool dirty
   *c.table(slot) = static_cast<uint16_t>(table);
   // Born referenced: a row just read or written is likely to be touched again soon.
   *c.flags(slot) = kLive | kRef | (dirty ? kDirty : 0);
+  if (dirty) dirty_bytes_ += c.row_bytes;
   IndexInsert(cls << kClassShift | slot, static_cast<uint32_t>(hash));
   ++rows_;
   return c.row(slot);
@@ -75,6 +76,7 @@ bool RowCache::Erase(uint32_t table, uint64_t id, uint64_t hash) {
   const uint32_t slot = index_[pos].ref & kSlotMask;
   IndexEraseAt(pos);
   SlabClass& c = classes_[cls];
+  if (*c.flags(slot) & kDirty) dirty_bytes_ -= c.row_bytes;
   FreeSlot(c, slot);
   // Hand memory back after mass erasure (TTL GC); two chunks of slack avoid churning.
   if (c.free_count >= 2 * c.rows_per_chunk) ReleaseLastChunk(cls);
@@ -87,6 +89,18 @@ bool RowCache::Erase(uint32_t table, uint64_t id, uint64_t hash) {
 void RowCache::TakeDirty(const RowFn& fn) { VisitDirty(fn, /*clean=*/true); }
 
 void RowCache::ForEachDirty(const RowFn& fn) { VisitDirty(fn, /*clean=*/false); }
+
+uint64_t RowCache::WriteBackDirty() {
+  uint64_t rows = 0;
+  VisitDirty(
+      [&](uint32_t table, uint64_t id, const uint8_t* row, uint32_t n) {
+        options_.writeback(table, id, row, n);
+        ++rows;
+      },
+      /*clean=*/true);
+  written_ahead_ += rows;
+  return rows;
+}
 
 void RowCache::VisitDirty(const RowFn& fn, bool clean) {
   constexpr uint64_t kDirtyBits = 0x0101010101010101ull * kDirty;
@@ -106,6 +120,7 @@ void RowCache::VisitDirty(const RowFn& fn, bool clean) {
           if (!clean) continue;
           NoteChanged(KeyHash(*c.table(s), *c.id(s)));
           f &= ~kDirty;
+          dirty_bytes_ -= c.row_bytes;
         }
       }
     }
@@ -304,6 +319,7 @@ void RowCache::EvictOne() {
       options_.writeback(table, id, c.row(slot), c.row_bytes);
       NoteChanged(KeyHash(table, id));
       ++writebacks_;
+      dirty_bytes_ -= c.row_bytes;
     }
     IndexEraseAt(FindPos(table, id, static_cast<uint32_t>(KeyHash(table, id))));
     FreeSlot(c, slot);

@@ -68,6 +68,7 @@ class RowCache {
     const uint32_t slot = ref & kSlotMask;
     uint8_t& f = *c.flags(slot);
     if (was_dirty != nullptr) *was_dirty = (f & kDirty) != 0;
+    if (mark_dirty && !(f & kDirty)) dirty_bytes_ += c.row_bytes;
     f |= kRef | (mark_dirty ? kDirty : 0);
     return c.row(slot);
   }
@@ -111,6 +112,10 @@ class RowCache {
   void TakeDirty(const RowFn& fn);
   // Calls fn for every dirty row and leaves it dirty.
   void ForEachDirty(const RowFn& fn);
+  // Hands every dirty row to options.writeback, as an eviction would, and keeps it cached,
+  // clean: the caller bounds dirty_bytes() so that a flush never has a whole cache to write.
+  // Returns the rows handed over.
+  uint64_t WriteBackDirty();
 
   // Change tracking, so that a row read from RocksDB without the stripe lock can be checked for
   // staleness: RocksDB's copy of a row changes only through writebacks, TakeDirty and erasures,
@@ -131,6 +136,9 @@ class RowCache {
   }
   uint64_t evictions() const { return evictions_; }
   uint64_t writebacks() const { return writebacks_; }
+  // Row bytes of the cached dirty rows.
+  uint64_t dirty_bytes() const { return dirty_bytes_; }
+  uint64_t written_ahead() const { return written_ahead_; }
 
  private:
   struct IndexEntry {
@@ -232,7 +240,9 @@ class RowCache {
   uint32_t hand_slot_ = 0;
   uint64_t evictions_ = 0;
   uint64_t writebacks_ = 0;
-  uint32_t change_seq_ = 0;  // wraps; compared as a signed difference
+  uint64_t dirty_bytes_ = 0;
+  uint64_t written_ahead_ = 0;  // rows WriteBackDirty handed over
+  uint32_t change_seq_ = 0;     // wraps; compared as a signed difference
   uint32_t changed_[kChangeBuckets] = {};
 };
 

@@ -127,6 +127,7 @@ Status Shard::Recover() {
   so.tables = options_.tables;
   so.seed = options_.seed;
   so.cache_bytes = options_.cache_bytes;
+  so.max_dirty_bytes = options_.max_dirty_bytes;
   so.memory_only = options_.memory_only;
   // Only delta checkpoint parts read the change log: otherwise it would be dead weight.
   if (options_.change_log && !options_.durable_dir.empty())
@@ -341,6 +342,11 @@ Status Shard::CutAndReleaseK1() {
 
 void Shard::TakeCutPoint(int64_t step) {
   if (replaying_) return;
+  // The job's last cut is taken by its checkpoint part request (CheckpointPartAt, as for a step
+  // nobody announced) or by the clean stop: nothing is applied after it, so it need not be cut in
+  // the apply, and the push that completes the last step is answered at once. Its worker's final
+  // evaluation then reads while the flush writes, not after it (issue 21).
+  if (step == options_.last_step) return;
   std::string dir;
   uint64_t seq = 0;
   Status s = TakeRestorePointLocked(&dir, &seq);
@@ -382,9 +388,11 @@ void Shard::YieldIfTrainingOver() {
   const int lowered = LowerCompactionPriority();
   const Status stopped = store_->StopCompactions();
   if (!stopped.ok()) TLOG_WARN("shard {}: {}", options_.shard_index, stopped.ToString());
+  // The final eval reads each row once: a miss cached would only cost an insert and an eviction.
+  store_->StopCachingReads();
   TLOG_INFO(
       "shard {}: step {} is the job's last: no compaction starts from now, {} compaction threads "
-      "run the rest at the lowest priority",
+      "run the rest at the lowest priority, reads that miss are not cached",
       options_.shard_index, applied_.load(), lowered);
 }
 

@@ -61,6 +61,8 @@ struct ShardOptions {
   // durable copy in the background once a full part exists, so the last part copies one at most.
   uint64_t change_log_segment_bytes = 64ull << 20;
   uint64_t cache_bytes = 256ull << 20;
+  // StoreOptions::max_dirty_bytes (`ps.max_dirty_bytes`, resolved: 0 = no bound).
+  uint64_t max_dirty_bytes = 64ull << 20;
   bool memory_only = false;
   Durability durability = Durability::kProcess;
   std::chrono::milliseconds group_commit{10};

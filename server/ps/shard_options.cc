@@ -21,6 +21,10 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.change_log = job.checkpoint.final_part != "full" &&
                  (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0);
   o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
+  // `ps.max_dirty_bytes`: 0 = a quarter of the cache, -1 = no bound.
+  o.max_dirty_bytes = job.ps.max_dirty_bytes > 0    ? static_cast<uint64_t>(job.ps.max_dirty_bytes)
+                      : job.ps.max_dirty_bytes == 0 ? o.cache_bytes / 4
+                                                    : 0;
   o.memory_only = job.ps.storage == "memory";
   o.durability =
       job.ps.push_log_durability == "machine" ? Durability::kMachine : Durability::kProcess;
