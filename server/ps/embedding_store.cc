@@ -602,7 +602,9 @@ Status EmbeddingStore::Impl::Apply(uint32_t table, std::span<const uint64_t> ids
   Pending pending;
   pending.grouped = order != nullptr;
   FirstPass(table, ids, hashes, order, op, &pending);
-  if (pending.index.empty()) return Status::Ok();  // only misses evict
+  // Only misses evict, but a write-ahead (MaybeWriteAhead) stages rows of calls that all hit:
+  // without a drain here, a hot set that fits the cache would keep them staged, beside it.
+  if (pending.index.empty()) return MaybeDrainStaged();
   TANDEM_RETURN_IF_ERROR(Fetch(&pending));
   return FinishAll(table, ids, &pending, op);
 }

@@ -425,6 +425,34 @@ TEST(EmbeddingStoreTest, AFullCacheKeepsItsDirtyRowsWithinTheirBoundAndTheSameRo
   EXPECT_EQ(roomy.sum, unbounded.sum);
 }
 
+// Rows written ahead by calls that all hit are drained too: the stage stays within its bound
+// while a hot set that fits the cache is updated again and again (memory beyond cache_bytes).
+TEST(EmbeddingStoreTest, RowsWrittenAheadByCallsThatAllHitAreDrained) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);  // 144-byte rows
+  const std::vector<uint64_t> ids = SpreadIds(20000);
+  const std::vector<uint64_t> hot(ids.begin(), ids.begin() + 500);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.stripes = 8;
+  options.cache_bytes = ids.size() * spec.row_bytes() / 10;
+  options.max_dirty_bytes = options.cache_bytes / 16;  // a few dozen rows a stripe
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  churn.Update(ids, 1);
+  ASSERT_GT(store->stats().evictions, 0u);
+  churn.Update(hot, 2);  // back into the cache
+  const StoreStats before = store->stats();
+  for (int round = 3; round < 40; ++round) {
+    churn.Update(hot, round);
+    const StoreStats now = store->stats();
+    ASSERT_EQ(now.misses, before.misses) << "round " << round << ": the hot rows must all hit";
+    EXPECT_LT(now.staged_rows * spec.row_bytes(), options.stage_bytes) << "round " << round;
+  }
+  EXPECT_GT(store->stats().written_ahead, before.written_ahead);
+  churn.ExpectRows(ids);
+}
+
 // After StopCachingReads (the end of a job) a read that misses is served exactly but leaves the
 // cache as it was: no insert, no eviction. Writes still cache what they touch.
 TEST(EmbeddingStoreTest, ReadsThatMissAfterStopCachingReadsLeaveTheCacheAlone) {
