@@ -215,16 +215,22 @@ std::vector<ChangeSegment> ChangeLog::Sealed(uint64_t after, uint64_t through) c
 }
 
 void ChangeLog::DropThrough(uint64_t seq) {
+  for (const std::string& path : DetachThrough(seq)) ::unlink(path.c_str());
+}
+
+std::vector<std::string> ChangeLog::DetachThrough(uint64_t seq) {
   MutexLock lock(&mu_);
   std::vector<ChangeSegment> kept;
+  std::vector<std::string> detached;
   for (ChangeSegment& s : sealed_) {
     if (s.seq > seq) {
       kept.push_back(std::move(s));
     } else {
-      ::unlink(s.path.c_str());
+      detached.push_back(std::move(s.path));
     }
   }
   sealed_ = std::move(kept);
+  return detached;
 }
 
 Status ForEachChangeRecord(const std::string& path,

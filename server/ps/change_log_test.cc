@@ -66,6 +66,25 @@ TEST(ChangeLogTest, CutsSealSegmentsThatHoldTheAppendsInOrder) {
   ASSERT_EQ((*log)->Sealed(0, third).size(), 1u);
 }
 
+// A shard deletes what it detaches on a thread of its own: the files stay until then, and the
+// log no longer lists them.
+TEST(ChangeLogTest, DetachedSegmentsLeaveTheLogButNotTheDisk) {
+  testing::TempDir tmp;
+  auto log = ChangeLog::Open(tmp.File("changes"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  (*log)->Append("a");
+  const uint64_t first = (*log)->Cut();
+  (*log)->Append("b");
+  const uint64_t second = (*log)->Cut();
+  const auto all = (*log)->Sealed(0, second);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ((*log)->DetachThrough(first), std::vector<std::string>{all[0].path});
+  EXPECT_TRUE(fs::exists(all[0].path));
+  ASSERT_EQ((*log)->Sealed(0, second).size(), 1u);
+  EXPECT_EQ((*log)->Sealed(0, second)[0].seq, second);
+  EXPECT_TRUE((*log)->DetachThrough(first).empty());  // taken once only
+}
+
 // The puts of the WriteBatch representations `reps`, as "key=value" strings.
 std::vector<std::string> Puts(const std::vector<std::string>& reps) {
   struct Collect : rocksdb::WriteBatch::Handler {
