@@ -755,11 +755,9 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
       }
       // A staged row is newer than RocksDB's copy: Finish takes it from the stage.
       int32_t how = Pending::kNotFetched;
-      uint32_t noted = 0;
       if (row == nullptr && s.staged.Find(table, ids[i], hash) == nullptr) {
         how = 0;
-        if (Op::kWrites && s.absent.Find(table, ids[i], hash, &noted) &&
-            !s.cache.MaybeChangedSince(hash, noted)) {
+        if (s.absent.Find(table, ids[i], hash)) {
           how = Pending::kKnownAbsent;
           ++s.known_absent;
         }
@@ -853,7 +851,7 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
   const rocksdb::Slice* value = nullptr;
   TANDEM_RETURN_IF_ERROR(StoredValue(s, table, id, pending, k, &value));
   if (value == nullptr && !Op::kWrites) {
-    s.absent.Note(table, id, hash, s.cache.change_seq());
+    s.absent.Note(table, id, hash);
     op.Absent(i, id);  // reads never store anything for an absent row (PROTOCOLS §4)
     return Status::Ok();
   }
@@ -868,6 +866,7 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
   }
   uint8_t* row = s.cache.Insert(table, id, hash, Op::kWrites);
   if (row == nullptr) return Status::ResourceExhausted("store: stripe slab limit reached");
+  s.absent.Forget(table, id, hash);  // stored once written back
   if (value != nullptr) {
     std::memcpy(row, value->data(), value->size());
   } else {
@@ -1390,6 +1389,7 @@ Status EmbeddingStore::WriteRows(uint32_t table, std::span<const uint64_t> ids,
       s.cache.Erase(table, ids[i], hash);
       s.staged.Erase(table, ids[i], hash);  // a later drain must not overwrite the row
       s.cache.NoteChanged(hash);
+      s.absent.Forget(table, ids[i], hash);
     }
     std::memcpy(aligned.data(), rows + i * size_t{n}, n);
     RowRecord(&delta.plus, spec, table, ids[i], reinterpret_cast<const uint8_t*>(aligned.data()),

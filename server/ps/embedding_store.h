@@ -85,7 +85,7 @@ struct StoreStats {
   uint64_t cache_bytes_used = 0;  // slabs + index
   uint64_t hits = 0;
   uint64_t misses = 0;
-  uint64_t misses_known_absent = 0;  // misses of an update that a read had just found absent
+  uint64_t misses_known_absent = 0;  // misses answered by AbsentKeys, without RocksDB
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
   uint64_t written_ahead = 0;  // dirty rows written back to keep within max_dirty_bytes

@@ -851,6 +851,56 @@ TEST(EmbeddingStoreTest, UpdateAfterAReadOfAbsentRowsSkipsRocksDbUnlessTheyChang
   EXPECT_LE(stats.misses_known_absent, 40u);
 }
 
+// At k = 0 a step's new ids are read three times (a parked pull's prefetch, its answer, the
+// push): only the first goes to RocksDB. A key written since (a bulk load, or an update that
+// cached it, wrote it back and dropped it) is read from RocksDB again.
+TEST(EmbeddingStoreTest, ReadsOfRowsARecentReadFoundAbsentSkipRocksDbUntilTheyAreStored) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.stripes = 4;
+  options.cache_bytes = 64 << 10;  // about 600 rows: the 2,000 updated below evict
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  const std::vector<uint64_t> ids = SpreadIds(60);
+  std::vector<float> first(ids.size() * spec.dim), again(ids.size() * spec.dim);
+  ASSERT_TRUE(store->Read(0, ids, first.data()).ok());
+  EXPECT_EQ(store->stats().misses_known_absent, 0u);
+  ASSERT_TRUE(store->Read(0, ids, again.data()).ok());
+  EXPECT_EQ(store->stats().misses_known_absent, ids.size());
+  EXPECT_EQ(first, again);  // absent rows read as their initial values
+  // A third of the ids are bulk loaded, another third updated, then evicted by other rows.
+  const std::vector<uint64_t> loaded(ids.begin(), ids.begin() + 20);
+  const std::vector<uint8_t> rows = MutatedRows(spec, loaded, 5);
+  ASSERT_TRUE(store->WriteRows(0, loaded, rows.data()).ok());
+  const std::vector<uint64_t> updated(ids.begin() + 20, ids.begin() + 40);
+  ASSERT_TRUE(
+      store->Update(0, updated, [](size_t, RowRef r, bool) { r.embedding()[0] += 1; }).ok());
+  std::vector<uint64_t> others(2000);
+  for (size_t i = 0; i < others.size(); ++i) others[i] = (uint64_t{1} << 40) + i;
+  ASSERT_TRUE(store->Update(0, others, [](size_t, RowRef r, bool) { r.embedding()[0] += 1; }).ok());
+  ASSERT_GT(store->stats().evictions, 0u);
+  const uint64_t known = store->stats().misses_known_absent;
+  ASSERT_TRUE(store->Read(0, ids, again.data()).ok());
+  // Only the 20 untouched ids can be known absent (fewer where a newer key took their slot).
+  EXPECT_LE(store->stats().misses_known_absent - known, 20u);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* row = again.data() + i * spec.dim;
+    const float* initial = first.data() + i * spec.dim;
+    if (i < 20) {
+      EXPECT_NE(std::vector<float>(row, row + spec.dim),
+                std::vector<float>(initial, initial + spec.dim))
+          << "loaded id " << ids[i];
+    } else if (i < 40) {
+      EXPECT_EQ(row[0], initial[0] + 1) << "updated id " << ids[i];
+    } else {
+      EXPECT_EQ(std::vector<float>(row, row + spec.dim),
+                std::vector<float>(initial, initial + spec.dim))
+          << "untouched id " << ids[i];
+    }
+  }
+}
+
 // The PS's memory is ps.cache_bytes plus a constant whatever the table's size: RocksDB reads
 // the SSTs' filters and indexes, like their rows, through mmap (file pages the kernel may
 // reclaim), so its table readers hold a few KB for these 400,000 rows. Read into memory (pread,

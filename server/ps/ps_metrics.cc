@@ -48,7 +48,8 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
     AddCount(out, "tandem_ps_cache_hits_total", "Row reads served by the cache", c.hits);
     AddCount(out, "tandem_ps_cache_misses_total", "Row reads that went to RocksDB", c.misses);
     AddCount(out, "tandem_ps_cache_misses_known_absent_total",
-             "Misses of an update answered by a read that had just found the row absent",
+             "Misses answered without RocksDB: a read had found the row absent, and nothing stored "
+             "it since",
              c.misses_known_absent);
     AddCount(out, "tandem_ps_rows_evicted_total", "Rows evicted from the cache", c.evictions);
     AddCount(out, "tandem_ps_cache_writebacks_total", "Dirty rows written back to RocksDB",

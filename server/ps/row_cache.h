@@ -320,35 +320,37 @@ class StagedRows {
   uint64_t live_ = 0;
 };
 
-// Keys a read of one stripe found absent everywhere (cache, stage, RocksDB), each with the
-// stripe's RowCache::change_seq() of that moment. At k = 0 a step's push follows its pull, so
-// the push of a new id can skip RocksDB when RowCache::MaybeChangedSince says nothing changed
-// the key since. Direct-mapped: a newer key takes an older one's place.
+// Keys a read of one stripe found absent everywhere (cache, stage, RocksDB). A later read or
+// push of such a key skips RocksDB: at k = 0 a step's ids are read by the prefetch of a parked
+// pull, by the pull's answer and by the push, and with a table far larger than the cache most
+// of them are new. The store forgets a key whenever it could become stored (cached by Insert,
+// or written by WriteRows), so a key found here is still absent. Direct-mapped: a newer key
+// takes an older one's place; sized for a few thousand new ids a stripe per step (64 KiB).
 // Requires external synchronization.
 class AbsentKeys {
  public:
-  void Note(uint32_t table, uint64_t id, uint64_t hash, uint32_t seq) {
-    entries_[Slot(hash)] = Entry{id, table, seq, true};
+  AbsentKeys() : entries_(kEntries) {}
+  void Note(uint32_t table, uint64_t id, uint64_t hash) {
+    entries_[Slot(hash)] = Entry{id, table, true};
   }
-  // Whether (table, id) is noted; `seq` gets the change_seq() it was noted at.
-  bool Find(uint32_t table, uint64_t id, uint64_t hash, uint32_t* seq) const {
+  bool Find(uint32_t table, uint64_t id, uint64_t hash) const {
     const Entry& e = entries_[Slot(hash)];
-    if (!e.used || e.id != id || e.table != table) return false;
-    *seq = e.seq;
-    return true;
+    return e.used && e.id == id && e.table == table;
+  }
+  void Forget(uint32_t table, uint64_t id, uint64_t hash) {
+    Entry& e = entries_[Slot(hash)];
+    if (e.id == id && e.table == table) e.used = false;
   }
 
  private:
   struct Entry {
     uint64_t id = 0;
     uint32_t table = 0;
-    uint32_t seq = 0;
     bool used = false;
   };
-  // About a step's new ids of one stripe at 64 stripes; 6 KiB.
-  static constexpr size_t kEntries = 256;
+  static constexpr size_t kEntries = 4096;
   static size_t Slot(uint64_t hash) { return (hash >> 12) & (kEntries - 1); }
-  Entry entries_[kEntries];
+  std::vector<Entry> entries_;
 };
 
 // Admission counters of one stripe that were read or set since the last flush: an
