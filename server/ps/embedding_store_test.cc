@@ -867,7 +867,9 @@ TEST(EmbeddingStoreTest, ReadsOfRowsARecentReadFoundAbsentSkipRocksDbUntilTheyAr
   ASSERT_TRUE(store->Read(0, ids, first.data()).ok());
   EXPECT_EQ(store->stats().misses_known_absent, 0u);
   ASSERT_TRUE(store->Read(0, ids, again.data()).ok());
-  EXPECT_EQ(store->stats().misses_known_absent, ids.size());
+  // All of them but the few whose slot a later id of the 60 took (the filter is direct-mapped).
+  EXPECT_GE(store->stats().misses_known_absent, ids.size() - 4);
+  EXPECT_LE(store->stats().misses_known_absent, ids.size());
   EXPECT_EQ(first, again);  // absent rows read as their initial values
   // A third of the ids are bulk loaded, another third updated, then evicted by other rows.
   const std::vector<uint64_t> loaded(ids.begin(), ids.begin() + 20);
