@@ -92,6 +92,7 @@ StatusOr<ClusterView> ReadView(wire::ClusterStatusReply::Reader r) {
   v.config_hash = r.getConfigHash();
   v.bad_lines = r.getBadLines();
   v.resume_step = r.getResumeStep();
+  v.rejoin_pending = r.getRejoinPending();
   for (auto m : r.getMembers()) {
     auto member = ReadMember(m);
     if (!member.ok()) return member.status().WithContext("cluster view");
@@ -242,8 +243,8 @@ StatusOr<Registration> ChiefClient::RegisterOnce(wire::RpcClient* client, int ha
   if (body.which() != Envelope::Body::REGISTER_REPLY)
     return Status::InvalidArgument("registration answered without a RegisterReply");
   auto r = body.getRegisterReply();
-  Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(),       r.getTerm(),
-                   r.getTotalSteps(),  r.getResumeStep(), r.getJoinsRunningJob()};
+  Registration reg{r.getIncarnation(), r.getGeneration(), r.getTimeline(),        r.getTerm(),
+                   r.getTotalSteps(),  r.getResumeStep(), r.getJoinsRunningJob(), r.getJobStart()};
   {
     MutexLock lock(&state_mu_);
     identity_.incarnation = reg.incarnation;

@@ -61,6 +61,9 @@ struct ClusterView {
   // The committed checkpoint the job resumes from (-1: from scratch); a PS asks before it opens
   // its shard, so that it restores that checkpoint before serving.
   int64_t resume_step = -1;
+  // A restarted chief has not yet learnt whether the run goes on or starts over: a shard must
+  // not decide between keeping what it applied and restoring resume_step before it has.
+  bool rejoin_pending = false;
   std::vector<MemberView> members;  // chief first, then ps 0.., then workers 0..
 
   // Members of `role` ordered by index.
@@ -76,6 +79,8 @@ struct Registration {
   // A replacement of a worker lost while the job trained: it takes its state from the surviving
   // replicas (roll forward, PROTOCOLS §8) instead of from resume_step.
   bool joins_running_job = false;
+  // The run has not trained yet: a shard must be at resume_step (PsDaemon::WrongState).
+  bool job_start = false;
 };
 
 // What the heartbeat thread reports; the owner updates it with SetProgress.

@@ -53,21 +53,31 @@ StatusOr<Subprocess> Subprocess::Spawn(const SpawnOptions& options) {
   sigset_t empty;
   sigemptyset(&empty);
   posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  short flags = POSIX_SPAWN_SETSIGMASK;
+  if (options.new_process_group) {
+    posix_spawnattr_setpgroup(&attr, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
+  posix_spawnattr_setflags(&attr, flags);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Status::Unavailable(std::string("spawn ") + argv[0] + ": " + strerror(rc));
-  return Subprocess(pid);
+  Subprocess p(pid);
+  p.group_ = options.new_process_group;
+  return p;
 }
 
-Subprocess::Subprocess(Subprocess&& o) noexcept : pid_(o.pid_), exit_(o.exit_) { o.pid_ = -1; }
+Subprocess::Subprocess(Subprocess&& o) noexcept : pid_(o.pid_), group_(o.group_), exit_(o.exit_) {
+  o.pid_ = -1;
+}
 
 Subprocess& Subprocess::operator=(Subprocess&& o) noexcept {
   if (this != &o) {
     if (pid_ > 0 && !exit_) Stop(std::chrono::milliseconds(0));
     pid_ = o.pid_;
+    group_ = o.group_;
     exit_ = o.exit_;
     o.pid_ = -1;
   }
@@ -115,6 +125,12 @@ ExitInfo Subprocess::Stop(std::chrono::milliseconds grace) {
   Signal(SIGKILL);
   Reap(true);
   return *exit_;
+}
+
+void Subprocess::KillGroup() {
+  // The group outlives its leader while members remain; its id stays the leader's pid.
+  if (pid_ > 0 && group_) ::kill(-pid_, SIGKILL);
+  if (pid_ > 0 && !exit_) Reap(true);
 }
 
 std::string SelfExecutable() {

@@ -18,6 +18,9 @@ struct SpawnOptions {
   std::vector<std::string> unset_env;  // variables removed from the child's environment
   std::vector<std::string> set_env;    // "NAME=value" added
   std::string output_path;             // stdout+stderr appended here; empty = inherit
+  // The child leads a process group of its own, which its children join unless they leave it:
+  // KillGroup() then ends a whole tree (a supervisor and its daemons) at once.
+  bool new_process_group = false;
 };
 
 // How a child ended: exit_code for a normal exit, signal otherwise.
@@ -45,12 +48,16 @@ class Subprocess {
   std::optional<ExitInfo> Wait(std::chrono::milliseconds timeout);
   // SIGTERM, wait up to `grace`, then SIGKILL.
   ExitInfo Stop(std::chrono::milliseconds grace);
+  // SIGKILL to every process left in the child's group (new_process_group), the child included
+  // while it runs or is not reaped yet.
+  void KillGroup();
   const std::optional<ExitInfo>& exit_info() const { return exit_; }
 
  private:
   explicit Subprocess(pid_t pid) : pid_(pid) {}
   bool Reap(bool block);
   pid_t pid_ = -1;
+  bool group_ = false;
   std::optional<ExitInfo> exit_;
 };
 

@@ -59,6 +59,7 @@ struct RegisterReply {
   resumeStep @5 :Int64 = -1;     # the committed checkpoint the job resumes from; -1: from scratch
   joinsRunningJob @6 :Bool;      # a new incarnation of a worker lost while the job trained: it
                                  # takes its state from the surviving replicas (PROTOCOLS §8)
+  jobStart @7 :Bool;             # this run has not trained yet: every shard starts at resumeStep
 }
 
 # A member's progress. Workers report training metrics; PS and tools leave them NaN.
@@ -129,6 +130,8 @@ struct ClusterStatusReply {
                                  # is back and heard from (an all-reduce group waits for that)
   jobState @19 :JobState;
   badLines @20 :Int64;           # malformed data lines skipped: the sum over workers
+  rejoinPending @21 :Bool;       # a restarted chief waits to learn whether the run goes on (a
+                                 # survivor came back) or starts over from resumeStep
 }
 
 # Named barrier: answered once `count` distinct (role, index) have entered `name`; parked until

@@ -34,6 +34,7 @@ StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const config::JobConfig& 
 StatusOr<EvalResult> Evaluator::Run(Trainer* trainer, collective::Collective* collective,
                                     int64_t step) {
   EvalResult r;
+  reached_all_reduce_ = false;
   if (!enabled()) return r;
   const int tasks = schema_.num_labels;
   for (auto& h : model_hist_) h.Clear();
@@ -87,6 +88,7 @@ StatusOr<EvalResult> Evaluator::Run(Trainer* trainer, collective::Collective* co
   }
   for (int k = 0; k < tasks; ++k) bucket_.push_back(static_cast<float>(logloss_sum[k]));
   bucket_.push_back(static_cast<float>(weight_sum));
+  reached_all_reduce_ = true;
   if (collective != nullptr)
     TANDEM_RETURN_IF_ERROR(
         collective->AllReduceSum(bucket_.data(), bucket_.size()).WithContext("eval all-reduce"));

@@ -63,6 +63,9 @@ class Evaluator {
   const data::BadLineLog* bad_log() const { return source_ ? &source_->bad_log() : nullptr; }
   // Records this rank evaluates.
   int64_t num_records() const { return end_ - begin_; }
+  // Whether the last Run pulled every row it needed and got to its all-reduce (a failure after
+  // that point is the group's, not a pull's).
+  bool reached_all_reduce() const { return reached_all_reduce_; }
 
  private:
   Evaluator() = default;
@@ -74,6 +77,7 @@ class Evaluator {
   std::unique_ptr<data::SyntheticGenerator> teacher_;          // synthetic data only
   std::vector<data::AucHistogram> model_hist_, teacher_hist_;  // per label
   std::vector<float> bucket_;
+  bool reached_all_reduce_ = false;
   ScoreSink sink_;
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/embedding/table_spec.h"
+#include "common/failpoint.h"
 #include "worker/collective/collective.h"
 #include "worker/data/record_source.h"
 #include "worker/device/precision.h"
@@ -235,7 +236,10 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
   if (coll != nullptr) {
     std::future<Status> push_done;
     std::vector<TableGrads> push;
-    if (!fp16_) {
+    // A drill's fault point: this rank's all-reduce of the step completes, its push never
+    // leaves (the window PROTOCOLS §8 calls "the lost rank's pushes of the newest step").
+    const bool die_after_reduce = failpoint::Fires("die-after-allreduce", step);
+    if (!fp16_ && !die_after_reduce) {
       push = MakePush(batch, false);
       push_done =
           std::async(std::launch::async, [&] { return options_.embeddings->Push(step, push); });
@@ -262,6 +266,7 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
       reduced = coll->AllReduceSum(bucket_.data(), bucket_.size());
     }
     st.allreduce_s = Since(t0);
+    if (die_after_reduce) failpoint::Die();
     if (reduced.ok()) {
       if (!device_reduce) std::copy_n(bucket_.data(), n, model_->grads().data());
       global_loss = bucket_[n];

@@ -198,6 +198,7 @@ class TrainingLoop {
   Status Rejoin();
   void MarkRecovery(int64_t step);
   StatusOr<int64_t> RollForward(int64_t completed, bool pushes_acknowledged);
+  bool EvalSawEveryPush() const;
   Status RollForwardTo(int64_t completed, bool pushes_acknowledged, int64_t expected_next);
   bool Recoverable(const Status& s) const;
   bool EvalRecoverable(const Status& s) const;
@@ -531,14 +532,17 @@ StatusOr<StepStats> TrainingLoop::TrainStep(int64_t step, StepInput* in, bool vo
     }
     if (!Recoverable(failed)) return failed;
     TLOG_WARN("{}: recovering (roll forward)", failed.ToString());
-    // Every rank's pushes of step - 1 have landed when this step's all-reduce failed (it
-    // follows the pull), and also at k = 0 when this step's pull was answered by every
-    // shard (a shard answers it only once it applied step - 1): the lost rank's pushes of
-    // this step may then reach some shards already, and undoing step - 1 would ask them
-    // for a version they have passed.
+    // At k = 0 every rank's pushes of step - 1 have landed when this step's pull was
+    // answered by every shard (a shard answers it only once it applied step - 1), and so
+    // when this step's all-reduce failed (it follows the pull): the lost rank's pushes of
+    // this step may then reach some shards already, and undoing step - 1 would ask them for
+    // a version they have passed. At k > 0 the pull of this step waits only for step - 1 - k:
+    // the lost rank may have died after its all-reduce of step - 1 and before its push of it
+    // landed, and going on without undoing step - 1 would leave the shards waiting for that
+    // push forever (a CI hang, 2026-12-06). So step - 1 is undone and recomputed.
     const bool pushes_landed =
-        trainer_->collective_failed() ||
-        (pulled && job_.train.embedding_staleness == 0 && o_.embeddings->LastPullAskedEveryShard());
+        job_.train.embedding_staleness == 0 &&
+        (trainer_->collective_failed() || (pulled && o_.embeddings->LastPullAskedEveryShard()));
     TANDEM_RETURN_IF_ERROR(RollForwardTo(step - 1, pushes_landed, step));
     // The rows are pulled again: a shard may since have applied this step (answered from
     // its pre-images, PROTOCOLS §8), or the pull itself was cut short.
@@ -658,7 +662,15 @@ Status TrainingLoop::PeriodicEval(int64_t step) {
   // The replacement cannot know that the others were evaluating: this eval is skipped.
   TLOG_WARN("eval after step {} skipped: {}; recovering (roll forward)", step, e.ToString());
   progress_.evaluating = false;
-  return RollForwardTo(step, true, step + 1);
+  return RollForwardTo(step, EvalSawEveryPush(), step + 1);
+}
+
+// After a failed eval: whether every rank's pushes of the step before it are known to have
+// landed. Only at k = 0 and only once the eval's pulls were answered, the last by every shard (a
+// shard answers them once it applied that step); otherwise the lost rank may have died between its
+// all-reduce and its push, and the step is undone and recomputed (see TrainStep).
+bool TrainingLoop::EvalSawEveryPush() const {
+  return k_ == 0 && evaluator_->reached_all_reduce() && o_.embeddings->LastPullAskedEveryShard();
 }
 
 StatusOr<TrainingResult> TrainingLoop::Finish() {
@@ -684,7 +696,7 @@ Status TrainingLoop::FinalEval() {
     if (!EvalRecoverable(e)) return e;
     // Every replica is here: the replacement of a worker lost now starts with this eval.
     TLOG_WARN("final eval: {}; recovering (roll forward)", e.ToString());
-    TANDEM_RETURN_IF_ERROR(RollForwardTo(total_ - 1, true, total_));
+    TANDEM_RETURN_IF_ERROR(RollForwardTo(total_ - 1, EvalSawEveryPush(), total_));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "common/daemon/security_setup.h"
 #include "common/daemon/stop_signals.h"
 #include "common/exit_codes.h"
+#include "common/failpoint.h"
 #include "common/job_id.h"
 #include "common/log.h"
 #include "common/metrics/metrics_http.h"
@@ -92,6 +93,10 @@ std::variant<Loaded, int> Load(const DaemonArgs& args,
   }
   log::Init(resolved->task.ToString(), args.log_level);
   log::SetIncarnation(args.incarnation);
+  if (Status armed = failpoint::Arm(resolved->task.ToString()); !armed.ok()) {
+    TLOG_ERROR("{}", armed.ToString());
+    return kExitInvalid;
+  }
   TLOG_INFO("tandem {} starting: cluster from {}, task from {}; build {}; config hash {}",
             resolved->task.ToString(), resolved->cluster_from, resolved->task_from, BuildId(),
             job->ComputationHash());

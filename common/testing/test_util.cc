@@ -25,6 +25,8 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
+  // TANDEM_TEST_KEEP_DIRS=1 keeps them, to read a failed cluster test's logs afterwards.
+  if (const char* keep = std::getenv("TANDEM_TEST_KEEP_DIRS"); keep && *keep == '1') return;
   std::error_code ec;
   if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
@@ -90,6 +92,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
   o.set_env = set_env;
   o.unset_env = unset_env;
   o.output_path = dir.File("output");
+  o.new_process_group = true;
   CommandResult r;
   auto p = Subprocess::Spawn(o);
   if (!p.ok()) {
@@ -98,8 +101,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
   }
   auto e = p->Wait(timeout);
   if (!e) {
+    // A supervisor (`tandem local`, `tandem drill`) stops its daemons on SIGTERM; whatever is
+    // left of its tree after the grace is killed with it, so that no daemon of a timed-out test
+    // goes on restarting in a removed directory.
     r.timed_out = true;
-    e = p->Stop(std::chrono::milliseconds(0));
+    e = p->Stop(std::chrono::milliseconds(15000));
+    p->KillGroup();
   }
   r.exit = *e;
   r.output = ReadFile(o.output_path);

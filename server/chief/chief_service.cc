@@ -385,6 +385,7 @@ void ChiefService::HandleRegister(wire::InMessage& m, wire::Responder r) {
   body.setTerm(issued->term);
   body.setTotalSteps(issued->total_steps);
   body.setJoinsRunningJob(issued->joins_running_job);
+  body.setJobStart(issued->job_start);
   {
     MutexLock lock(&mu_);
     body.setResumeStep(checkpoints_->resume_step());
@@ -507,6 +508,7 @@ void ChiefService::HandleStatus(wire::InMessage& m, wire::Responder r) {
     // A PS asks before it opens its shard, to restore this checkpoint before serving.
     MutexLock lock(&mu_);
     body.setResumeStep(checkpoints_->resume_step());
+    body.setRejoinPending(rejoin_unconfirmed_);
   }
   r.Send(std::move(reply));
   if (!tool) return;

@@ -305,6 +305,7 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
                                  (in.role == Role::kWorker && !same_process && !adopt &&
                                   training_since_ != Clock::time_point{} &&
                                   !IsTerminal(job_state_) && job_state_ != JobState::kStopping);
+  const bool job_start = training_since_ == Clock::time_point{};
   EndIsolation(who, now);
   m = Member{};
   m.registered = true;
@@ -331,8 +332,8 @@ StatusOr<Issued> Membership::Register(const RegisterInput& in, Clock::time_point
   m.generation_seen = state_->data().generation;
   UpdateJobState(now);
   const ChiefStateData& now_d = state_->data();
-  return Issued{incarnation, now_d.generation,     now_d.timeline,
-                now_d.term,  options_.total_steps, joins_running_job};
+  return Issued{incarnation,          now_d.generation,  now_d.timeline, now_d.term,
+                options_.total_steps, joins_running_job, job_start};
 }
 
 StatusOr<HeartbeatResult> Membership::Heartbeat(Role role, uint32_t index, uint64_t incarnation,

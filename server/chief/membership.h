@@ -64,6 +64,9 @@ struct Issued {
   // A new incarnation of a worker whose predecessor was lost while the job trained (at any
   // term of this run): it rolls forward from the survivors' state, not from the checkpoint.
   bool joins_running_job = false;
+  // This run has not trained yet (a start, or a start over after a restart of every process):
+  // every shard must be at the checkpoint it resumes from, not at what it applied before.
+  bool job_start = false;
 };
 
 // What a member reports with each heartbeat.

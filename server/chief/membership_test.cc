@@ -323,6 +323,28 @@ TEST_F(MembershipTest, SilentMemberIsSuspectedAndAnAnsweredProbeKeepsIt) {
   EXPECT_EQ(Name(snap.members[2].state), "lost");
 }
 
+// A shard that kept its state for a rejoin learns from its registration whether the run has
+// trained yet (PsDaemon::WrongState): before, every shard must be at the resume step.
+TEST_F(MembershipTest, RegistrationsBeforeTheRunTrainsAreAJobStartAndLaterOnesAreNot) {
+  auto ps = members_->Register(Input(Role::kPs, 0), now_);
+  ASSERT_TRUE(ps.ok());
+  EXPECT_TRUE(ps->job_start);
+  auto w0 = members_->Register(Input(Role::kWorker, 0), now_);
+  ASSERT_TRUE(w0.ok());
+  EXPECT_TRUE(w0->job_start);
+  auto w1 = members_->Register(Input(Role::kWorker, 1), now_);  // the last: the job trains
+  ASSERT_TRUE(w1.ok());
+  EXPECT_TRUE(w1->job_start) << "its registration completed the start; the run trains after it";
+  now_ += milliseconds(1);
+  auto again = members_->Register(Input(Role::kPs, 0, ps->incarnation), now_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->job_start) << "the run trains: a shard keeps what it applied";
+  members_->StartOver();
+  auto over = members_->Register(Input(Role::kPs, 0, ps->incarnation), now_);
+  ASSERT_TRUE(over.ok());
+  EXPECT_TRUE(over->job_start) << "started over: the run has not trained";
+}
+
 TEST_F(MembershipTest, GenerationRisesOnWorkerLossAndAgainWhenAllWorkersAreBack) {
   RegisterAll();
   {

@@ -121,6 +121,21 @@ int PsDaemon::Run(const RoleContext& ctx) {
   Registration reg;
   auto chief = daemon::JoinJob(ctx, config::Role::kPs, DeterminismClass(1, ""), &exit_status, &reg);
   if (!chief) return exit_status;
+  // A run that has not trained yet starts every shard at the checkpoint it resumes from. A shard
+  // that kept what it applied (it opened while a restarted chief expected the run's members
+  // back, and the first to come was a new process, so that chief started the job over: every
+  // process had been restarted) would serve rows of later steps than the workers' restored dense
+  // state; at k > 0 no pull would even notice. It exits before the job trains, which fails
+  // nothing, and its restart sees a starting job and restores the checkpoint (Prepare).
+  if (restored_step_ < 0 && reg.job_start && shard->applied_step() != reg.resume_step) {
+    TLOG_WARN(
+        "ps:{} kept step {} for a rejoin, but the chief started the job over from {}: "
+        "exiting for a restart that restores it",
+        ctx.index, shard->applied_step(),
+        reg.resume_step < 0 ? std::string("scratch")
+                            : "the checkpoint of step " + std::to_string(reg.resume_step));
+    return kExitRuntimeFailure;
+  }
   if (std::string wrong = WrongState(ctx, chief.get(), reg); !wrong.empty()) {
     TLOG_ERROR("{}", wrong);
     Progress failed;

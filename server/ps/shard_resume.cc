@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "common/checkpoint_layout.h"
 #include "common/daemon/stop_signals.h"
@@ -90,10 +91,31 @@ StatusOr<int64_t> RestoreForResume(const config::JobConfig& job, const JobId& jo
   ChiefClient chief(context, o);
   // The chief may start after us (`tandem local` starts everyone at once): View retries, says
   // so every few seconds, and gives up on SIGTERM.
-  TANDEM_ASSIGN_OR_RETURN(
-      ClusterView view, chief.View(std::chrono::seconds(job.recovery.max_wait_s), [&stop_signals] {
-        return daemon::StopSignalSeen(stop_signals);
-      }));
+  const auto stop = [&stop_signals] { return daemon::StopSignalSeen(stop_signals); };
+  const auto budget = std::chrono::seconds(job.recovery.max_wait_s);
+  TANDEM_ASSIGN_OR_RETURN(ClusterView view, chief.View(budget, stop));
+  // A restarted chief expecting the run's members back decides at the first registration: a
+  // survivor and the run goes on (keep what was applied), a new process and the job starts over
+  // from resume_step (restore it). Deciding before it did, a shard kept step 311 for a job that
+  // then started over from 299 (every process of a cluster killed at once, 2026-12-06). Workers
+  // register without waiting for shards, so the decision comes.
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  auto next_note = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (view.rejoin_pending) {
+    if (stop()) return Status::Cancelled("stop signal while the chief decided");
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline)
+      return Status::Unavailable(
+          "the chief did not decide between rejoining the run and "
+          "starting the job over within recovery.max_wait_s");
+    if (now >= next_note) {
+      TLOG_INFO("shard {}: waiting for the chief to decide whether the run goes on or starts over",
+                options.shard_index);
+      next_note = now + std::chrono::seconds(5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    TANDEM_ASSIGN_OR_RETURN(view, chief.View(budget, stop));
+  }
   return PrepareShardFromView(job.checkpoint.dir, options, view);
 }
 

@@ -180,7 +180,9 @@ TEST(DrillTest, Scenario20AWorkerKilledDuringARollbackIsRolledForward) {
 }
 
 // At k = 2 a killed worker is rolled forward too (the survivor keeps its state, the newcomer
-// takes it); the drill compares the models by AUC: within 0.01 of the fault-free run.
+// takes it); the drill compares the models by AUC: within 0.02 of the fault-free run. k = 2 is
+// not exact: over 38 runs of this drill (2026-12-06) the fault-free runs alone spanned 0.777 to
+// 0.789, and one pair in 38 differed by 0.0104, which the former bound of 0.01 failed.
 TEST(DrillTest, AtStalenessTwoAWorkerKillRollsForwardWithinAnAucOfTheFaultFreeRun) {
   TempDir dir;
   WriteJob(dir, 400);
@@ -196,7 +198,7 @@ TEST(DrillTest, AtStalenessTwoAWorkerKillRollsForwardWithinAnAucOfTheFaultFreeRu
   const double auc = report["run"].value("auc", 0.0);
   const double ref = report["reference"].value("auc", 1.0);
   EXPECT_GT(auc, 0.6) << report.dump(2);
-  EXPECT_NEAR(auc, ref, 0.01) << report.dump(2);
+  EXPECT_NEAR(auc, ref, 0.02) << report.dump(2);
 }
 
 // Scenario 13: a PS stopped for longer than ps.watchdog_ms is declared lost, killed by its

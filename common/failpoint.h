@@ -1,0 +1,32 @@
+// Fault points for the races a drill cannot hit by timing: a kill at "step 150" lands wherever
+// the process happens to be, and some recovery paths need one exact window (a worker dead after
+// its all-reduce of a step but before its push of that step landed). A fault point is named in
+// the code; the environment arms it for one daemon:
+//
+//   TANDEM_FAILPOINT="worker:1 die-after-allreduce @step 153"
+//   TANDEM_FAILPOINT_ONCE=/path/marker   (optional: it fires only if it creates this file, so a
+//                                         restarted process does not die at the same spot again)
+//
+// Unset (every production run), Fires() is one load of a flag that is false.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace tandem::failpoint {
+
+// Reads the environment for this daemon (`task`, e.g. "worker:1"). A malformed
+// TANDEM_FAILPOINT is an error: a drill that meant to inject a fault must not run without it.
+Status Arm(const std::string& task);
+
+// Whether the point `name` is armed for `step` (and, with a marker, not fired before). The
+// caller then does what the point is named for (usually Die()).
+bool Fires(std::string_view name, int64_t step);
+
+// Ends the process the way SIGKILL does: no destructor, no flush, no goodbye to peers.
+[[noreturn]] void Die();
+
+}  // namespace tandem::failpoint
