@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/subprocess.h"
@@ -68,27 +69,31 @@ nlohmann::json RunWithTheFault(const TempDir& dir, int k) {
   return FinalLine(dir);
 }
 
-TEST(FaultPointTest, AtKZeroAWorkerDeadBetweenItsAllReduceAndItsPushEndsWithTheFaultFreeModel) {
+// The final metrics lines of a fault-free run and of the run with the fault, both at k; null
+// (after a test failure) when either run failed.
+std::pair<nlohmann::json, nlohmann::json> FaultFreeAndFaulty(int k) {
   TempDir ref;
-  auto reference = RunJob(ref, 0, {});
-  ASSERT_EQ(reference.exit.exit_code, 0) << reference.output;
+  auto reference = RunJob(ref, k, {});
+  EXPECT_EQ(reference.exit.exit_code, 0) << reference.output;
+  if (reference.exit.exit_code != 0) return {};
   TempDir dir;
-  const nlohmann::json got = RunWithTheFault(dir, 0);
-  ASSERT_TRUE(got.is_object());
-  EXPECT_EQ(got.value("model_checksum", "a"), FinalLine(ref).value("model_checksum", "b"));
+  nlohmann::json got = RunWithTheFault(dir, k);
+  return {FinalLine(ref), std::move(got)};
+}
+
+TEST(FaultPointTest, AtKZeroAWorkerDeadBetweenItsAllReduceAndItsPushEndsWithTheFaultFreeModel) {
+  const auto [want, got] = FaultFreeAndFaulty(0);
+  ASSERT_TRUE(want.is_object() && got.is_object());
+  EXPECT_EQ(got.value("model_checksum", "a"), want.value("model_checksum", "b"));
 }
 
 // k = 2 is not exact (pulls read whatever the shards applied by then): fault-free runs of this
 // job differ by up to 0.012 in AUC among themselves (38 pairs, 2026-12-06).
 TEST(FaultPointTest, AtKTwoAWorkerDeadBetweenItsAllReduceAndItsPushIsRolledForward) {
-  TempDir ref;
-  auto reference = RunJob(ref, 2, {});
-  ASSERT_EQ(reference.exit.exit_code, 0) << reference.output;
-  TempDir dir;
-  const nlohmann::json got = RunWithTheFault(dir, 2);
-  ASSERT_TRUE(got.is_object());
+  const auto [want, got] = FaultFreeAndFaulty(2);
+  ASSERT_TRUE(want.is_object() && got.is_object());
   EXPECT_EQ(got.value("step", int64_t{0}), kSteps - 1) << got.dump();
-  EXPECT_NEAR(got.value("auc", 0.0), FinalLine(ref).value("auc", 1.0), 0.02) << got.dump();
+  EXPECT_NEAR(got.value("auc", 0.0), want.value("auc", 1.0), 0.02) << got.dump();
 }
 
 // Every daemon checks the name, so the first to start (the chief) already refuses the job.

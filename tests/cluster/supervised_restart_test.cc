@@ -20,6 +20,43 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Ticks `sup` until every daemon is down for good, SIGKILLing `victims` at once when LATEST
+// names step `at` or later. False, after a test failure, at the 240 s deadline or without a kill.
+bool SuperviseKillingAt(Supervisor& sup, const TempDir& dir, int64_t at,
+                        const std::vector<std::string>& victims) {
+  const std::string latest = dir.path() + "/ckpt/LATEST";
+  const auto deadline = Clock::now() + std::chrono::seconds(240);
+  bool killed = false;
+  while (sup.Tick()) {
+    if (Clock::now() >= deadline) {
+      ADD_FAILURE() << "not done within 240 s: " << sup.Report()
+                    << ReadFile(dir.File("chief:0.log"));
+      return false;
+    }
+    if (!killed) {
+      const auto j = nlohmann::json::parse(ReadFile(latest), nullptr, false);
+      if (j.is_object() && j.value("step", -1) >= at) {
+        for (const auto& task : victims) sup.process(task).Signal(SIGKILL);
+        killed = true;
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  if (!killed) ADD_FAILURE() << "the job ended before LATEST reached step " << at << sup.Report();
+  return killed;
+}
+
+// The model_checksum of the job's final metrics line; "" after a test failure when there is none.
+std::string FinalChecksum(const Supervisor& sup, const TempDir& dir) {
+  const auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
+  if (lines.empty() || !lines.back().value("final", false)) {
+    ADD_FAILURE() << "no final line: " << (lines.empty() ? "" : lines.back().dump()) << "\n"
+                  << sup.Report();
+    return "";
+  }
+  return lines.back().value("model_checksum", "");
+}
+
 TEST(SupervisedRestartTest, BothWorkersKilledAtOnceTheJobRollsBackOnItsOwnToTheFaultFreeModel) {
   constexpr int64_t kSteps = 1000;
   TempDir ref;
@@ -46,28 +83,10 @@ TEST(SupervisedRestartTest, BothWorkersKilledAtOnceTheJobRollsBackOnItsOwnToTheF
   sup.Start("worker", "worker:1", {}, sets);
 
   // Both workers killed at once after the checkpoint of step 300 is committed.
-  const std::string latest = dir.path() + "/ckpt/LATEST";
-  const auto deadline = Clock::now() + std::chrono::seconds(240);
-  bool killed = false;
-  while (sup.Tick()) {
-    ASSERT_LT(Clock::now(), deadline) << sup.Report() << ReadFile(dir.File("chief:0.log"));
-    if (!killed) {
-      const auto j = nlohmann::json::parse(ReadFile(latest), nullptr, false);
-      if (j.is_object() && j.value("step", -1) >= 300) {
-        sup.process("worker:0").Signal(SIGKILL);
-        sup.process("worker:1").Signal(SIGKILL);
-        killed = true;
-      }
-    }
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  ASSERT_TRUE(killed) << sup.Report();
+  ASSERT_TRUE(SuperviseKillingAt(sup, dir, 300, {"worker:0", "worker:1"}));
   // Everyone ended with 0 in the end, after restarts of the failed run.
   EXPECT_GE(sup.starts("chief:0"), 2) << sup.Report();
-  const auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
-  ASSERT_FALSE(lines.empty()) << sup.Report();
-  ASSERT_TRUE(lines.back().value("final", false)) << lines.back().dump() << "\n" << sup.Report();
-  EXPECT_EQ(lines.back()["model_checksum"].get<std::string>(), want) << sup.Report();
+  EXPECT_EQ(FinalChecksum(sup, dir), want);
 }
 
 // A power cut: every daemon killed at once, each restarted by its supervisor. The restarted
@@ -110,27 +129,11 @@ TEST(SupervisedRestartTest, EveryDaemonKilledAtOnceResumesFromTheCheckpointWithT
                                                                     {"worker", "worker:1"}};
   for (const auto& [role, task] : daemons) sup.Start(role, task, {}, sets);
 
-  const std::string latest = dir.path() + "/ckpt/LATEST";
-  const auto deadline = Clock::now() + std::chrono::seconds(240);
-  bool killed = false;
-  while (sup.Tick()) {
-    ASSERT_LT(Clock::now(), deadline) << sup.Report() << ReadFile(dir.File("chief:0.log"));
-    if (!killed) {
-      const auto j = nlohmann::json::parse(ReadFile(latest), nullptr, false);
-      if (j.is_object() && j.value("step", -1) >= 200) {
-        for (const auto& d : daemons) sup.process(d.second).Signal(SIGKILL);
-        killed = true;
-      }
-    }
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  ASSERT_TRUE(killed) << sup.Report();
-  for (const auto& d : daemons) EXPECT_GE(sup.starts(d.second), 2) << sup.Report();
-  const auto lines = ReadJsonLines(dir.path() + "/out/metrics.jsonl");
-  ASSERT_FALSE(lines.empty()) << sup.Report();
-  ASSERT_TRUE(lines.back().value("final", false)) << lines.back().dump() << "\n" << sup.Report();
-  EXPECT_EQ(lines.back()["model_checksum"].get<std::string>(), want)
-      << sup.Report() << ReadFile(dir.File("ps:0.log"));
+  std::vector<std::string> tasks;
+  for (const auto& d : daemons) tasks.push_back(d.second);
+  ASSERT_TRUE(SuperviseKillingAt(sup, dir, 200, tasks));
+  for (const auto& task : tasks) EXPECT_GE(sup.starts(task), 2) << sup.Report();
+  EXPECT_EQ(FinalChecksum(sup, dir), want) << ReadFile(dir.File("ps:0.log"));
   // The shards waited for the chief's decision and restored the checkpoint at once: no shard
   // served a later step to a pull of the resumed run (at k = 0 one did, and the pull's STALE
   // failed the job for a second start; at k > 0 nothing noticed).
