@@ -85,7 +85,13 @@ struct FaultRecord {
   // A lost worker rolled forward: the step its replacement trained first (its log says).
   int64_t rolled_forward_from = -1;
   std::string path;
+  // A fault point (Fault::fault_point): when the drill first saw its marker, the file the
+  // target creates as it fires (TANDEM_FAILPOINT_ONCE).
+  std::optional<Clock::time_point> point_seen_at;
 };
+
+// The marker a fault point of the faulty run creates when it fires (TANDEM_FAILPOINT_ONCE).
+std::string FaultPointMarker(const std::string& out_dir) { return out_dir + "/drill-fault-point"; }
 
 // The chief's view of a `tandem local` job, read through its cluster.json.
 class JobWatcher {
@@ -250,8 +256,13 @@ void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterVi
   r.rollbacks_at_fire = CountRollbacks(ctx.out_dir);
   r.fired_at_step = step;
   r.step_before = step;
-  if (view) r.before = MarksOf(*view, f);
-  if (f.kind == FaultKind::kCorruptLatest) {
+  if (view && !f.fault_point()) r.before = MarksOf(*view, f);
+  if (f.fault_point()) {
+    // The target fired it itself; its pid, marks and log size are the last ones seen before
+    // (RunFaulty), the step is the point's own.
+    r.fired_at_step = f.step;
+    r.step_before = f.step - 1;
+  } else if (f.kind == FaultKind::kCorruptLatest) {
     auto c = CorruptLatest(ctx.job->checkpoint.dir);
     if (!c.ok()) {
       r.error = c.status().message();
@@ -284,8 +295,8 @@ void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterVi
     }
   }
   r.fired = true;
-  r.fired_at = Clock::now();
-  std::printf("tandem drill: step %lld: %s (pid %d)\n", static_cast<long long>(step),
+  r.fired_at = r.point_seen_at.value_or(Clock::now());
+  std::printf("tandem drill: step %lld: %s (pid %d)\n", static_cast<long long>(r.fired_at_step),
               f.ToString().c_str(), r.pid);
   std::fflush(stdout);
 }
@@ -348,7 +359,8 @@ void Observe(const std::optional<ClusterView>& view, JobWatcher& watcher, int64_
     step = view && view->job_state == JobState::kTraining ? view->step : -1;
   // A stop or a network fault may pass unnoticed (shorter than the timeouts): progress after
   // its end is the recovery.
-  const bool needs_detection = f.kind == FaultKind::kKill || f.kind == FaultKind::kLose;
+  const bool needs_detection =
+      f.kind == FaultKind::kKill || f.kind == FaultKind::kLose || f.fault_point();
   // A stopped process replaced meanwhile (killed on the chief's verdict) no longer holds the
   // job up: its SIGCONT, still due, changes nothing.
   const MemberView* m = view && !f.role.empty() ? FindMember(*view, f.role, f.index) : nullptr;
@@ -459,11 +471,15 @@ std::vector<std::string> LocalArgv(const LocalArgs& a, const std::vector<std::st
 }
 
 StatusOr<Subprocess> StartLocal(const LocalArgs& a, const std::vector<std::string>& extra,
-                                const std::string& out_dir) {
+                                const std::string& out_dir, std::vector<std::string> env = {}) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   SpawnOptions o;
   o.argv = LocalArgv(a, extra);
+  // Only the faulty run arms a fault point (`env`); one armed by the caller's own environment
+  // would fire in the reference run too.
+  o.unset_env = {"TANDEM_FAILPOINT", "TANDEM_FAILPOINT_ONCE"};
+  o.set_env = std::move(env);
   o.output_path = out_dir + "/drill-local.log";
   return Subprocess::Spawn(o);
 }
@@ -499,7 +515,17 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
                     const sigset_t& signals) {
   RunResult result;
   result.out_dir = ctx.out_dir;
-  auto p = StartLocal(args.local, {}, ctx.out_dir);
+  // A fault point is armed in every daemon's environment (the named one fires it) and fires
+  // once: the marker keeps the target's replacement from dying at the same step again.
+  std::vector<std::string> env;
+  const std::string marker = FaultPointMarker(ctx.out_dir);
+  for (const auto& r : records) {
+    if (!r.fault.fault_point()) continue;
+    std::error_code ec;
+    fs::remove(marker, ec);
+    env = {"TANDEM_FAILPOINT=" + r.fault.FailpointSpec(), "TANDEM_FAILPOINT_ONCE=" + marker};
+  }
+  auto p = StartLocal(args.local, {}, ctx.out_dir, std::move(env));
   if (!p.ok()) {
     std::fprintf(stderr, "tandem drill: %s\n", p.status().ToString().c_str());
     result.exit.exit_code = kExitRuntimeFailure;
@@ -528,7 +554,20 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     // `@rollback N`: once `tandem local` rolled back N times and every worker of the new run
     // trains (its all-reduce group formed), with the processes in cluster.json (the chief's
     // view and the file name the same pid).
+    // A fault point fires inside its target: until its marker shows, the drill keeps what the
+    // fault's record needs from before (the target's pid and log size, the chief's marks).
+    for (auto& r : records) {
+      if (!r.fault.fault_point() || r.fired || r.point_seen_at) continue;
+      if (fs::exists(marker)) {
+        r.point_seen_at = Clock::now();
+        continue;
+      }
+      if (const int pid = watcher.Pid(r.fault.task()); pid > 0) r.pid = pid;
+      if (view) r.before = MarksOf(*view, r.fault);
+      r.log_offset = FileSize(LogOf(ctx.out_dir, r.fault));
+    }
     auto due = [&](const Fault& f) {
+      if (f.fault_point()) return records[next].point_seen_at.has_value();
       if (f.after_rollbacks == 0) return step >= f.step;
       if (CountRollbacks(ctx.out_dir) < static_cast<size_t>(f.after_rollbacks)) return false;
       for (const MemberView& m : view->members)

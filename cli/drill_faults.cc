@@ -76,11 +76,19 @@ class FaultParser {
     } else if (verb == "partition" || verb == "flap") {
       f.kind = verb == "partition" ? FaultKind::kPartition : FaultKind::kFlap;
       if (Status s = Targets(&f); !s.ok()) return s;
+    } else if (verb == "die-after-allreduce") {
+      f.kind = FaultKind::kDieAfterAllReduce;
+      if (Status s = Target(&f); !s.ok()) return s;
     } else {
       return Error(0, "unknown action '" + verb +
-                          "' (expected kill, stop, lose, corrupt-latest, partition or flap)");
+                          "' (expected kill, stop, lose, corrupt-latest, partition, flap or "
+                          "die-after-allreduce)");
     }
+    const size_t at = at_;
     if (Status s = At(&f); !s.ok()) return s;
+    // The point is armed when the run starts, by step: a rollback count is not known then.
+    if (f.fault_point() && f.after_rollbacks > 0)
+      return Error(at, "'" + verb + "' takes '@step S', not '@rollback N'");
     if (f.kind == FaultKind::kStop || f.kind == FaultKind::kPartition) {
       if (Peek() != "for")
         return Error(at_, "'" + verb + "' needs 'for DURATION' after the step, e.g. 'for 5s'");
@@ -157,6 +165,9 @@ class FaultParser {
     if (*role == "chief" && index != 0) return Error(where, "there is only chief:0");
     if (kind == FaultKind::kLose && *role != "ps")
       return Error(where, "'lose' takes a PS (lose ps:I), not '" + t + "'");
+    if (kind == FaultKind::kDieAfterAllReduce && *role != "worker")
+      return Error(
+          where, "'die-after-allreduce' takes a worker (only workers all-reduce), not '" + t + "'");
     *out = static_cast<int>(index);
     return Status::Ok();
   }
@@ -218,8 +229,14 @@ std::string Fault::ToString() const {
              std::to_string(duration.count()) + "ms";
     case FaultKind::kFlap:
       return "flap " + task() + at + " " + std::to_string(flaps) + "x";
+    case FaultKind::kDieAfterAllReduce:
+      return "die-after-allreduce " + task() + at;
   }
   return "";
+}
+
+std::string Fault::FailpointSpec() const {
+  return fault_point() ? task() + " die-after-allreduce @step " + std::to_string(step) : "";
 }
 
 StatusOr<std::vector<Fault>> ParseFaults(std::string_view spec) {
@@ -237,6 +254,18 @@ StatusOr<std::vector<Fault>> ParseFaults(std::string_view spec) {
       faults.push_back(*f);
     }
     start = end + 1;
+  }
+  // The environment arms one fault point a process (common/failpoint.h).
+  const Fault* point = nullptr;
+  for (const Fault& f : faults) {
+    if (!f.fault_point()) continue;
+    if (point != nullptr)
+      return Status::InvalidArgument("--faults: '" + f.ToString() + "' (at character " +
+                                     std::to_string(f.position + 1) +
+                                     "): one fault point a "
+                                     "drill, and '" +
+                                     point->ToString() + "' is one already");
+    point = &f;
   }
   if (faults.empty())
     return Status::InvalidArgument(

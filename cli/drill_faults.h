@@ -7,6 +7,11 @@
 //   partition ROLE:I @step S for Ds          cut the member off the network for D
 //   partition ROLE:I,ROLE:J @step S for Ds   cut the two members off from each other only
 //   flap ROLE:I @step S Nx       take its link down and up N times (2 s down, 2 s up)
+//   die-after-allreduce worker:I @step S   the worker dies (as SIGKILL) once its all-reduce of
+//                                step S returned, before its push of S leaves: a window a timed
+//                                kill rarely hits. A fault point (common/failpoint.h), armed in
+//                                the faulty run's environment when it starts and fired once; at
+//                                most one a drill, and only `@step`.
 // Network faults run the job with every member in a network namespace of its own (cli/netns.h).
 // Instead of `@step S`, `@rollback N` fires the fault once the job has been rolled back N times
 // and trains again (a loss during a recovery, scenario 20); such faults come after every
@@ -23,7 +28,7 @@
 
 namespace tandem::cli {
 
-enum class FaultKind { kKill, kStop, kLose, kCorruptLatest, kPartition, kFlap };
+enum class FaultKind { kKill, kStop, kLose, kCorruptLatest, kPartition, kFlap, kDieAfterAllReduce };
 
 // A flap's rhythm: each of its N cycles keeps the link down, then up, this long.
 inline constexpr std::chrono::milliseconds kFlapHalfCycle{2000};
@@ -46,6 +51,10 @@ struct Fault {
   // The other member of a partition between two members; empty otherwise.
   std::string peer_task() const;
   bool network() const { return kind == FaultKind::kPartition || kind == FaultKind::kFlap; }
+  // Fired by the target itself at a fault point the run's environment arms, not by the drill.
+  bool fault_point() const { return kind == FaultKind::kDieAfterAllReduce; }
+  // The fault point's TANDEM_FAILPOINT value, e.g. "worker:1 die-after-allreduce @step 120".
+  std::string FailpointSpec() const;
   // Canonical text, e.g. "stop ps:1 @step 200 for 2000ms".
   std::string ToString() const;
 };

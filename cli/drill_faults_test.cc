@@ -39,6 +39,35 @@ TEST(DrillFaultsTest, ParsesEveryKindInStepOrder) {
   EXPECT_EQ(f[6].ToString(), "lose ps:1 @step 1700");
 }
 
+// A fault point is fired by its target, armed through the faulty run's environment
+// (common/failpoint.h): its spec is what TANDEM_FAILPOINT holds.
+TEST(DrillFaultsTest, ParsesAFaultPointAndItsEnvironmentSpec) {
+  auto r = ParseFaults("kill ps:0 @step 200; die-after-allreduce worker:1 @step 120");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 2u);
+  const Fault& f = (*r)[0];
+  EXPECT_EQ(f.kind, FaultKind::kDieAfterAllReduce);
+  EXPECT_TRUE(f.fault_point());
+  EXPECT_FALSE((*r)[1].fault_point());
+  EXPECT_EQ(f.ToString(), "die-after-allreduce worker:1 @step 120");
+  EXPECT_EQ(f.FailpointSpec(), "worker:1 die-after-allreduce @step 120");
+  EXPECT_EQ((*r)[1].FailpointSpec(), "");
+}
+
+TEST(DrillFaultsTest, AFaultPointTakesOneWorkerAStepAndComesOnce) {
+  EXPECT_NE(ErrorOf("die-after-allreduce ps:0 @step 5").find("takes a worker"), std::string::npos);
+  EXPECT_NE(ErrorOf("die-after-allreduce chief @step 5").find("takes a worker"), std::string::npos);
+  EXPECT_NE(ErrorOf("die-after-allreduce worker:0 @rollback 1").find("not '@rollback N'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("die-after-allreduce @step 5").find("unknown role '@step'"), std::string::npos);
+  const std::string two =
+      ErrorOf("die-after-allreduce worker:0 @step 50; die-after-allreduce worker:1 @step 90");
+  EXPECT_NE(two.find("one fault point a drill"), std::string::npos) << two;
+  EXPECT_NE(two.find("worker:1 @step 90"), std::string::npos) << two;
+  EXPECT_NE(ErrorOf("die-before-push worker:0 @step 5").find("die-after-allreduce)"),
+            std::string::npos);
+}
+
 TEST(DrillFaultsTest, FaultsAtTheSameStepKeepTheirOrder) {
   auto r = ParseFaults("kill ps:1 @step 5; kill ps:0 @step 5; stop chief:0 @step 2 for 1.5s");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -66,7 +95,7 @@ TEST(DrillFaultsTest, EmptySpecIsAnError) {
 TEST(DrillFaultsTest, ErrorsNameTheFaultThePositionAndTheProblem) {
   EXPECT_EQ(ErrorOf("kill ps:0 @step 10; explode ps:1 @step 20"),
             "--faults: fault 2 (at character 21): unknown action 'explode' (expected kill, "
-            "stop, lose, corrupt-latest, partition or flap)");
+            "stop, lose, corrupt-latest, partition, flap or die-after-allreduce)");
   EXPECT_EQ(ErrorOf("stop ps:1 @step 200"),
             "--faults: fault 1 (at character 20): 'stop' needs 'for DURATION' after the step, "
             "e.g. 'for 5s'");
@@ -127,7 +156,7 @@ TEST(DrillFaultsTest, MalformedNetworkFaultsNameTheProblem) {
   EXPECT_NE(ErrorOf("flap worker:0 @step 8").find("needs a count"), std::string::npos);
   EXPECT_NE(ErrorOf("flap worker:0 @step 8 0x").find("bad flap count '0x'"), std::string::npos);
   EXPECT_NE(ErrorOf("flap worker:0 @step 8 3").find("bad flap count"), std::string::npos);
-  EXPECT_NE(ErrorOf("unplug worker:0 @step 8").find("partition or flap"), std::string::npos);
+  EXPECT_NE(ErrorOf("unplug worker:0 @step 8").find("partition, flap or"), std::string::npos);
 }
 
 }  // namespace

@@ -108,7 +108,8 @@ int Main(int argc, char** argv) {
   drill
       ->add_option("--faults", drill_args.faults,
                    "e.g. \"kill ps:0 @step 100; stop ps:1 @step 200 for 2s; kill chief @step "
-                   "300; lose ps:1 @step 400; corrupt-latest @step 500\"")
+                   "300; lose ps:1 @step 400; corrupt-latest @step 500; die-after-allreduce "
+                   "worker:1 @step 600\"")
       ->required();
   drill->add_option("--reference", drill_args.reference, "reuse a fault-free run's output dir")
       ->check(CLI::ExistingDirectory);

@@ -120,6 +120,30 @@ TEST(DrillTest, WorkerKillRollsForwardWithTheFaultFreeModel) {
             std::string::npos);
 }
 
+// The fault point a timed kill rarely hits (common/failpoint.h): worker:1 dies once its
+// all-reduce of step 120 returned, before its push of 120 left. The drill arms it in the faulty
+// run's environment only, sees it fire through its marker, and the job ends with the fault-free
+// run's model: the survivor undid its step 120 and the replacement recomputed it.
+TEST(DrillTest, AWorkerDeadBetweenItsAllReduceAndItsPushRollsForwardWithTheFaultFreeModel) {
+  TempDir dir;
+  const nlohmann::json report = PassingDrill(dir, 300, "die-after-allreduce worker:1 @step 120", 1);
+  ASSERT_TRUE(report.is_object());
+  const auto& fault = report["faults"][0];
+  EXPECT_TRUE(fault.value("fired", false)) << report.dump(2);
+  EXPECT_EQ(fault.value("fired_at_step", int64_t{0}), 120) << report.dump(2);
+  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
+  EXPECT_TRUE(RolledForward(fault)) << report.dump(2);
+  EXPECT_EQ(fault.value("path", "").find("rollback"), std::string::npos) << report.dump(2);
+  EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-1.log")
+                .find("fault point die-after-allreduce fires at step 120"),
+            std::string::npos);
+  EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-0.log").find("undid its step 120"),
+            std::string::npos);
+  // Only the faulty run armed it.
+  EXPECT_EQ(ReadFile(dir.path() + "/out-reference/logs/worker-1.log").find("fault point"),
+            std::string::npos);
+}
+
 // Both workers killed at once: no replica survives to roll forward from, so the job fails and
 // `tandem local` rolls it back to the last committed checkpoint; at k = 0 it still ends with the
 // fault-free run's model.
