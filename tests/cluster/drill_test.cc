@@ -71,6 +71,15 @@ bool RolledForward(const nlohmann::json& fault) {
   return fault.value("path", "").find("roll forward") != std::string::npos;
 }
 
+// The report's only fault, which must have been recovered by a roll forward and no rollback.
+nlohmann::json RolledForwardOnly(const nlohmann::json& report) {
+  const auto& fault = report["faults"][0];
+  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
+  EXPECT_TRUE(RolledForward(fault)) << report.dump(2);
+  EXPECT_EQ(fault.value("path", "").find("rollback"), std::string::npos) << report.dump(2);
+  return fault;
+}
+
 TEST(DrillTest, PsKillPsStopAndChiefKillRecoverWithTheFaultFreeModel) {
   TempDir dir;
   WriteJob(dir, 400);
@@ -110,10 +119,7 @@ TEST(DrillTest, WorkerKillRollsForwardWithTheFaultFreeModel) {
   TempDir dir;
   const nlohmann::json report = PassingDrill(dir, 400, "kill worker:1 @step 120", 1);
   ASSERT_TRUE(report.is_object());
-  const auto& fault = report["faults"][0];
-  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
-  EXPECT_TRUE(RolledForward(fault)) << report.dump(2);
-  EXPECT_EQ(fault.value("path", "").find("rollback"), std::string::npos) << report.dump(2);
+  const nlohmann::json fault = RolledForwardOnly(report);
   EXPECT_LE(fault.value("steps_replayed", 99), 1) << report.dump(2);
   EXPECT_EQ(ReadFile(dir.path() + "/out/drill-local.log").find("rolling back"), std::string::npos);
   EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-1.log").find("joined the running job"),
@@ -128,12 +134,9 @@ TEST(DrillTest, AWorkerDeadBetweenItsAllReduceAndItsPushRollsForwardWithTheFault
   TempDir dir;
   const nlohmann::json report = PassingDrill(dir, 300, "die-after-allreduce worker:1 @step 120", 1);
   ASSERT_TRUE(report.is_object());
-  const auto& fault = report["faults"][0];
+  const nlohmann::json fault = RolledForwardOnly(report);
   EXPECT_TRUE(fault.value("fired", false)) << report.dump(2);
   EXPECT_EQ(fault.value("fired_at_step", int64_t{0}), 120) << report.dump(2);
-  EXPECT_TRUE(fault.value("recovered", false)) << report.dump(2);
-  EXPECT_TRUE(RolledForward(fault)) << report.dump(2);
-  EXPECT_EQ(fault.value("path", "").find("rollback"), std::string::npos) << report.dump(2);
   EXPECT_NE(ReadFile(dir.path() + "/out/logs/worker-1.log")
                 .find("fault point die-after-allreduce fires at step 120"),
             std::string::npos);
