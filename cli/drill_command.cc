@@ -551,21 +551,27 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
       });
       Observe(view, watcher, step, ctx, next > 0 && &r == &records[next - 1], superseded, r);
     }
-    // `@rollback N`: once `tandem local` rolled back N times and every worker of the new run
-    // trains (its all-reduce group formed), with the processes in cluster.json (the chief's
-    // view and the file name the same pid).
     // A fault point fires inside its target: until its marker shows, the drill keeps what the
-    // fault's record needs from before (the target's pid and log size, the chief's marks).
+    // fault's record needs from before (the target's pid and log size, the chief's marks). It
+    // fired when the marker was written (the target dies right after), up to a poll ago.
     for (auto& r : records) {
       if (!r.fault.fault_point() || r.fired || r.point_seen_at) continue;
-      if (fs::exists(marker)) {
-        r.point_seen_at = Clock::now();
+      std::error_code ec;
+      const auto written = fs::last_write_time(marker, ec);
+      if (!ec) {
+        const auto age = std::chrono::file_clock::now() - written;
+        r.point_seen_at = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                             std::clamp(age, decltype(age)::zero(),
+                                                        decltype(age)(milliseconds(args.poll_ms))));
         continue;
       }
       if (const int pid = watcher.Pid(r.fault.task()); pid > 0) r.pid = pid;
       if (view) r.before = MarksOf(*view, r.fault);
       r.log_offset = FileSize(LogOf(ctx.out_dir, r.fault));
     }
+    // `@rollback N`: once `tandem local` rolled back N times and every worker of the new run
+    // trains (its all-reduce group formed), with the processes in cluster.json (the chief's
+    // view and the file name the same pid).
     auto due = [&](const Fault& f) {
       if (f.fault_point()) return records[next].point_seen_at.has_value();
       if (f.after_rollbacks == 0) return step >= f.step;
