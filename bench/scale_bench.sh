@@ -132,20 +132,15 @@ scrape() {  # PORT ARRAY
   lines=$(timeout 5 grep -E '^tandem_ps_(rows_evicted_total|cache_hits_total|cache_misses_total|cache_bytes|rows_cached|cache_writebacks_total|cache_written_ahead_total) ' <&"$fd" || true)
   exec {fd}>&-
   local got=0
-  while IFS= read -r line; do
+  while IFS= read -r line; do  # only the wanted lines are left
+    [[ -n $line ]] || continue
     line=${line%$'\r'}
-    case $line in
-      tandem_ps_rows_evicted_total\ * | tandem_ps_cache_hits_total\ * | \
-        tandem_ps_cache_misses_total\ * | tandem_ps_cache_bytes\ * | tandem_ps_rows_cached\ * | \
-        tandem_ps_cache_writebacks_total\ * | tandem_ps_cache_written_ahead_total\ *)
-        name=${line%% *} value=${line##* }
-        into[$name]=$value got=1
-        if [[ $name == tandem_ps_cache_bytes && $value =~ ^[0-9]+$ ]] &&
-          ((value > ${into[cache_bytes_max]:-0})); then
-          into[cache_bytes_max]=$value
-        fi
-        ;;
-    esac
+    name=${line%% *} value=${line##* }
+    into[$name]=$value got=1
+    if [[ $name == tandem_ps_cache_bytes && $value =~ ^[0-9]+$ ]] &&
+      ((value > ${into[cache_bytes_max]:-0})); then
+      into[cache_bytes_max]=$value
+    fi
   done <<<"$lines"
   ((got))
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/config/cluster_spec.h"
+#include "common/failpoint.h"
 
 namespace tandem::cli {
 namespace {
@@ -76,7 +77,7 @@ class FaultParser {
     } else if (verb == "partition" || verb == "flap") {
       f.kind = verb == "partition" ? FaultKind::kPartition : FaultKind::kFlap;
       if (Status s = Targets(&f); !s.ok()) return s;
-    } else if (verb == "die-after-allreduce") {
+    } else if (verb == failpoint::kDieAfterAllReduce) {
       f.kind = FaultKind::kDieAfterAllReduce;
       if (Status s = Target(&f); !s.ok()) return s;
     } else {
@@ -230,13 +231,13 @@ std::string Fault::ToString() const {
     case FaultKind::kFlap:
       return "flap " + task() + at + " " + std::to_string(flaps) + "x";
     case FaultKind::kDieAfterAllReduce:
-      return "die-after-allreduce " + task() + at;
+      return std::string(failpoint::kDieAfterAllReduce) + " " + task() + at;
   }
   return "";
 }
 
 std::string Fault::FailpointSpec() const {
-  return fault_point() ? task() + " die-after-allreduce @step " + std::to_string(step) : "";
+  return fault_point() ? failpoint::Spec(task(), failpoint::kDieAfterAllReduce, step) : "";
 }
 
 StatusOr<std::vector<Fault>> ParseFaults(std::string_view spec) {

@@ -24,10 +24,14 @@ Armed* armed = nullptr;
 // Every point the code has, so that a misspelt one is an error rather than a drill without its
 // fault. worker/trainer.cc: the worker dies once its all-reduce of the step returned, before its
 // push of that step went out.
-constexpr std::string_view kPoints[] = {"die-after-allreduce"};
+constexpr std::string_view kPoints[] = {kDieAfterAllReduce};
 std::atomic<bool> any{false};
 
 }  // namespace
+
+std::string Spec(const std::string& task, std::string_view point, int64_t step) {
+  return task + " " + std::string(point) + " @step " + std::to_string(step);
+}
 
 Status Arm(const std::string& task) {
   const char* spec = std::getenv("TANDEM_FAILPOINT");

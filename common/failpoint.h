@@ -18,6 +18,12 @@
 
 namespace tandem::failpoint {
 
+// The points the code has (the one today is in worker/trainer.cc).
+inline constexpr std::string_view kDieAfterAllReduce = "die-after-allreduce";
+
+// The TANDEM_FAILPOINT value that arms `point` for `task` at `step`, as Arm reads it.
+std::string Spec(const std::string& task, std::string_view point, int64_t step);
+
 // Reads the environment for this daemon (`task`, e.g. "worker:1"). A malformed
 // TANDEM_FAILPOINT is an error: a drill that meant to inject a fault must not run without it.
 Status Arm(const std::string& task);

@@ -238,7 +238,7 @@ StatusOr<StepStats> Trainer::StepWithRows(const data::Batch& batch, const BatchR
     std::vector<TableGrads> push;
     // A drill's fault point: this rank's all-reduce of the step completes, its push never
     // leaves (the window PROTOCOLS §8 calls "the lost rank's pushes of the newest step").
-    const bool die_after_reduce = failpoint::Fires("die-after-allreduce", step);
+    const bool die_after_reduce = failpoint::Fires(failpoint::kDieAfterAllReduce, step);
     if (!fp16_ && !die_after_reduce) {
       push = MakePush(batch, false);
       push_done =
