@@ -6,6 +6,10 @@
 
 namespace tandem::ps {
 
+uint64_t DefaultMaxDirtyBytes(uint64_t cache_bytes) {
+  return std::max<uint64_t>(cache_bytes / 4, uint64_t{64} << 20);
+}
+
 ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index) {
   ShardOptions o;
   o.shard_index = index;
@@ -21,9 +25,9 @@ ShardOptions ShardOptionsFromConfig(const config::JobConfig& job, uint32_t index
   o.change_log = job.checkpoint.final_part != "full" &&
                  (job.checkpoint.every_steps > 0 || job.checkpoint.every_seconds > 0);
   o.cache_bytes = static_cast<uint64_t>(job.ps.cache_bytes);
-  // `ps.max_dirty_bytes`: 0 = a quarter of the cache, -1 = no bound.
+  // `ps.max_dirty_bytes`: 0 = DefaultMaxDirtyBytes, -1 = no bound.
   o.max_dirty_bytes = job.ps.max_dirty_bytes > 0    ? static_cast<uint64_t>(job.ps.max_dirty_bytes)
-                      : job.ps.max_dirty_bytes == 0 ? o.cache_bytes / 4
+                      : job.ps.max_dirty_bytes == 0 ? DefaultMaxDirtyBytes(o.cache_bytes)
                                                     : 0;
   o.memory_only = job.ps.storage == "memory";
   o.durability =

@@ -41,13 +41,16 @@ uint64_t RowBytes() {
 }
 
 // SmallJob with a vocabulary large enough that the rows touched in kSteps steps make a table
-// of tens of MB, on RocksDB (not ps.storage: memory), checkpointing four times.
+// of tens of MB, on RocksDB (not ps.storage: memory), checkpointing four times. The dirty
+// bound is a quarter of the cache, as the default is for caches of 256 MiB or more (under that
+// it is 64 MiB, more than these caches): so the rows written ahead of eviction are tested here.
 std::vector<std::string> JobSets(int64_t cache_bytes) {
   return {"data.synthetic.vocab=300000",
           "data.synthetic.zipf=1.05",
           "data.synthetic.eval_rows=2000",
           "ps.storage=rocksdb",
           "ps.cache_bytes=" + std::to_string(cache_bytes),
+          "ps.max_dirty_bytes=" + std::to_string(cache_bytes / 4),
           "checkpoint.every_steps=" + std::to_string(kSteps / 4),
           "metrics.port=0"};
 }
@@ -223,8 +226,8 @@ TEST(HugeTableTest, TableTwentyTimesItsCacheEndsWithTheAllInMemoryModel) {
     // Rows went through the cache and out of it, and it stayed within its budget.
     const ShardCounters& c = cached.shards[i];
     EXPECT_GT(c.evicted, 0) << "shard " << i;
-    // Dirty rows leave it by eviction or, beyond ps.max_dirty_bytes (a quarter of the cache by
-    // default), written ahead of it: most of them so with a cache this full.
+    // Dirty rows leave it by eviction or, beyond ps.max_dirty_bytes (a quarter of the cache
+    // here), written ahead of it: most of them so with a cache this full.
     EXPECT_GE(c.writebacks, 0) << "shard " << i;
     EXPECT_GT(c.written_ahead, 0) << "shard " << i;
     EXPECT_GT(c.misses, 0) << "shard " << i;
