@@ -122,7 +122,8 @@ struct PsConfig {
   std::string data_dir = "out/ps";  // `ps.data_dir`; a shard uses `<data_dir>/shard-<i>`
   int64_t cache_bytes = 256 << 20;  // > 0
   // `ps.max_dirty_bytes`: once the cache is full, dirty rows beyond this are written ahead of
-  // eviction, bounding what a restore point writes; 0 = a quarter of cache_bytes, -1 = no bound.
+  // eviction, bounding what a restore point writes; 0 = a quarter of cache_bytes, at least 64 MiB
+  // (ps::DefaultMaxDirtyBytes), -1 = no bound.
   int64_t max_dirty_bytes = 0;
   std::string storage = "rocksdb";              // rocksdb | memory
   std::string push_log_durability = "process";  // `ps.push_log.durability`: process | machine
