@@ -125,6 +125,7 @@ constexpr JobKey kJobKeys[] = {
     {"data.train", Bind<&DataConfig::train>, Any()},
     {"data.eval", Bind<&DataConfig::eval>, Any()},
     {"data.max_bad_fraction", Bind<&DataConfig::max_bad_fraction>, Within(0, 1)},
+    {"data.memory_bytes", Bind<&DataConfig::memory_bytes>, AtLeast(0)},
     {"data.num_dense", Bind<&DataConfig::num_dense>, Within(0, 4096)},
     {"data.num_categorical", Bind<&DataConfig::num_categorical>, Within(1, 4096)},
     {"data.labels", Bind<&DataConfig::labels>, Labels()},
@@ -956,6 +957,8 @@ namespace {
 // count only away from their defaults, for the same reason.
 bool InHash(std::string_view path, const JobConfig& c) {
   const std::string& type = c.model.type;
+  // How a worker reads its records, not which: workers may differ in it.
+  if (path == "data.memory_bytes") return false;
   if (path == "data.synthetic.teacher") return c.data.synthetic_teacher != "fm";
   if (path == "data.synthetic.task_correlation") return c.data.synthetic_task_correlation != 0;
   if (path == "model.type") return type != "dlrm";

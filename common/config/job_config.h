@@ -73,7 +73,10 @@ struct DataConfig {
   std::string train;                 // path or glob; required unless synthetic
   std::string eval;                  // path or glob; optional
   double max_bad_fraction = 0.001;   // in [0, 1]
-  int64_t num_dense = 13;            // `data.num_dense` >= 0 (Criteo: 13)
+  // `data.memory_bytes` >= 0: binary files whose records fit it (train and eval each, per worker
+  // process) are read into memory when opened instead of with a system call a record.
+  int64_t memory_bytes = int64_t{512} << 20;
+  int64_t num_dense = 13;  // `data.num_dense` >= 0 (Criteo: 13)
   // `data.num_categorical` >= 1 (Criteo: 26): features and tables C1..Cn when no `features`
   // section is given; otherwise the number of features, set from it.
   int64_t num_categorical = 26;

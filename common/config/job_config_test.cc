@@ -453,6 +453,17 @@ TEST(JobConfigTest, ComputationHashIsStable) {
   EXPECT_EQ(h, "7ec1bb390db48473");
 }
 
+TEST(JobConfigTest, ComputationHashIgnoresHowRecordsAreRead) {
+  EXPECT_EQ(ParseOk("data: {memory_bytes: 0}\n").ComputationHash(), ParseOk("").ComputationHash());
+  EXPECT_EQ(ParseOk("", {"data.memory_bytes=1024"}).data.memory_bytes, 1024);
+  auto negative = Parse("", {"data.memory_bytes=-1"});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("data.memory_bytes"), std::string::npos)
+      << negative.status();
+  EXPECT_NE(ParseOk("data: {max_bad_fraction: 0.5}\n").ComputationHash(),
+            ParseOk("").ComputationHash());
+}
+
 TEST(JobConfigTest, ComputationHashIgnoresSpelling) {
   JobConfig a = ParseOk("train: {seed: 5, steps: 10}\ntables: {default: {lr: 0.1}}\n");
   JobConfig b = ParseOk("tables:\n  default:\n    lr: 1.0e-1\ntrain:\n  steps: 10\n  seed: 0x5\n");

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "common/errno_status.h"
 #include "worker/data/criteo_reader.h"
@@ -189,6 +190,7 @@ StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const std::string& pa
                               std::to_string(size) + " bytes");
     }
     r->count_ = static_cast<int64_t>(h.count);
+    r->records_end_ = size;
     r->scratch_.resize(r->record_size_);
     return r;
   }
@@ -240,6 +242,7 @@ StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const std::string& pa
   r->schema_ = std::move(s);
   r->count_ = static_cast<int64_t>(h2.count);
   r->records_offset_ = h2.records_offset;
+  r->records_end_ = h2.index_offset;
   auto index = std::make_shared<std::vector<uint64_t>>(h2.count + 1);
   TANDEM_RETURN_IF_ERROR(
       r->Pread(index->data(), sizeof(uint64_t) * index->size(), h2.index_offset));
@@ -259,7 +262,14 @@ StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Open(const std::string& pa
 }
 
 StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Clone() const {
-  if (version_ == kBinaryVersion) return Open(path_, schema_);
+  if (version_ == kBinaryVersion) {
+    TANDEM_ASSIGN_OR_RETURN(auto r, Open(path_, schema_));
+    if (r->records_end_ != records_end_) {
+      return Status::DataLoss(path_ + ": file changed while training");
+    }
+    r->image_ = image_;
+    return r;
+  }
   std::unique_ptr<BinaryReader> r(new BinaryReader);
   r->path_ = path_;
   TANDEM_RETURN_IF_ERROR(r->OpenFile());
@@ -274,7 +284,9 @@ StatusOr<std::unique_ptr<BinaryReader>> BinaryReader::Clone() const {
   r->schema_ = schema_;
   r->count_ = count_;
   r->records_offset_ = records_offset_;
+  r->records_end_ = records_end_;
   r->index_ = index_;
+  r->image_ = image_;
   return r;
 }
 
@@ -296,6 +308,30 @@ Status BinaryReader::Pread(void* dst, size_t len, uint64_t offset) const {
   return Status::Ok();
 }
 
+Status BinaryReader::Preload() {
+  if (image_ != nullptr) return Status::Ok();
+  const uint64_t bytes = records_bytes();
+  std::shared_ptr<char[]> image(new (std::nothrow) char[std::max<uint64_t>(bytes, 1)]);
+  if (image == nullptr) {
+    return Status::ResourceExhausted(path_ + ": cannot allocate " + std::to_string(bytes) +
+                                     " bytes to read the file into memory (data.memory_bytes)");
+  }
+  constexpr uint64_t kChunk = uint64_t{16} << 20;
+  for (uint64_t done = 0; done < bytes; done += kChunk) {
+    TANDEM_RETURN_IF_ERROR(
+        Pread(image.get() + done, std::min(kChunk, bytes - done), records_offset_ + done));
+  }
+  image_ = std::move(image);
+  return Status::Ok();
+}
+
+StatusOr<const char*> BinaryReader::RecordBytes(uint64_t offset, size_t len) const {
+  if (image_ != nullptr) return image_.get() + (offset - records_offset_);
+  if (scratch_.size() < len) scratch_.resize(len);
+  TANDEM_RETURN_IF_ERROR(Pread(scratch_.data(), len, offset));
+  return static_cast<const char*>(scratch_.data());
+}
+
 uint64_t BinaryReader::RecordBegin(int64_t n) const {
   return version_ == kBinaryVersion ? kBinaryHeaderSize + uint64_t(n) * record_size_
                                     : records_offset_ + (*index_)[n];
@@ -309,8 +345,7 @@ Status BinaryReader::Read(int64_t n, Sample* out) const {
                               std::to_string(count_));
   }
   if (version_ != kBinaryVersion) return ReadV2(n, out);
-  TANDEM_RETURN_IF_ERROR(Pread(scratch_.data(), record_size_, RecordBegin(n)));
-  const char* p = scratch_.data();
+  TANDEM_ASSIGN_OR_RETURN(const char* p, RecordBytes(RecordBegin(n), record_size_));
   out->labels.resize(1);
   std::memcpy(out->labels.data(), p, 4);
   std::memcpy(&out->weight, p + 4, 4);
@@ -321,10 +356,8 @@ Status BinaryReader::Read(int64_t n, Sample* out) const {
 
 Status BinaryReader::ReadV2(int64_t n, Sample* out) const {
   const uint64_t len = (*index_)[n + 1] - (*index_)[n];
-  scratch_.resize(len);
-  TANDEM_RETURN_IF_ERROR(Pread(scratch_.data(), len, RecordBegin(n)));
+  TANDEM_ASSIGN_OR_RETURN(const char* p, RecordBytes(RecordBegin(n), len));
   const Schema& s = schema_;
-  const char* p = scratch_.data();
   const auto take = [&p](void* dst, size_t bytes) {
     std::memcpy(dst, p, bytes);
     p += bytes;
@@ -373,6 +406,10 @@ Status BinaryReader::ReadRaw(int64_t n, int64_t count, std::vector<char>* bytes)
   const uint64_t end =
       version_ == kBinaryVersion ? RecordBegin(n + count) : records_offset_ + (*index_)[n + count];
   bytes->resize(end - begin);
+  if (image_ != nullptr) {
+    std::memcpy(bytes->data(), image_.get() + (begin - records_offset_), bytes->size());
+    return Status::Ok();
+  }
   return Pread(bytes->data(), bytes->size(), begin);
 }
 

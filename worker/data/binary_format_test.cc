@@ -1,5 +1,6 @@
 #include "worker/data/binary_format.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -52,6 +53,79 @@ TEST(Binary, RoundTripAndSeek) {
     EXPECT_EQ(s, Numbered(n)) << n;
   }
   EXPECT_EQ((*r)->Read(5000, &s).code(), StatusCode::kOutOfRange);
+}
+
+// A preloaded reader (data.memory_bytes) reads from memory what the file held when it was
+// loaded: the same samples and raw bytes as a reader that preads, through clones too, and not
+// the bytes written over the file afterwards.
+TEST(Binary, PreloadedReadsEqualFileReadsAndIgnoreLaterWrites) {
+  testing::TempDir dir;
+  const std::string path = WriteNumbered(dir.File("p.bin"), 3000);
+  auto file = BinaryReader::Open(path, Schema{});
+  auto mem = BinaryReader::Open(path, Schema{});
+  ASSERT_TRUE(file.ok() && mem.ok());
+  EXPECT_EQ((*mem)->records_bytes(), 3000 * BinaryRecordSize({}));
+  ASSERT_TRUE((*mem)->Preload().ok());
+  EXPECT_TRUE((*mem)->preloaded());
+  EXPECT_FALSE((*file)->preloaded());
+  auto clone = (*mem)->Clone();
+  ASSERT_TRUE(clone.ok()) << clone.status();
+  EXPECT_TRUE((*clone)->preloaded());
+  Sample a, b, c;
+  for (int n : {2999, 0, 1500, 7}) {
+    ASSERT_TRUE((*file)->Read(n, &a).ok());
+    ASSERT_TRUE((*mem)->Read(n, &b).ok());
+    ASSERT_TRUE((*clone)->Read(n, &c).ok());
+    EXPECT_EQ(a, Numbered(n));
+    EXPECT_EQ(b, a);
+    EXPECT_EQ(c, a);
+  }
+  std::vector<char> raw_file, raw_mem;
+  ASSERT_TRUE((*file)->ReadRaw(10, 100, &raw_file).ok());
+  ASSERT_TRUE((*mem)->ReadRaw(10, 100, &raw_mem).ok());
+  EXPECT_EQ(raw_mem, raw_file);
+  EXPECT_EQ((*mem)->Read(3000, &b).code(), StatusCode::kOutOfRange);
+  // Record 5's label overwritten in place: the file reader sees it, the loaded copy does not.
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const float label = 7.0f;
+  ASSERT_EQ(::pwrite(fd, &label, 4, kBinaryHeaderSize + 5 * BinaryRecordSize({})), 4);
+  ::close(fd);
+  ASSERT_TRUE((*file)->Read(5, &a).ok());
+  ASSERT_TRUE((*mem)->Read(5, &b).ok());
+  EXPECT_EQ(a.labels[0], 7.0f);
+  EXPECT_EQ(b, Numbered(5));
+}
+
+// BinarySource loads files in order while their records fit the budget, the rest stay on disk,
+// and every record reads the same either way.
+TEST(Binary, SourcePreloadsTheFilesThatFitItsBudget) {
+  testing::TempDir dir;
+  const std::vector<std::string> paths = {WriteNumbered(dir.File("a.bin"), 100),
+                                          WriteNumbered(dir.File("b.bin"), 300),
+                                          WriteNumbered(dir.File("c.bin"), 100)};
+  const uint64_t rec = BinaryRecordSize({});
+  for (uint64_t budget : {uint64_t{0}, 100 * rec, 250 * rec, 500 * rec}) {
+    auto src = BinarySource::Open(paths, Schema{}, budget);
+    ASSERT_TRUE(src.ok()) << src.status();
+    // 100 * rec and 250 * rec: a.bin fits, b.bin does not, c.bin then fits only the larger.
+    const uint64_t want = budget == 0           ? 0
+                          : budget == 100 * rec ? 100 * rec
+                          : budget == 250 * rec ? 200 * rec
+                                                : 500 * rec;
+    EXPECT_EQ((*src)->preloaded_bytes(), want) << budget;
+    auto clone = (*src)->Clone();
+    ASSERT_TRUE(clone.ok());
+    Sample s;
+    for (int64_t i :
+         {int64_t{0}, int64_t{99}, int64_t{100}, int64_t{399}, int64_t{400}, int64_t{499}}) {
+      const int n = static_cast<int>(i < 100 ? i : i < 400 ? i - 100 : i - 400);
+      ASSERT_TRUE((*src)->Read(i, &s).ok());
+      EXPECT_EQ(s, Numbered(n)) << budget << " " << i;
+      ASSERT_TRUE((*clone)->Read(i, &s).ok());
+      EXPECT_EQ(s, Numbered(n)) << budget << " " << i;
+    }
+  }
 }
 
 TEST(Binary, TruncatedFileIsDataLoss) {
@@ -182,13 +256,24 @@ TEST(BinaryV2, MultiHotWeightedTwoLabelRoundTripEqualsTheGenerator) {
     for (float w : got.id_weights) saw_weight |= w != 1.0f;
   }
   EXPECT_TRUE(saw_bag && saw_empty && saw_weight);  // the test covers what it claims to
-  // Direct seeks, in any order and through a clone, read what sequential reading read.
+  // Direct seeks, in any order and through a clone, read what sequential reading read; so does
+  // a reader that loaded the file into memory, and its clone.
   auto clone = (*r)->Clone();
   ASSERT_TRUE(clone.ok()) << clone.status();
+  auto mem = BinaryReader::Open(dir.File("m.bin"), schema);
+  ASSERT_TRUE(mem.ok());
+  ASSERT_TRUE((*mem)->Preload().ok());
+  auto mem_clone = (*mem)->Clone();
+  ASSERT_TRUE(mem_clone.ok()) << mem_clone.status();
+  ASSERT_TRUE((*mem_clone)->preloaded());
   for (int n : {rows - 1, 0, 1777, 5, 2048, 1}) {
     ASSERT_TRUE((*r)->Read(n, &got).ok());
     EXPECT_EQ(got, sequential[n]) << n;
     ASSERT_TRUE((*clone)->Read(n, &got).ok());
+    EXPECT_EQ(got, sequential[n]) << n;
+    ASSERT_TRUE((*mem)->Read(n, &got).ok());
+    EXPECT_EQ(got, sequential[n]) << n;
+    ASSERT_TRUE((*mem_clone)->Read(n, &got).ok());
     EXPECT_EQ(got, sequential[n]) << n;
   }
   EXPECT_EQ((*r)->Read(rows, &got).code(), StatusCode::kOutOfRange);
@@ -290,12 +375,17 @@ TEST_F(CorruptV2, InconsistentCountsAreDataLossOnRead) {
     std::string bad = bytes_;
     PutU32(&bad, counts + 4, U32At(bytes_, counts + 4) + delta);
     ASSERT_TRUE(OpenBad(bad).ok());  // the index is sound; the record is not
-    auto r = BinaryReader::Open(dir_.File("bad.bin"), schema_);
-    ASSERT_TRUE(r.ok());
-    Sample s;
-    ExpectDataLoss((*r)->Read(2, &s), "counts disagree with the length");
-    EXPECT_TRUE((*r)->Read(1, &s).ok());
-    EXPECT_TRUE((*r)->Read(3, &s).ok());
+    for (bool preload : {false, true}) {
+      auto r = BinaryReader::Open(dir_.File("bad.bin"), schema_);
+      ASSERT_TRUE(r.ok());
+      if (preload) {
+        ASSERT_TRUE((*r)->Preload().ok());
+      }
+      Sample s;
+      ExpectDataLoss((*r)->Read(2, &s), "counts disagree with the length");
+      EXPECT_TRUE((*r)->Read(1, &s).ok());
+      EXPECT_TRUE((*r)->Read(3, &s).ok());
+    }
   }
 }
 

@@ -119,11 +119,16 @@ Status CriteoSource::Read(int64_t index, Sample* out) {
 }
 
 StatusOr<std::unique_ptr<BinarySource>> BinarySource::Open(const std::vector<std::string>& paths,
-                                                           const Schema& schema) {
+                                                           const Schema& schema,
+                                                           uint64_t memory_bytes) {
   auto s = std::make_unique<BinarySource>();
   s->schema_ = schema;
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto reader, BinaryReader::Open(path, schema));
+    if (reader->records_bytes() <= memory_bytes - s->preloaded_bytes_) {  // never above it
+      TANDEM_RETURN_IF_ERROR(reader->Preload());
+      s->preloaded_bytes_ += reader->records_bytes();
+    }
     s->starts_.push_back(s->starts_.back() + reader->num_records());
     s->readers_.push_back(std::move(reader));
   }
@@ -142,6 +147,7 @@ StatusOr<std::unique_ptr<RecordSource>> BinarySource::Clone() const {
     }
     s->readers_.push_back(std::move(copy));
   }
+  s->preloaded_bytes_ = preloaded_bytes_;
   return std::unique_ptr<RecordSource>(std::move(s));
 }
 
@@ -224,7 +230,8 @@ StatusOr<std::unique_ptr<RecordSource>> OpenSource(const config::JobConfig& job,
     return std::unique_ptr<RecordSource>(std::move(s));
   }
   if (config.format == "binary") {
-    TANDEM_ASSIGN_OR_RETURN(auto s, BinarySource::Open(paths, schema));
+    TANDEM_ASSIGN_OR_RETURN(
+        auto s, BinarySource::Open(paths, schema, static_cast<uint64_t>(config.memory_bytes)));
     return std::unique_ptr<RecordSource>(std::move(s));
   }
   return Status::InvalidArgument("data.format must be criteo, text, binary or synthetic, not " +

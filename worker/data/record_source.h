@@ -84,8 +84,12 @@ class CriteoSource : public RecordSource {
 // Binary files, concatenated in the given order.
 class BinarySource : public RecordSource {
  public:
+  // Files are read into memory (BinaryReader::Preload), in the given order, while their records
+  // together fit `memory_bytes` (data.memory_bytes); the rest are read a record at a time.
   static StatusOr<std::unique_ptr<BinarySource>> Open(const std::vector<std::string>& paths,
-                                                      const Schema& schema);
+                                                      const Schema& schema,
+                                                      uint64_t memory_bytes = 0);
+  uint64_t preloaded_bytes() const { return preloaded_bytes_; }
   const Schema& schema() const override { return schema_; }
   int64_t num_records() const override { return starts_.back(); }
   Order MakeOrder(uint64_t seed) const override;
@@ -96,6 +100,7 @@ class BinarySource : public RecordSource {
   Schema schema_;
   std::vector<std::unique_ptr<BinaryReader>> readers_;
   std::vector<int64_t> starts_{0};  // first record of each file, then the total
+  uint64_t preloaded_bytes_ = 0;
 };
 
 // The generator as a source of `num_records` records per epoch.

@@ -45,12 +45,6 @@ void AxpyRow(int64_t d, float alpha, const float* x, float* y) {
   Elementwise(d, y, [=](int64_t c) { return y[c] + alpha * x[c]; });
 }
 
-float Dot(int64_t d, const float* a, const float* b) {
-  float sum = 0.0f;  // one accumulator in index order: never reassociated without -ffast-math
-  for (int64_t c = 0; c < d; ++c) sum += a[c] * b[c];
-  return sum;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(int64_t threads) {
@@ -208,31 +202,108 @@ void CpuBackend::CopyStrided(int64_t rows, int64_t cols, const float* src, int64
   }
 }
 
-void CpuBackend::PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x,
-                                     float* out, int64_t out_ld) {
+namespace {
+
+// The dots of one sample's row i with rows i+1..n-1, side by side: lane j sums over c in index
+// order from 0.0f with one accumulator (never reassociated: no -ffast-math, -ffp-contract=off),
+// the bits of the plain loop, while the compiler vectorizes across j instead of waiting on a
+// chain of dependent adds. `xt` is the sample transposed
+// (d x n). D > 0 fixes the width at compile time.
+template <int64_t D>
+void DotsOfRow(int64_t n, int64_t d, int64_t i, const float* __restrict xi,
+               const float* __restrict xt, float* __restrict o) {
+  const int64_t width = D > 0 ? D : d;
+  const int64_t m = n - i - 1;
+  for (int64_t j = 0; j < m; ++j) o[j] = 0.0f;
+  for (int64_t c = 0; c < width; ++c) {
+    const float v = xi[c];
+    const float* t = xt + c * n + i + 1;
+    for (int64_t j = 0; j < m; ++j) o[j] += v * t[j];
+  }
+}
+
+template <int64_t D>
+void PairwiseDotsForwardImpl(int64_t batch, int64_t n, int64_t d, const float* x, float* out,
+                             int64_t out_ld) {
+  thread_local std::vector<float> xt;
+  xt.resize(static_cast<size_t>(n * d));
   for (int64_t s = 0; s < batch; ++s) {
     const float* xs = x + s * n * d;
-    float* o = out + s * out_ld;
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = i + 1; j < n; ++j) *o++ = Dot(d, xs + i * d, xs + j * d);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < d; ++c) xt[c * n + j] = xs[j * d + c];
     }
+    float* o = out + s * out_ld;
+    for (int64_t i = 0; i + 1 < n; ++i) {
+      DotsOfRow<D>(n, d, i, xs + i * d, xt.data(), o);
+      o += n - i - 1;
+    }
+  }
+}
+
+// dx_i = sum over j != i, in j order, of g(i, j) * x_j, from 0.0f: what an AxpyRow per j into a
+// zeroed row gives, with the row kept in registers for the whole sum (D > 0).
+template <int64_t D>
+void PairwiseDotsBackwardImpl(int64_t batch, int64_t n, int64_t d, const float* x, const float* dz,
+                              int64_t dz_ld, float* dx) {
+  constexpr int64_t kMax = D > 0 ? D : 1;
+  for (int64_t s = 0; s < batch; ++s) {
+    const float* xs = x + s * n * d;
+    const float* g = dz + s * dz_ld;
+    float* dxs = dx + s * n * d;
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (D > 0) {
+        float acc[kMax];
+        for (int64_t c = 0; c < D; ++c) acc[c] = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          if (j == i) continue;
+          const float gij = g[i < j ? PairIndex(n, i, j) : PairIndex(n, j, i)];
+          const float* xj = xs + j * D;
+          for (int64_t c = 0; c < D; ++c) acc[c] += gij * xj[c];
+        }
+        for (int64_t c = 0; c < D; ++c) dxs[i * D + c] = acc[c];
+      } else {
+        float* di = dxs + i * d;
+        std::fill_n(di, d, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          if (j == i) continue;
+          AxpyRow(d, g[i < j ? PairIndex(n, i, j) : PairIndex(n, j, i)], xs + j * d, di);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::PairwiseDotsForward(int64_t batch, int64_t n, int64_t d, const float* x,
+                                     float* out, int64_t out_ld) {
+  switch (d) {
+    case 8:
+      return PairwiseDotsForwardImpl<8>(batch, n, d, x, out, out_ld);
+    case 16:
+      return PairwiseDotsForwardImpl<16>(batch, n, d, x, out, out_ld);
+    case 32:
+      return PairwiseDotsForwardImpl<32>(batch, n, d, x, out, out_ld);
+    case 64:
+      return PairwiseDotsForwardImpl<64>(batch, n, d, x, out, out_ld);
+    default:
+      return PairwiseDotsForwardImpl<0>(batch, n, d, x, out, out_ld);
   }
 }
 
 void CpuBackend::PairwiseDotsBackward(int64_t batch, int64_t n, int64_t d, const float* x,
                                       const float* dz, int64_t dz_ld, float* dx) {
-  for (int64_t s = 0; s < batch; ++s) {
-    const float* xs = x + s * n * d;
-    const float* g = dz + s * dz_ld;
-    float* dxs = dx + s * n * d;
-    std::fill_n(dxs, n * d, 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        if (j == i) continue;
-        const int64_t p = i < j ? PairIndex(n, i, j) : PairIndex(n, j, i);
-        AxpyRow(d, g[p], xs + j * d, dxs + i * d);
-      }
-    }
+  switch (d) {
+    case 8:
+      return PairwiseDotsBackwardImpl<8>(batch, n, d, x, dz, dz_ld, dx);
+    case 16:
+      return PairwiseDotsBackwardImpl<16>(batch, n, d, x, dz, dz_ld, dx);
+    case 32:
+      return PairwiseDotsBackwardImpl<32>(batch, n, d, x, dz, dz_ld, dx);
+    case 64:
+      return PairwiseDotsBackwardImpl<64>(batch, n, d, x, dz, dz_ld, dx);
+    default:
+      return PairwiseDotsBackwardImpl<0>(batch, n, d, x, dz, dz_ld, dx);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -112,6 +113,49 @@ TEST(CpuBackendTest, PairwiseDotsBackwardMatchesNaive) {
       }
     }
     for (int64_t e = 0; e < n * d; ++e) EXPECT_NEAR(dx[s * n * d + e], ref[e], 1e-5);
+  }
+}
+
+// The interaction's kernels vectorize across pairs (forward) or keep a row in registers
+// (backward), and must still give the bits of the plain loops they replaced, which the model
+// checksums of every earlier job were computed with: one accumulator a dot, summed in index
+// order; dx_i summed over j in order from zero. Widths with and without a fixed-width kernel.
+TEST(CpuBackendTest, PairwiseDotsGiveTheBitsOfThePlainLoops) {
+  auto be = Make();
+  for (int64_t d : {1, 3, 8, 16, 17, 32, 64, 100}) {
+    for (int64_t n : {2, 5, 27}) {
+      const int64_t batch = 3, pairs = n * (n - 1) / 2, ld = pairs + 2;
+      const std::vector<float> x = Random(batch * n * d, 11), dz = Random(batch * ld, 12);
+      std::vector<float> out(batch * ld, -1.0f), dx(x.size(), -1.0f);
+      be->PairwiseDotsForward(batch, n, d, x.data(), out.data(), ld);
+      be->PairwiseDotsBackward(batch, n, d, x.data(), dz.data(), ld, dx.data());
+      for (int64_t s = 0; s < batch; ++s) {
+        const float* xs = x.data() + s * n * d;
+        int64_t p = 0;
+        std::vector<int64_t> pair(n * n, -1);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t j = i + 1; j < n; ++j, ++p) {
+            pair[i * n + j] = pair[j * n + i] = p;
+            float sum = 0.0f;
+            for (int64_t c = 0; c < d; ++c) sum += xs[i * d + c] * xs[j * d + c];
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[s * ld + p]), std::bit_cast<uint32_t>(sum))
+                << "d " << d << " n " << n << " pair " << i << "," << j;
+          }
+        }
+        EXPECT_EQ(out[s * ld + pairs], -1.0f) << "wrote past the pairs";
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t c = 0; c < d; ++c) {
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n; ++j) {
+              if (j != i) sum = sum + dz[s * ld + pair[i * n + j]] * xs[j * d + c];
+            }
+            ASSERT_EQ(std::bit_cast<uint32_t>(dx[(s * n + i) * d + c]),
+                      std::bit_cast<uint32_t>(sum))
+                << "d " << d << " n " << n << " row " << i << " lane " << c;
+          }
+        }
+      }
+    }
   }
 }
 
