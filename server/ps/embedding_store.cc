@@ -446,6 +446,7 @@ struct EmbeddingStore::Impl {
   // must stay valid. Reads then insert nothing (no eviction) and no drain runs.
   std::atomic<bool> frozen{false};
   std::atomic<bool> reads_skip_cache{false};  // StopCachingReads
+  std::atomic<bool> missed_stored{false};     // MissedStoredRows
   // A stripe's share of options.max_dirty_bytes; 0 = no bound.
   uint64_t stripe_max_dirty_bytes = 0;
   // Stages the dirty rows of a full stripe when they exceed its share of max_dirty_bytes (see
@@ -856,6 +857,9 @@ Status EmbeddingStore::Impl::Finish(uint32_t table, uint64_t id, Pending* pendin
   }
   const rocksdb::Slice* value = nullptr;
   TANDEM_RETURN_IF_ERROR(StoredValue(s, table, id, pending, k, &value));
+  if (value != nullptr && !missed_stored.load(std::memory_order_relaxed)) {
+    missed_stored.store(true, std::memory_order_relaxed);
+  }
   if (value == nullptr && !Op::kWrites) {
     s.absent.Note(table, id, hash);
     op.Absent(i, id);  // reads never store anything for an absent row (PROTOCOLS §4)
@@ -1583,6 +1587,10 @@ Status EmbeddingStore::ScanChecksum(ModelChecksum* sum, uint64_t* rows, uint64_t
 
 bool EmbeddingStore::compacting() const {
   return impl_->db != nullptr && !impl_->db->GetOptions().disable_auto_compactions;
+}
+
+bool EmbeddingStore::MissedStoredRows() const {
+  return impl_->missed_stored.load(std::memory_order_relaxed);
 }
 
 void EmbeddingStore::StopCachingReads() {

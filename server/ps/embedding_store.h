@@ -193,6 +193,9 @@ class EmbeddingStore {
   // final evaluation reads each row once, so caching it only costs an insert and an eviction.
   // Writes still cache what they touch.
   void StopCachingReads();
+  // Whether a miss has found its row stored (in RocksDB or the stage) since Open: until then
+  // every row this store holds is cached, and a miss is an absent row. Only ever turns true.
+  bool MissedStoredRows() const;
 
   EmbeddingStore(const EmbeddingStore&) = delete;
   EmbeddingStore& operator=(const EmbeddingStore&) = delete;

@@ -349,6 +349,47 @@ TEST(EmbeddingStoreTest, EvictionWritesBackDirtyRowsAndReopenReadsEveryRow) {
   EXPECT_EQ(Dump(*store, {spec}).size(), ids.size());
 }
 
+// MissedStoredRows (the shard's prefetch of parked pulls waits for it): false while every row
+// the store holds is cached, even after a restore point wrote them all to RocksDB and misses
+// of new rows went there; true once a miss found its row there, after an eviction or in a
+// store reopened over stored rows.
+TEST(EmbeddingStoreTest, MissedStoredRowsTurnsTrueWhenAMissFindsARowStored) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);
+  const std::vector<uint64_t> ids = SpreadIds(2000);
+  std::vector<float> out(ids.size() * spec.dim);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.cache_bytes = 1 << 20;
+  options.stripes = 4;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  churn.Update({ids.begin(), ids.begin() + 100}, 1);
+  ASSERT_TRUE(store->FlushDirty().ok());
+  ASSERT_TRUE(store->Read(0, {ids.begin(), ids.begin() + 300}, out.data()).ok());
+  EXPECT_EQ(store->stats().evictions, 0u);
+  EXPECT_FALSE(store->MissedStoredRows());
+  store.reset();
+  store = OpenOrDie(options);  // the 100 rows are stored, none cached
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(store->MissedStoredRows());
+  ASSERT_TRUE(store->Read(0, {ids.begin(), ids.begin() + 10}, out.data()).ok());
+  EXPECT_TRUE(store->MissedStoredRows());
+  store.reset();
+  // A new store a quarter the table's size: evictions, then misses of the evicted rows.
+  StoreOptions small = Options(dir.File("db2"), {spec});
+  small.cache_bytes = ids.size() * spec.row_bytes() / 4;
+  small.stripes = 4;
+  store = OpenOrDie(small);
+  ASSERT_NE(store, nullptr);
+  Churn fresh(store.get(), spec);
+  fresh.Update(ids, 1);
+  EXPECT_GT(store->stats().evictions, 0u);
+  EXPECT_FALSE(store->MissedStoredRows());  // every miss so far was a new row
+  fresh.Update(ids, 2);
+  EXPECT_TRUE(store->MissedStoredRows());
+}
+
 // A full cache keeps its dirty rows within max_dirty_bytes by writing them ahead of eviction,
 // so a flush writes that much at most where it would write the whole cache, and nothing else
 // changes: the same rows, in memory and on disk, and the same checksum. A cache that never
