@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/embedding/initializer.h"
+#include "common/embedding/row_copy.h"
 #include "common/log.h"
 #include "common/model_checksum.h"
 #include "common/sync.h"
@@ -317,25 +318,8 @@ struct Pending {
 };
 
 // What Read, ReadRows and Update do with each row; called under the row's stripe lock.
-// A row's embedding, copied with a constant size for the common widths: inlined as a few
-// vector moves instead of a libc call per row (a pull copies every row it serves).
 inline void CopyEmbedding(float* to, const uint8_t* from, uint32_t dim) {
-  switch (dim) {
-    case 8:
-      std::memcpy(to, from, 8 * sizeof(float));
-      return;
-    case 16:
-      std::memcpy(to, from, 16 * sizeof(float));
-      return;
-    case 32:
-      std::memcpy(to, from, 32 * sizeof(float));
-      return;
-    case 64:
-      std::memcpy(to, from, 64 * sizeof(float));
-      return;
-    default:
-      std::memcpy(to, from, dim * sizeof(float));
-  }
+  embedding::CopyRowFloats(to, from, dim);
 }
 
 struct ReadOp {

@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "common/embedding/initializer.h"
+#include "common/embedding/row_copy.h"
 #include "common/embedding/sparse_optimizer.h"
 #include "common/flat_id_index.h"
 #include "common/log.h"
@@ -563,7 +564,7 @@ Status Shard::ApplyTable(int64_t step, uint32_t table, std::span<const uint64_t>
     std::span<const uint64_t> ids_part(apply_ids.data() + begin, end - begin);
     errors[part] = store_->UpdateDistinct(table, ids_part, [&](size_t i, RowRef row, bool existed) {
       const size_t k = begin + i;
-      if (pre != nullptr) std::copy_n(row.embedding(), dim, &pre->rows[k * dim]);
+      if (pre != nullptr) embedding::CopyRowFloats(&pre->rows[k * dim], row.embedding(), dim);
       // TTL is logical: a row not updated for ttl_steps is treated as absent (PROTOCOLS §4).
       if (existed && spec.ttl_steps > 0 && row.meta()->last_updated_step < step - spec.ttl_steps) {
         embedding::InitialRow(seed, spec, apply_ids[k], row);
