@@ -356,7 +356,7 @@ void PsService::Prefetch(std::span<const TableRead> slices) {
   if (o.memory_only) return;  // every row is cached already
   // Nor is anything to be fetched while no miss has found a stored row (a table that fits its
   // cache, never evicted and not restored): the misses are new rows, and a read would only copy
-  // the cached ones once more (a tenth of a shard's CPU in the 2 x 2 DLRM job).
+  // the cached ones once more (a fifth of a shard's row reads in the 2 x 2 DLRM job).
   if (!shard_->store()->MissedStoredRows()) return;
   // A cache that cannot hold this pull's rows several times over would evict the rows the apply
   // running now is about to update: the prefetch would add misses instead of hiding them.
