@@ -318,10 +318,6 @@ struct Pending {
 };
 
 // What Read, ReadRows and Update do with each row; called under the row's stripe lock.
-inline void CopyEmbedding(float* to, const uint8_t* from, uint32_t dim) {
-  embedding::CopyRowFloats(to, from, dim);
-}
-
 struct ReadOp {
   static constexpr bool kWrites = false;
   static constexpr bool kOrdered = false;
@@ -330,7 +326,7 @@ struct ReadOp {
   float* out;
   uint32_t PrefetchBytes() const { return sizeof(RowMeta) + spec.dim * sizeof(float); }
   void Cached(size_t i, const uint8_t* row, bool /*existed*/, bool /*was_dirty*/) {
-    CopyEmbedding(out + i * spec.dim, row + sizeof(RowMeta), spec.dim);
+    embedding::CopyRowFloats(out + i * spec.dim, row + sizeof(RowMeta), spec.dim);
   }
   void Absent(size_t i, uint64_t id) {
     embedding::InitialEmbedding(seed, spec, id, out + i * spec.dim);
