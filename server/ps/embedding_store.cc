@@ -56,6 +56,7 @@ constexpr size_t kCounterKeyBytes = 16;
 constexpr size_t kFlushBatchBytes = 4 << 20;
 constexpr int kBloomBitsPerKey = 10;
 constexpr size_t kWriteBufferBytes = 16 << 20;
+constexpr int kL0CompactionTrigger = 8;  // RocksDB's default is 4
 constexpr size_t kBlockCacheBytes = 32 << 20;
 // A flush that FlushStripes writes as one SST and ingests (see StoreOptions::ingest_bytes); a
 // file RocksDB does not parse, so a crash that leaves it behind leaves only this name.
@@ -201,6 +202,13 @@ rocksdb::Options RocksOptions() {
   // A whole-key bloom filter lets the misses it does not hold (nearly all of them) skip the
   // search, and a smaller memtable makes each insert and search shallower.
   options.write_buffer_size = kWriteBufferBytes;
+  // With random ids every L0 file overlaps the whole base level, so each L0 compaction rewrites
+  // all of it: twice the files a compaction (8 memtables' worth, about 100 MiB) halves those
+  // rewrites, for a bloom probe more per miss in each extra L0 file. With the table 100x the
+  // cache, `shard_cold_bench --only 0.01` on one core (where every CPU second counts, as in a
+  // job on 2 cores): 1.21x and 1.43x rows/s at 800 steps, 1.22x at 1000 (issue 21). RocksDB
+  // slows writes at 20 L0 files: 12 files of headroom for compactions that fall behind.
+  options.level0_file_num_compaction_trigger = kL0CompactionTrigger;
   // Misses read blocks straight from the mapped SSTs instead of a pread each (+13-31 % samples/s
   // with a table 40x the cache). The mapped pages are page cache (RssFile), which the kernel
   // reclaims under pressure; the bound on the PS's own memory is on anonymous memory. The SSTs'
