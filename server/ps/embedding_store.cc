@@ -426,6 +426,18 @@ struct EmbeddingStore::Impl {
   std::atomic<uint64_t> staged_bytes{0};
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> drains{0};
+  // Set while RocksDB refuses rows (WriteError); drains are tried again from retry_at_ns on.
+  std::atomic<bool> unwritable{false};
+  std::atomic<int64_t> retry_at_ns{0};
+  mutable Mutex error_mu;
+  Status write_error GUARDED_BY(error_mu);
+  uint64_t failed_writes GUARDED_BY(error_mu) = 0;
+  uint64_t failed_in_episode GUARDED_BY(error_mu) = 0;
+  // Records how a write of rows to RocksDB ended, logging where an episode starts and ends.
+  void NoteWrite(const Status& s);
+  // Writes the staged rows now unless another call is writing or a flush is, or (`throttled`)
+  // RocksDB failed less than a second ago. Returns what that write returned (Ok when none ran).
+  Status DrainStaged(bool throttled);
   // Writing calls (Update, Erase, WriteRows, SetAdmissionCount) hold it shared; FlushDirty holds
   // it alone, so that it writes the rows it took without holding the stripes (see FlushDirty).
   std::shared_mutex write_gate;
@@ -630,9 +642,27 @@ bool EmbeddingStore::Impl::SumWithDirtyRows(ModelChecksum* out, uint64_t* rows,
   return known;
 }
 
-// One caller drains; the others go on (they wait for the stripes meanwhile).
-Status EmbeddingStore::Impl::MaybeDrainStaged() NO_THREAD_SAFETY_ANALYSIS {
+// A drain that fails leaves its rows staged (EndFlush), where reads find them: the call that set
+// it off goes on, so an apply is never left half done by a full disk (WriteError).
+Status EmbeddingStore::Impl::MaybeDrainStaged() {
   if (staged_bytes.load(std::memory_order_relaxed) < options.stage_bytes) return Status::Ok();
+  DrainStaged(/*throttled=*/true).IgnoreError();  // NoteWrite recorded it
+  return Status::Ok();
+}
+
+namespace {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+// One caller drains; the others go on (they wait for the stripes meanwhile).
+Status EmbeddingStore::Impl::DrainStaged(bool throttled) NO_THREAD_SAFETY_ANALYSIS {
+  const bool failing = unwritable.load(std::memory_order_relaxed);
+  if (failing && throttled && NowNs() < retry_at_ns.load(std::memory_order_relaxed))
+    return Status::Ok();
   // Early out without every stripe's lock while a flush writes (checked again under them): the
   // reads it lets through would otherwise take all the locks at each of their windows.
   if (frozen.load(std::memory_order_relaxed)) return Status::Ok();
@@ -640,16 +670,40 @@ Status EmbeddingStore::Impl::MaybeDrainStaged() NO_THREAD_SAFETY_ANALYSIS {
   LockAllStripes();
   // Not while a flush writes what it took, the stage's rows among them (a read calls this; it
   // staged nothing meanwhile, so the flush's own end leaves the stage empty).
-  Status s = frozen.load(std::memory_order_relaxed)
-                 ? Status::Ok()
-                 : FlushStripes(0, stripes.size(), /*staged_only=*/true);
-  if (s.ok() && !frozen.load(std::memory_order_relaxed)) {
+  const bool run = !frozen.load(std::memory_order_relaxed);
+  Status s;
+  // After a failed flush or compaction RocksDB refuses every write until it recovers: on its
+  // own for some errors once space is back, through Resume for the others.
+  if (run && failing) s = FromRocks(db->Resume(), "store: resume RocksDB");
+  if (run && s.ok()) s = FlushStripes(0, stripes.size(), /*staged_only=*/true);
+  if (run && s.ok()) {
     staged_bytes.store(0, std::memory_order_relaxed);
     drains.fetch_add(1, std::memory_order_relaxed);
   }
   UnlockAllStripes();
   draining.store(false, std::memory_order_release);
+  if (run) NoteWrite(s);
   return s;
+}
+
+void EmbeddingStore::Impl::NoteWrite(const Status& s) {
+  MutexLock lock(&error_mu);
+  if (s.ok()) {
+    if (!unwritable.exchange(false, std::memory_order_relaxed)) return;
+    TLOG_INFO("store: RocksDB takes rows again after {} failed writes", failed_in_episode);
+    failed_in_episode = 0;
+    write_error = Status::Ok();
+    return;
+  }
+  failed_writes++;
+  failed_in_episode++;
+  write_error = s;
+  retry_at_ns.store(NowNs() + 1'000'000'000, std::memory_order_relaxed);
+  if (!unwritable.exchange(true, std::memory_order_relaxed))
+    TLOG_ERROR(
+        "store: RocksDB refused rows ({}): they stay in memory and are written once it takes them "
+        "(tried again every second)",
+        s.ToString());
 }
 
 // The end of the window that starts at `begin` (of n positions): kWindow positions, or fewer
@@ -1444,6 +1498,8 @@ Status EmbeddingStore::FlushDirty(FlushTimes* times) NO_THREAD_SAFETY_ANALYSIS {
   d.frozen.store(false, std::memory_order_relaxed);
   Status s = d.EndFlush(0, d.stripes.size(), /*staged_only=*/false, &taken, std::move(written));
   if (s.ok()) d.staged_bytes.store(0, std::memory_order_relaxed);  // every stripe's is empty
+  // (Its rows were staged again by EndFlush when RocksDB refused them.)
+  if (!d.options.read_only) d.NoteWrite(s);
   if (s.ok() && !d.options.read_only) {
     rocksdb::WriteBatch meta;
     {
@@ -1600,6 +1656,14 @@ uint64_t EmbeddingStore::RocksIntProperty(const std::string& name) const {
   return v;
 }
 
+Status EmbeddingStore::WriteError(bool retry) {
+  Impl& d = *impl_;
+  if (!d.unwritable.load(std::memory_order_relaxed)) return Status::Ok();
+  if (retry) d.DrainStaged(/*throttled=*/true).IgnoreError();
+  MutexLock lock(&d.error_mu);
+  return d.unwritable.load(std::memory_order_relaxed) ? d.write_error : Status::Ok();
+}
+
 StoreStats EmbeddingStore::stats() const {
   StoreStats total;
   for (const std::unique_ptr<Stripe>& s : impl_->stripes) {
@@ -1617,6 +1681,10 @@ StoreStats EmbeddingStore::stats() const {
     total.staged_bytes += s->staged.bytes_used();
   }
   total.drains = impl_->drains.load(std::memory_order_relaxed);
+  {
+    MutexLock lock(&impl_->error_mu);
+    total.failed_writes = impl_->failed_writes;
+  }
   return total;
 }
 

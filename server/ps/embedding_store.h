@@ -93,6 +93,7 @@ struct StoreStats {
   uint64_t staged_rows = 0;    // evicted dirty rows not yet written to RocksDB
   uint64_t staged_bytes = 0;   // memory the stage holds (kept between drains)
   uint64_t drains = 0;         // key-ordered writes of the staged rows
+  uint64_t failed_writes = 0;  // drains and flushes RocksDB refused (WriteError)
 };
 
 // Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are
@@ -177,6 +178,14 @@ class EmbeddingStore {
                       const std::function<void(uint64_t rows)>& progress = {});
 
   StoreStats stats() const;
+  // Ok, or why RocksDB last refused the rows written to it (a full disk). The rows a failed write
+  // could not store stay in memory, staged, and every read and write goes on from there: a
+  // failed write never fails the call that set it off (a push half applied is not an answer),
+  // and is tried again at most once a second. `retry`: try it now, subject to that bound (after
+  // RocksDB's Resume, which a hard background error needs), and report what is known after.
+  // While it fails the stage grows by what the cache evicts, at most the dirty rows the cache
+  // held plus those of the calls made meanwhile: the shard refuses pushes (issue 21).
+  Status WriteError(bool retry);
   // A RocksDB integer property ("rocksdb.estimate-num-keys", ...); 0 when it has none.
   uint64_t RocksIntProperty(const std::string& name) const;
   // Whether RocksDB schedules compactions (false after StopCompactions).

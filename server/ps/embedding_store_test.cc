@@ -708,6 +708,45 @@ TEST(EmbeddingStoreTest, AFailedFlushKeepsTheRowsAndCountersItTook) {
   EXPECT_EQ(store->AdmissionCount(0, 77).value(), 3u);
 }
 
+// What the shard refuses pushes on (issue 21): a write RocksDB refused is reported by
+// WriteError until one succeeds, the calls made meanwhile go on from the stage, and a retry
+// comes at most once a second.
+TEST(EmbeddingStoreTest, AWriteRocksDbRefusedIsReportedUntilOneSucceeds) {
+  ScopedDir dir;
+  const std::vector<TableSpec> tables = {MakeTable(0, 8, OptimizerKind::kAdagrad)};
+  const std::vector<uint64_t> ids = SpreadIds(3000);
+  StoreOptions options = Options(dir.File("db"), tables);
+  options.cache_bytes = 64 << 10;
+  options.ingest_bytes = 1;  // a flush is an ingested SST, which the blocker below stops
+  options.stage_bytes = 4 << 10;
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), tables[0]);
+  churn.Update(ids, 1);
+  EXPECT_TRUE(store->WriteError(/*retry=*/false).ok());
+  const std::string blocker = options.db_dir + "/tandem-flush.sst.tmp";
+  std::filesystem::create_directory(blocker);
+  const Status failed = store->FlushDirty();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(store->WriteError(/*retry=*/false).ToString(), failed.ToString());
+  EXPECT_EQ(store->stats().failed_writes, 1u);
+  // Within the second no write is tried again, whatever is asked.
+  EXPECT_FALSE(store->WriteError(/*retry=*/true).ok());
+  EXPECT_EQ(store->stats().failed_writes, 1u);
+  // Updates and reads go on, every row where it belongs.
+  churn.Update({ids.begin(), ids.begin() + 1000}, 2);
+  churn.ExpectRows(ids);
+  std::filesystem::remove(blocker);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // The retry drains the stage through the memtable: RocksDB takes rows again.
+  EXPECT_TRUE(store->WriteError(/*retry=*/true).ok());
+  EXPECT_TRUE(store->WriteError(/*retry=*/false).ok());
+  EXPECT_EQ(store->stats().failed_writes, 1u);
+  EXPECT_EQ(store->stats().staged_rows, 0u);
+  ASSERT_TRUE(store->FlushDirty().ok());
+  churn.ExpectRows(ids);
+}
+
 TEST(EmbeddingStoreTest, EraseRemovesFromCacheAndRocksDb) {
   ScopedDir dir;
   const TableSpec spec = MakeTable(0, 8, OptimizerKind::kAdagrad);

@@ -30,14 +30,23 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
     AddCount(out, "tandem_ps_rows_expired_total", "Rows treated as absent by eviction.ttl_steps",
              s.rows_expired);
     AddCount(out, "tandem_ps_restore_points_total", "Restore points taken", s.restore_points);
-    // A full disk: pushes are refused (never acknowledged) until their records can be written.
-    const char* refused_help = "Pushes refused because their push-log record failed to write";
+    // A full disk: pushes are refused (never acknowledged) until their records, and the rows
+    // the store writes to RocksDB, can be written.
+    const char* refused_help =
+        "Pushes refused before anything of them was stored: their push-log record failed to "
+        "write (no_space, io_error), or RocksDB refused the shard's rows (store_unwritable)";
     AddCount(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_log_full,
              {{"reason", "no_space"}});
     AddCount(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_log_error,
              {{"reason", "io_error"}});
     AddGauge(out, "tandem_ps_push_log_full", "1 while pushes are refused for lack of log space",
              s.push_log_full ? 1 : 0);
+    AddCount(out, "tandem_ps_pushes_refused_total", refused_help, s.pushes_refused_store,
+             {{"reason", "store_unwritable"}});
+    AddGauge(out, "tandem_ps_store_unwritable",
+             "1 while RocksDB refuses the shard's rows (a full disk): evicted rows stay in memory "
+             "and pushes are refused",
+             s.store_unwritable ? 1 : 0);
     AddGauge(out, "tandem_ps_replayed_records", "Log records replayed at the last recovery",
              static_cast<double>(s.replayed_records));
     AddGauge(out, "tandem_ps_push_log_bytes", "Bytes in the push-log segments",

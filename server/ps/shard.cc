@@ -238,6 +238,8 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
   }
   if (k0 && pending_bytes_ + bytes > options_.max_buffered_bytes && !pending_.empty())
     return Status::ResourceExhausted("k = 0 push buffer full (ps.max_buffered_bytes)");
+  // A replay applies what was acknowledged: the rows stay in memory if RocksDB refuses them.
+  if (!replaying) TANDEM_RETURN_IF_ERROR(CheckStoreWritable());
   // At k = 0 the record is written while the push is buffered or its step applied: the write
   // waits for the device (a direct write), the apply for the CPU, and the acknowledgement for
   // both (issue 21: `ps_bench procs` pushes 1.19x at dim 16, 1.29x at dim 64). The space is
@@ -746,6 +748,24 @@ Status Shard::RefuseUnlogged(Status error) {
     TLOG_ERROR("shard {}: push log write failed, refusing pushes until it can be written: {}",
                options_.shard_index, error.ToString());
   return error;
+}
+
+Status Shard::CheckStoreWritable() {
+  Status error = store_->WriteError(/*retry=*/true);
+  if (error.ok()) {
+    if (refused_since_store_writable_ > 0)
+      TLOG_INFO("shard {}: RocksDB writable again after {} refused pushes", options_.shard_index,
+                refused_since_store_writable_);
+    refused_since_store_writable_ = 0;
+    stats_.store_unwritable = false;
+    return Status::Ok();
+  }
+  stats_.pushes_refused_store++;
+  stats_.store_unwritable = true;
+  if (refused_since_store_writable_++ == 0)
+    TLOG_ERROR("shard {}: refusing pushes until RocksDB can be written: {}", options_.shard_index,
+               error.ToString());
+  return Status::ResourceExhausted("RocksDB cannot take the shard's rows: " + error.message());
 }
 
 void Shard::LogWritable() {

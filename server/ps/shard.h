@@ -136,6 +136,10 @@ struct ShardStats {
   uint64_t pushes_refused_log_full = 0;
   uint64_t pushes_refused_log_error = 0;
   bool push_log_full = false;  // the newest append failed for lack of space
+  // Pushes refused because RocksDB refused the rows the store wrote (EmbeddingStore::WriteError:
+  // a full disk), and whether it still does.
+  uint64_t pushes_refused_store = 0;
+  bool store_unwritable = false;
 };
 
 // Safe for concurrent use. Pushes and applies are serialized by one mutex (they are ordered by
@@ -284,6 +288,10 @@ class Shard {
   // `error`. LogWritable() ends the episode after a record was written again.
   Status RefuseUnlogged(Status error) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogWritable() EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ok while the store writes to RocksDB; else counts and logs (once per episode) a push refused
+  // for it, before anything of the push is logged or applied, and returns why (kResourceExhausted:
+  // the sender retries, as for a full push log).
+  Status CheckStoreWritable() EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a push whose record is written, and warns (once) when the log grows past its bound.
   void RecordLogged(uint64_t bytes) EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record of a k = 0 push that was written beside its apply failed: a push only buffered
@@ -304,7 +312,8 @@ class Shard {
   // Written under mu_; read without it, so pulls never wait behind an apply.
   std::atomic<int64_t> applied_{-1};
   bool log_alarm_reported_ GUARDED_BY(mu_) = false;
-  uint64_t refused_since_writable_ GUARDED_BY(mu_) = 0;  // pushes refused in this episode
+  uint64_t refused_since_writable_ GUARDED_BY(mu_) = 0;        // pushes refused in this episode
+  uint64_t refused_since_store_writable_ GUARDED_BY(mu_) = 0;  // the same, for the store
   // k = 0: pushes logged but not yet applied, by step then rank.
   std::map<int64_t, std::map<uint32_t, std::unique_ptr<BufferedPush>>> pending_ GUARDED_BY(mu_);
   uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;

@@ -7,12 +7,16 @@
 #include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/wire/rpc_client.h"
 #include "tests/cluster/daemon_fixture.h"
@@ -32,8 +36,11 @@ struct PsDaemon {
   std::string log_path;
 };
 
-PsDaemon StartPs(const TempDir& dir) {
-  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()) +
+// `ps_yaml`: more keys of the ps: section; `wrapper`: a command the daemon runs under (its argv
+// follows), which must exec it in the same process.
+PsDaemon StartPs(const TempDir& dir, const std::string& ps_yaml = "",
+                 const std::vector<std::string>& wrapper = {}) {
+  WriteFile(dir.File("job.yaml"), LoopbackConfig(dir.path()) + ps_yaml +
                                       "model:\n  embedding_dim: 8\n  bottom_mlp: [16, 8]\n"
                                       "data:\n  num_categorical: 2\n"
                                       "metrics:\n  port: 0\n");
@@ -41,8 +48,12 @@ PsDaemon StartPs(const TempDir& dir) {
   PsDaemon d;
   d.log_path = dir.File("ps.log");
   SpawnOptions o;
-  o.argv = {TANDEM_BINARY, "ps",       "--config", dir.File("job.yaml"), "--task",
-            "ps:0",        "--job-id", kJobHex,    "--ready-file",       ready};
+  o.argv = wrapper;
+  for (std::string a :
+       {std::string(TANDEM_BINARY), std::string("ps"), std::string("--config"),
+        dir.File("job.yaml"), std::string("--task"), std::string("ps:0"), std::string("--job-id"),
+        std::string(kJobHex), std::string("--ready-file"), ready})
+    o.argv.push_back(std::move(a));
   o.output_path = d.log_path;
   auto p = Subprocess::Spawn(o);
   EXPECT_TRUE(p.ok()) << p.status();
@@ -203,6 +214,133 @@ TEST(PsDiskFullTest, PushIsRefusedLoggedAndCountedThenAcceptedOnceSpaceIsBack) {
   auto e = ps.process->Wait(milliseconds(20000));
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->exit_code, 0) << ReadFile(ps.log_path);
+}
+
+// `n` ids of table 0 from `first` on (every 7th id, as MakeRows) and their gradients.
+Rows RangeRows(uint64_t first, size_t n, float grad) {
+  Rows r;
+  for (uint64_t k = 0; k < n; ++k) r.ids.push_back((first + k) * 7 + 1);
+  r.grads.assign(n * kDim, grad);
+  return r;
+}
+
+uint64_t FreeBytes(const std::string& path) {
+  struct statvfs v {};
+  if (::statvfs(path.c_str(), &v) != 0) return 0;
+  return uint64_t{v.f_bavail} * v.f_frsize;
+}
+
+// The table 100x the cache on a disk that fills up under RocksDB (issue 21), not under the push
+// log: the shard's live DB is a 64 MiB tmpfs, mounted in a mount namespace of the daemon's own
+// (so it goes away with the daemon), and nearly filled by the test through /proc/PID/root. The
+// evicted rows then cannot be written to RocksDB. A push must be refused whole, before it is
+// logged or any of it applied, the daemon must stay up and say why, and once the space is back
+// the same pushes must give exactly the rows of a PS that never ran out of space. Needs root
+// (mount), as CI has.
+TEST(PsDiskFullTest, StoreThatCannotWriteRefusesPushesWholeAndLosesNothing) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test mounts a small tmpfs in a mount namespace: run it as "
+                                "root (CI does)";
+  const std::string ps_yaml = "  cache_bytes: 262144\n";
+  TempDir ref_dir, dir;
+  const std::string live = dir.path() + "/ps/shard-0/live";
+  PsDaemon ref = StartPs(ref_dir, ps_yaml);
+  PsDaemon ps = StartPs(
+      dir, ps_yaml,
+      {"/usr/bin/unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+       "mkdir -p \"$0\" && mount -t tmpfs -o size=64m tandem-disk-full \"$0\" && exec \"$@\"",
+       live});
+  ASSERT_TRUE(ref.process && !ref.endpoint.empty());
+  ASSERT_TRUE(ps.process && !ps.endpoint.empty()) << ReadFile(ps.log_path);
+  ASSERT_GT(ps.metrics_port, 0);
+  const std::string disk = "/proc/" + std::to_string(ps.process->pid()) + "/root" + live;
+  ASSERT_LT(FreeBytes(disk), uint64_t{65} << 20) << "the live DB is not on the small tmpfs";
+
+  zmq::context_t ctx(1);
+  wire::Identity me;
+  me.job_id = *ParseJobId(kJobHex);
+  me.role = wire::Role::WORKER;
+  me.index = 0;
+  me.incarnation = 1;
+  wire::RpcClient client(&ctx, me);
+  auto server = client.Connect(ps.endpoint);
+  auto ref_server = client.Connect(ref.endpoint);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE(ref_server.ok()) << ref_server.status();
+
+  // Leave 1 MiB: far less than one 16 MiB memtable of evicted rows.
+  const std::string filler = disk + "/filler";
+  {
+    std::ofstream out(filler, std::ios::binary);
+    const std::string block(1 << 20, 'x');
+    while (FreeBytes(disk) > (uint64_t{2} << 20) && out.write(block.data(), block.size())) {
+    }
+  }
+  ASSERT_LE(FreeBytes(disk), uint64_t{2} << 20);
+
+  // Steps of 20,000 rows (1.6 MB of Adagrad rows), each overlapping the one before: the table
+  // soon passes the cache (256 KiB) 100 times over. The reference takes every push at once; the
+  // shard on the full disk may refuse them, but only whole.
+  constexpr int kSteps = 40;
+  int refused = 0;
+  int64_t refused_step = -1;
+  for (int step = 0; step < kSteps; ++step) {
+    const Rows rows = RangeRows(uint64_t(step) * 15000, 20000, 0.01f * float(step % 7 + 1));
+    auto r = client.Call(*ref_server, PushMessage(step, rows), milliseconds(30000));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(wire::ReplyStatus(*r).ok()) << wire::ReplyStatus(*r);
+    for (int attempt = 0;; ++attempt) {
+      ASSERT_LT(attempt, 200) << "step " << step << " never accepted; log:\n"
+                              << ReadFile(ps.log_path);
+      auto reply = client.Call(*server, PushMessage(step, rows), milliseconds(30000));
+      ASSERT_TRUE(reply.ok()) << reply.status() << "\n" << ReadFile(ps.log_path);
+      if (wire::ReplyStatus(*reply).ok()) {
+        ASSERT_TRUE(reply->envelope().getBody().isPushReply());
+        // A refused push left nothing behind: its retry is new, not a duplicate.
+        EXPECT_FALSE(reply->envelope().getBody().getPushReply().getDuplicate()) << step;
+        EXPECT_EQ(reply->envelope().getBody().getPushReply().getAppliedStep(), step);
+        break;
+      }
+      ASSERT_EQ(reply->reply_code(), wire::ReplyCode::OVERLOADED) << wire::ReplyStatus(*reply);
+      ASSERT_TRUE(ps.process->running()) << ReadFile(ps.log_path);
+      if (refused++ == 0) {
+        refused_step = step;
+        // Nothing of the refused step is applied; the daemon says why.
+        EXPECT_EQ(Metric(ps.metrics_port, "tandem_ps_applied_step"), step - 1);
+        EXPECT_GE(
+            Metric(ps.metrics_port, "tandem_ps_pushes_refused_total{reason=\"store_unwritable\"}"),
+            1);
+        EXPECT_EQ(Metric(ps.metrics_port, "tandem_ps_store_unwritable"), 1);
+        // Space is back: the next attempts must get through.
+        ASSERT_EQ(::unlink(filler.c_str()), 0) << std::strerror(errno);
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  }
+  ASSERT_GT(refused, 0) << "the disk never filled: the test proved nothing; log:\n"
+                        << ReadFile(ps.log_path);
+  EXPECT_GE(refused_step, 1);
+  EXPECT_EQ(Metric(ps.metrics_port, "tandem_ps_store_unwritable"), 0);
+  const std::string log = ReadFile(ps.log_path);
+  EXPECT_NE(log.find("refusing pushes until RocksDB can be written"), std::string::npos) << log;
+  EXPECT_NE(log.find("RocksDB writable again"), std::string::npos) << log;
+
+  // Every row, on both: bit for bit the same.
+  const Rows all = RangeRows(0, (kSteps - 1) * 15000 + 20000, 0);
+  for (size_t from = 0; from < all.ids.size(); from += 8000) {
+    const std::vector<uint64_t> ids(all.ids.begin() + from,
+                                    all.ids.begin() + std::min(all.ids.size(), from + 8000));
+    const std::vector<float> want = PullRows(&client, *ref_server, kSteps, ids);
+    const std::vector<float> got = PullRows(&client, *server, kSteps, ids);
+    ASSERT_EQ(want.size(), ids.size() * kDim);
+    ASSERT_TRUE(got == want) << "rows from " << from << " differ";
+  }
+
+  for (PsDaemon* d : {&ps, &ref}) {
+    d->process->Signal(SIGTERM);
+    auto e = d->process->Wait(milliseconds(30000));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->exit_code, 0) << ReadFile(d->log_path);
+  }
 }
 
 }  // namespace
