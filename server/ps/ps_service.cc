@@ -112,7 +112,7 @@ void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
       break;
     case StatusCode::kResourceExhausted:
     case StatusCode::kUnavailable:
-      TLOG_WARN("push refused: {}", e.ToString());
+      LogRetriedRefusal(e);
       r.SendError(ReplyCode::OVERLOADED, msg);
       break;
     case StatusCode::kInvalidArgument:
@@ -125,6 +125,23 @@ void PsService::HandlePush(wire::InMessage& m, wire::Responder r) {
       TLOG_ERROR("push failed: {}", e.ToString());
       r.SendError(ReplyCode::INTERNAL, msg);
   }
+}
+
+void PsService::LogRetriedRefusal(const Status& error) {
+  const auto now = std::chrono::steady_clock::now();
+  MutexLock lock(&mu_);
+  const uint64_t before = refusals_not_logged_;
+  if (now < next_refusal_log_) {
+    refusals_not_logged_++;
+    return;
+  }
+  if (before == 0) {
+    TLOG_WARN("push refused: {}", error.ToString());
+  } else {
+    TLOG_WARN("push refused ({} more since the last line): {}", before, error.ToString());
+  }
+  refusals_not_logged_ = 0;
+  next_refusal_log_ = now + std::chrono::seconds(10);
 }
 
 void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {

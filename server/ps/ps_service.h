@@ -5,6 +5,7 @@
 // turns the Shard's Status values into explicit replies.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -65,6 +66,10 @@ class PsService {
   void ReleaseParked();
   std::optional<wire::Rejection> Fence(const wire::InMessage& request);
   void RaiseIncarnation(uint32_t rank, uint64_t incarnation);
+  // Logs a push refused for a reason its sender waits out by resending (a full disk, a full
+  // push buffer): the first at once, then one line at most every 10 s with the count since, so
+  // that a worker's retries do not fill the log of a daemon whose disk is full.
+  void LogRetriedRefusal(const Status& error);
 
   Shard* const shard_;
   wire::RpcServer* const server_;
@@ -72,6 +77,8 @@ class PsService {
   mutable Mutex mu_;
   std::vector<uint64_t> incarnations_ GUARDED_BY(mu_);  // highest seen per worker rank
   PsServiceStats stats_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point next_refusal_log_ GUARDED_BY(mu_){};
+  uint64_t refusals_not_logged_ GUARDED_BY(mu_) = 0;
   // The part copy in the background: one at a time (the durable root allows no other).
   struct PartCopy {
     int64_t step = -1;

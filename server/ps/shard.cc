@@ -308,8 +308,17 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
   }
   // Exactly-once needs payload hashes only for steps that can still be resent.
   logged_.erase(logged_.begin(), logged_.lower_bound({applied_ - 1, 0}));
-  if (!replaying && bytes_since_restore_point_ >= options_.restore_point_every_bytes)
-    TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked());
+  if (!replaying && bytes_since_restore_point_ >= options_.restore_point_every_bytes) {
+    // Only bounds the replay of a later recovery: the push is applied and logged, so it is
+    // acknowledged, and the next one tries again. Refused, it came back as a duplicate anyway.
+    Status s = TakeRestorePointLocked();
+    if (!s.ok() && !restore_point_failing_)
+      TLOG_WARN(
+          "shard {}: restore point after {} pushed bytes failed, tried again with the next "
+          "push: {}",
+          options_.shard_index, bytes_since_restore_point_, s.ToString());
+    restore_point_failing_ = !s.ok();
+  }
   return PushAck{false, applied_};
 }
 

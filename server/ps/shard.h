@@ -352,6 +352,7 @@ class Shard {
   };
   std::vector<PreImages> pre_images_ GUARDED_BY(mu_);
   uint64_t bytes_since_restore_point_ GUARDED_BY(mu_) = 0;
+  bool restore_point_failing_ GUARDED_BY(mu_) = false;  // the last one by bytes failed
   ShardStats stats_ GUARDED_BY(mu_);
   bool replaying_ GUARDED_BY(mu_) = false;      // Recover is replaying the log
   bool training_over_ GUARDED_BY(mu_) = false;  // YieldIfTrainingOver has lowered them
