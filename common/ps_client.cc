@@ -76,7 +76,8 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
     }
     const auto now = Clock::now();
     if (now >= deadline)
-      return Status::DeadlineExceeded("parameter servers did not answer in time");
+      return Status::DeadlineExceeded(
+          "parameter servers did not answer in time (last: " + last_error + ")");
     std::vector<uint64_t> ids;
     std::vector<size_t> sent;  // index into todo
     for (size_t i = 0; i < todo.size(); ++i) {
@@ -128,6 +129,8 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
           break;
         case wire::ReplyCode::RETRY:
         case wire::ReplyCode::OVERLOADED:
+          // Say why (a shard whose disk is full refuses pushes until it has space again).
+          last_error = "shard " + std::to_string(t.shard) + ": " + wire::ReplyStatus(*r).ToString();
           stats_.retries++;
           t.next_try = Clock::now() + t.backoff;
           t.backoff = std::min(t.backoff * 2, milliseconds(1000));

@@ -501,7 +501,10 @@ TEST_F(PsServiceTest, ClientChecksumWaitsForTheStep) {
   for (const auto& t : options_.tables) o.dims.push_back(t.dim);
   o.timeout = milliseconds(300);
   PsClient impatient(&context_, Worker(0), o);
-  EXPECT_TRUE(impatient.Checksum(5).status().IsDeadlineExceeded());
+  const Status unapplied = impatient.Checksum(5).status();
+  EXPECT_TRUE(unapplied.IsDeadlineExceeded()) << unapplied;
+  // It says which shard held it up, and its answer.
+  EXPECT_NE(unapplied.message().find("(last: shard 0: "), std::string::npos) << unapplied;
   EXPECT_TRUE(impatient.Checksum(-2).status().IsInvalidArgument());
   wire::RpcClient raw(&context_, Worker(0));
   auto r = raw.Call(*raw.Connect(server_->endpoint()), ChecksumRequest(-2), milliseconds(5000));
