@@ -696,8 +696,9 @@ void EmbeddingStore::Impl::NoteWrite(const Status& s) {
     return;
   }
   failed_writes++;
-  failed_in_episode++;
-  write_error = s;
+  // The first error of an episode is its cause (ENOSPC); a retry then usually meets RocksDB busy
+  // recovering from it, which says nothing about why.
+  if (failed_in_episode++ == 0) write_error = s;
   retry_at_ns.store(NowNs() + 1'000'000'000, std::memory_order_relaxed);
   if (!unwritable.exchange(true, std::memory_order_relaxed))
     TLOG_ERROR(

@@ -178,7 +178,8 @@ class EmbeddingStore {
                       const std::function<void(uint64_t rows)>& progress = {});
 
   StoreStats stats() const;
-  // Ok, or why RocksDB last refused the rows written to it (a full disk). The rows a failed write
+  // Ok, or why RocksDB refused the rows written to it (a full disk: the first error since it last
+  // took them, as later retries mostly meet RocksDB recovering from it). The rows a failed write
   // could not store stay in memory, staged, and every read and write goes on from there: a
   // failed write never fails the call that set it off (a push half applied is not an answer),
   // and is tried again at most once a second. `retry`: try it now, subject to that bound (after
