@@ -230,17 +230,16 @@ uint64_t FreeBytes(const std::string& path) {
   return uint64_t{v.f_bavail} * v.f_frsize;
 }
 
-// The table 100x the cache on a disk that fills up under RocksDB (issue 21), not under the push
-// log: the shard's live DB is a 64 MiB tmpfs, mounted in a mount namespace of the daemon's own
-// (so it goes away with the daemon), and nearly filled by the test through /proc/PID/root. The
-// evicted rows then cannot be written to RocksDB. A push must be refused whole, before it is
-// logged or any of it applied, the daemon must stay up and say why, and once the space is back
-// the same pushes must give exactly the rows of a PS that never ran out of space. Needs root
-// (mount), as CI has.
-TEST(PsDiskFullTest, StoreThatCannotWriteRefusesPushesWholeAndLosesNothing) {
+// A disk that fills up under RocksDB (issue 21), not under the push log: the shard's live DB is a
+// 64 MiB tmpfs, mounted in a mount namespace of the daemon's own (so it goes away with the
+// daemon), and nearly filled by the test through /proc/PID/root. The rows the shard writes then
+// cannot reach RocksDB. A push must be refused whole, before it is logged or any of it applied,
+// the daemon must stay up and say why, and once the space is back the same pushes must give
+// exactly the rows of a PS that never ran out of space. `ps_yaml` sets the cache and restore
+// points. Needs root (mount), as CI has.
+void FillTheStoresDiskAndCompare(const std::string& ps_yaml) {
   ASSERT_EQ(::geteuid(), 0u) << "this test mounts a small tmpfs in a mount namespace: run it as "
                                 "root (CI does)";
-  const std::string ps_yaml = "  cache_bytes: 262144\n  restore_point_every_bytes: 4194304\n";
   TempDir ref_dir, dir;
   const std::string live = dir.path() + "/ps/shard-0/live";
   PsDaemon ref = StartPs(ref_dir, ps_yaml);
@@ -347,6 +346,18 @@ TEST(PsDiskFullTest, StoreThatCannotWriteRefusesPushesWholeAndLosesNothing) {
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->exit_code, 0) << ReadFile(d->log_path);
   }
+}
+
+// The table 100x the cache: every step's evicted rows are drained through the memtable, whose
+// flush meets the full disk; a restore point every 4 MiB pushed.
+TEST(PsDiskFullTest, StoreThatCannotWriteRefusesPushesWholeAndLosesNothing) {
+  FillTheStoresDiskAndCompare("  cache_bytes: 262144\n  restore_point_every_bytes: 4194304\n");
+}
+
+// The table in the cache: nothing is evicted, and the restore point every 16 MiB pushed writes
+// its 16 MiB and more of dirty rows as an SST of its own (ingested), which meets the full disk.
+TEST(PsDiskFullTest, ARestorePointsSstOnAFullDiskNeitherKillsTheShardNorLosesRows) {
+  FillTheStoresDiskAndCompare("  cache_bytes: 268435456\n  restore_point_every_bytes: 16777216\n");
 }
 
 }  // namespace
