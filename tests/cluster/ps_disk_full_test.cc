@@ -82,6 +82,16 @@ double Metric(int port, const std::string& series) {
   return -1;
 }
 
+// What the test's client says it is: worker 0, first incarnation.
+wire::Identity WorkerZero() {
+  wire::Identity me;
+  me.job_id = *ParseJobId(kJobHex);
+  me.role = wire::Role::WORKER;
+  me.index = 0;
+  me.incarnation = 1;
+  return me;
+}
+
 // `n` ids of table 0 (one shard owns them all) and their gradients.
 struct Rows {
   std::vector<uint64_t> ids;
@@ -158,12 +168,7 @@ TEST(PsDiskFullTest, PushIsRefusedLoggedAndCountedThenAcceptedOnceSpaceIsBack) {
   ASSERT_GT(ps.metrics_port, 0);
 
   zmq::context_t ctx(1);
-  wire::Identity me;
-  me.job_id = *ParseJobId(kJobHex);
-  me.role = wire::Role::WORKER;
-  me.index = 0;
-  me.incarnation = 1;
-  wire::RpcClient client(&ctx, me);
+  wire::RpcClient client(&ctx, WorkerZero());
   auto server = client.Connect(ps.endpoint);
   ASSERT_TRUE(server.ok()) << server.status();
 
@@ -255,12 +260,7 @@ void FillTheStoresDiskAndCompare(const std::string& ps_yaml) {
   ASSERT_LT(FreeBytes(disk), uint64_t{65} << 20) << "the live DB is not on the small tmpfs";
 
   zmq::context_t ctx(1);
-  wire::Identity me;
-  me.job_id = *ParseJobId(kJobHex);
-  me.role = wire::Role::WORKER;
-  me.index = 0;
-  me.incarnation = 1;
-  wire::RpcClient client(&ctx, me);
+  wire::RpcClient client(&ctx, WorkerZero());
   auto server = client.Connect(ps.endpoint);
   auto ref_server = client.Connect(ref.endpoint);
   ASSERT_TRUE(server.ok()) << server.status();
