@@ -424,6 +424,15 @@ struct EmbeddingStore::Impl {
   bool sum_known GUARDED_BY(sum_mu) = false;
   // Bytes staged in all stripes since the last drain (an upper bound: erasures do not lower it).
   std::atomic<uint64_t> staged_bytes{0};
+  std::atomic<uint64_t> staged_peak{0};  // the largest staged_bytes at a drain or flush
+  uint64_t stage_keep_bytes = 0;         // what a stripe's stage keeps across a drain
+  // Called before staged_bytes goes back to 0 (every stripe's stage is locked and cleared).
+  void NoteStagePeak() {
+    const uint64_t now = staged_bytes.load(std::memory_order_relaxed);
+    uint64_t peak = staged_peak.load(std::memory_order_relaxed);
+    while (now > peak && !staged_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> drains{0};
   // Set while RocksDB refuses rows (WriteError); drains are tried again from retry_at_ns on.
@@ -451,12 +460,18 @@ struct EmbeddingStore::Impl {
   uint64_t stripe_max_dirty_bytes = 0;
   // Stages the dirty rows of a full stripe when they exceed its share of max_dirty_bytes (see
   // StoreOptions): they reach RocksDB with the next drain, as evicted ones do, so a flush finds
-  // few. Not while a flush writes: it holds pointers into rows it took, and no writer runs.
-  void MaybeWriteAhead(Stripe& s) NO_THREAD_SAFETY_ANALYSIS {
+  // few. Not while a flush writes: it holds pointers into rows it took, and no writer runs. Nor
+  // while the stage is full: when a cache first fills, every stripe is dirty through and over
+  // its share, and a call whose windows cross every stripe staged the whole cache before its
+  // next drain (a PS with 256 MiB of cache held 300 MiB of stage for good, issue 21). Returns
+  // true when it put the stripe off for that: ReleaseWindow writes it ahead after the drain.
+  bool MaybeWriteAhead(Stripe& s) NO_THREAD_SAFETY_ANALYSIS {
     if (stripe_max_dirty_bytes == 0 || s.cache.dirty_bytes() <= stripe_max_dirty_bytes ||
         s.cache.evictions() == 0 || frozen.load(std::memory_order_relaxed))
-      return;
+      return false;
+    if (staged_bytes.load(std::memory_order_relaxed) >= options.stage_bytes) return true;
     s.cache.WriteBackDirty();
+    return false;
   }
   StoredSum sum GUARDED_BY(sum_mu);
 
@@ -507,7 +522,9 @@ struct EmbeddingStore::Impl {
   size_t WindowEnd(size_t begin, size_t n, bool grouped, HashAt hash_at) const;
   template <typename HashAt>
   size_t LockWindow(size_t begin, size_t end, HashAt hash_at, uint32_t* locked);
-  Status UnlockWindow(const uint32_t* locked, size_t count);
+  Status UnlockWindow(const uint32_t* locked, size_t count, uint32_t* deferred,
+                      size_t* num_deferred);
+  Status ReleaseWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
                      const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // A row a flush writes.
@@ -677,6 +694,7 @@ Status EmbeddingStore::Impl::DrainStaged(bool throttled) NO_THREAD_SAFETY_ANALYS
   if (run && failing) s = FromRocks(db->Resume(), "store: resume RocksDB");
   if (run && s.ok()) s = FlushStripes(0, stripes.size(), /*staged_only=*/true);
   if (run && s.ok()) {
+    NoteStagePeak();
     staged_bytes.store(0, std::memory_order_relaxed);
     drains.fetch_add(1, std::memory_order_relaxed);
   }
@@ -749,16 +767,41 @@ size_t EmbeddingStore::Impl::LockWindow(size_t begin, size_t end, HashAt hash_at
   return count;
 }
 
-// Writes what the window's stripes have left to write back, then releases them.
-Status EmbeddingStore::Impl::UnlockWindow(const uint32_t* locked,
-                                          size_t count) NO_THREAD_SAFETY_ANALYSIS {
+// Writes what the window's stripes have left to write back, then releases them; the stripes
+// whose write-ahead waits for a drain go to deferred[0, *num_deferred).
+Status EmbeddingStore::Impl::UnlockWindow(const uint32_t* locked, size_t count, uint32_t* deferred,
+                                          size_t* num_deferred) NO_THREAD_SAFETY_ANALYSIS {
   Status status;
+  *num_deferred = 0;
   for (size_t k = count; k-- > 0;) {
     Stripe& s = *stripes[locked[k]];
-    MaybeWriteAhead(s);
+    if (MaybeWriteAhead(s)) deferred[(*num_deferred)++] = locked[k];
     Status written = Write(&s.writebacks);
     if (status.ok()) status = std::move(written);
     s.mu.Unlock();
+  }
+  return status;
+}
+
+// Between windows no lock is held: the stage is drained once past its bound, and the stripes
+// whose write-ahead waited for that are written ahead one at a time, each followed by a drain
+// if the stage is full again. The stage then holds its bound plus one stripe's dirty rows at
+// most (per thread), and every stripe a call unlocked is within its dirty share when it returns
+// (unless RocksDB refuses the drains: the rows then stay dirty in the cache, not staged).
+Status EmbeddingStore::Impl::ReleaseWindow(const uint32_t* locked,
+                                           size_t count) NO_THREAD_SAFETY_ANALYSIS {
+  uint32_t deferred[kWindow];
+  size_t num_deferred = 0;
+  Status status = UnlockWindow(locked, count, deferred, &num_deferred);
+  MaybeDrainStaged().IgnoreError();  // NoteWrite recorded a failure
+  for (size_t k = 0; k < num_deferred; ++k) {
+    Stripe& s = *stripes[deferred[k]];
+    s.mu.Lock();
+    MaybeWriteAhead(s);  // put off again if another thread filled the stage meanwhile
+    Status written = Write(&s.writebacks);
+    if (status.ok()) status = std::move(written);
+    s.mu.Unlock();
+    MaybeDrainStaged().IgnoreError();
   }
   return status;
 }
@@ -814,7 +857,9 @@ void EmbeddingStore::Impl::FirstPass(uint32_t table, std::span<const uint64_t> i
       }
       pending->Add(i, hash, s.cache.change_seq(), how, table, ids[i]);
     }
-    UnlockWindow(locked, num_locked).IgnoreError();  // lookups never evict: nothing to write
+    // Lookups never evict: nothing to write back. But an update's hits turn rows dirty, and the
+    // stripes may be written ahead: drained between windows as in FinishAll (ReleaseWindow).
+    ReleaseWindow(locked, num_locked).IgnoreError();
   }
 }
 
@@ -875,13 +920,12 @@ Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t>
       }
       status = Finish(table, ids[pending->index[k]], pending, k, op);
     }
-    Status unlocked = UnlockWindow(locked, num_locked);
+    // The stage stays within one window of its bound however many rows this call evicts (a
+    // drain notes every key it writes, so this call's pending MultiGet values are checked
+    // against it as against any writeback).
+    Status released = ReleaseWindow(locked, num_locked);
     TANDEM_RETURN_IF_ERROR(status);
-    TANDEM_RETURN_IF_ERROR(unlocked);
-    // Between windows no lock is held: the stage stays within one window of its bound however
-    // many rows this call evicts (a drain notes every key it writes, so this call's pending
-    // MultiGet values are checked against it as against any writeback).
-    TANDEM_RETURN_IF_ERROR(MaybeDrainStaged());
+    TANDEM_RETURN_IF_ERROR(released);
   }
   return Status::Ok();
 }
@@ -1083,7 +1127,7 @@ Status EmbeddingStore::Impl::EndFlush(size_t begin, size_t end, bool staged_only
   // fetched nothing for it. Stamping at the drain too made every pending row of a read
   // that spans a drain (8 MiB of rows: every change bucket) look changed, and each was read
   // again, alone: 13 % more RocksDB reads with the table 100x the cache (issue 21).
-  for (size_t k = begin; k < end; ++k) stripes[k]->staged.Clear();
+  for (size_t k = begin; k < end; ++k) stripes[k]->staged.Clear(stage_keep_bytes);
   TANDEM_RETURN_IF_ERROR(Write(&taken->counters));  // else they stay dirty in the maps
   // Stored: dropping them bounds the maps to the counters touched between two flushes.
   if (!staged_only) {
@@ -1292,6 +1336,7 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
       options.memory_only ? 0 : std::max<uint64_t>(1, options.cache_bytes / options.stripes);
   if (options.max_dirty_bytes > 0)
     impl->stripe_max_dirty_bytes = std::max<uint64_t>(1, options.max_dirty_bytes / options.stripes);
+  impl->stage_keep_bytes = options.stage_bytes / options.stripes;
   for (int i = 0; i < options.stripes; ++i) {
     impl->stripes.push_back(std::make_unique<Stripe>(impl->row_bytes, budget, &impl->staged_bytes,
                                                      &impl->options.tables));
@@ -1498,7 +1543,10 @@ Status EmbeddingStore::FlushDirty(FlushTimes* times) NO_THREAD_SAFETY_ANALYSIS {
   d.LockAllStripes();
   d.frozen.store(false, std::memory_order_relaxed);
   Status s = d.EndFlush(0, d.stripes.size(), /*staged_only=*/false, &taken, std::move(written));
-  if (s.ok()) d.staged_bytes.store(0, std::memory_order_relaxed);  // every stripe's is empty
+  if (s.ok()) {  // every stripe's stage is empty
+    d.NoteStagePeak();
+    d.staged_bytes.store(0, std::memory_order_relaxed);
+  }
   // (Its rows were staged again by EndFlush when RocksDB refused them.)
   if (!d.options.read_only) d.NoteWrite(s);
   if (s.ok() && !d.options.read_only) {
@@ -1682,6 +1730,8 @@ StoreStats EmbeddingStore::stats() const {
     total.staged_bytes += s->staged.bytes_used();
   }
   total.drains = impl_->drains.load(std::memory_order_relaxed);
+  impl_->NoteStagePeak();  // the stage as it is now counts too
+  total.staged_peak_bytes = impl_->staged_peak.load(std::memory_order_relaxed);
   {
     MutexLock lock(&impl_->error_mu);
     total.failed_writes = impl_->failed_writes;

@@ -46,7 +46,9 @@ struct StoreOptions {
   // Evicted dirty rows wait in memory until the stripes together hold this many bytes, then go
   // to RocksDB in one key-ordered pass (the memtable inserts keys in order at half the CPU of
   // random ones). Memory beyond cache_bytes: this, plus one lock window's evictions (about 512
-  // rows) per thread applying.
+  // rows) per thread applying, plus one stripe's dirty rows written ahead (max_dirty_bytes:
+  // no write-ahead starts while the stage is full). A stripe keeps the memory of its share
+  // between drains; more is freed at the drain.
   uint64_t stage_bytes = 8ull << 20;
   // A flush of dirty rows (restore points, checkpoints) of at least this many bytes is written as
   // one sorted SST and ingested, not put through the memtable: with the whole table in the cache
@@ -88,12 +90,13 @@ struct StoreStats {
   uint64_t misses_known_absent = 0;  // misses answered by AbsentKeys, without RocksDB
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
-  uint64_t written_ahead = 0;  // dirty rows written back to keep within max_dirty_bytes
-  uint64_t dirty_bytes = 0;    // row bytes of the cached dirty rows
-  uint64_t staged_rows = 0;    // evicted dirty rows not yet written to RocksDB
-  uint64_t staged_bytes = 0;   // memory the stage holds (kept between drains)
-  uint64_t drains = 0;         // key-ordered writes of the staged rows
-  uint64_t failed_writes = 0;  // drains and flushes RocksDB refused (WriteError)
+  uint64_t written_ahead = 0;      // dirty rows written back to keep within max_dirty_bytes
+  uint64_t dirty_bytes = 0;        // row bytes of the cached dirty rows
+  uint64_t staged_rows = 0;        // evicted dirty rows not yet written to RocksDB
+  uint64_t staged_bytes = 0;       // memory the stage holds (kept between drains)
+  uint64_t staged_peak_bytes = 0;  // the most row bytes the stage has held at once
+  uint64_t drains = 0;             // key-ordered writes of the staged rows
+  uint64_t failed_writes = 0;      // drains and flushes RocksDB refused (WriteError)
 };
 
 // Safe for concurrent use. Calls on different stripes run in parallel; rows of one stripe are

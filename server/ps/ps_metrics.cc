@@ -72,6 +72,9 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
              static_cast<double>(c.staged_rows));
     AddGauge(out, "tandem_ps_staged_bytes", "Memory of the stage of evicted dirty rows",
              static_cast<double>(c.staged_bytes));
+    AddGauge(out, "tandem_ps_staged_peak_bytes",
+             "The most row bytes the stage of evicted dirty rows has held at once",
+             static_cast<double>(c.staged_peak_bytes));
     AddCount(out, "tandem_ps_stage_drains_total", "Key-ordered writes of the staged rows",
              c.drains);
     // estimate-table-readers-mem: RocksDB's memory for the SSTs' filters and indexes, a few KB

@@ -163,9 +163,23 @@ void StagedRows::Erase(uint32_t table, uint64_t id, uint64_t hash) {
   --live_;
 }
 
-void StagedRows::Clear() {
+void StagedRows::Clear(uint64_t keep_bytes) {
   entries_.clear();
-  std::fill(index_.begin(), index_.end(), kEmpty);
+  // Entries and index sized for about the rows the kept blocks hold (32 and 8 bytes a row
+  // against 64 or more).
+  if (entries_.capacity() * sizeof(Entry) > keep_bytes / 2) std::vector<Entry>().swap(entries_);
+  if (index_.size() * sizeof(uint32_t) > keep_bytes / 4) {
+    std::vector<uint32_t>().swap(index_);  // Put grows it again (Grow)
+  } else {
+    std::fill(index_.begin(), index_.end(), kEmpty);
+  }
+  uint64_t kept = 0;
+  size_t keep = 0;
+  while (keep < blocks_.size() && kept + block_sizes_[keep] <= keep_bytes)
+    kept += block_sizes_[keep++];
+  blocks_.resize(keep);
+  block_sizes_.resize(keep);
+  bytes_ = kept;
   blocks_in_use_ = 0;
   block_used_ = 0;
   live_ = 0;

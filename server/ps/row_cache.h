@@ -276,7 +276,10 @@ class StagedRows {
       if (e.live) fn(e.table, e.id, e.row, e.bytes);
     }
   }
-  void Clear();
+  // Empties the stage. Its blocks are kept for the next rows up to `keep_bytes` (and the entries
+  // and index while they fit rows of that many bytes), the rest freed: a stage that once held
+  // far more (a stripe written ahead whole, the rows of a failed write) does not keep it for good.
+  void Clear(uint64_t keep_bytes);
   uint64_t rows() const { return live_; }
   // Blocks + entries + index: what the stage costs beyond the cache.
   uint64_t bytes_used() const {
@@ -309,7 +312,8 @@ class StagedRows {
   uint8_t* Allocate(uint32_t bytes);
   void Grow();
 
-  // Blocks are kept across Clear and reused: a stripe stages about as much after each drain.
+  // Blocks are kept across Clear (up to its keep_bytes) and reused: a stripe stages about as
+  // much after each drain.
   std::vector<std::unique_ptr<uint8_t[]>> blocks_;
   std::vector<size_t> block_sizes_;
   size_t blocks_in_use_ = 0;
