@@ -5,6 +5,7 @@
 #include "common/determinism_class.h"
 #include "common/exit_codes.h"
 #include "common/log.h"
+#include "server/ps/malloc_arenas.h"
 #include "server/ps/open_files.h"
 #include "server/ps/ps_metrics.h"
 #include "server/ps/shard_options.h"
@@ -35,7 +36,8 @@ std::optional<int> PsDaemon::Prepare(const RoleContext& ctx) {
   // half-recovered shard.
   const auto& job = *ctx.job;
   const uint64_t open_files = RaiseOpenFileLimit();
-  TLOG_INFO("open-file limit {}: up to {} SSTs open", open_files, MaxOpenTables());
+  TLOG_INFO("open-file limit {}: up to {} SSTs open; {}", open_files, MaxOpenTables(),
+            malloc_arenas);
   const auto shard_options = ShardOptionsFromConfig(job, static_cast<uint32_t>(ctx.index));
   if (!job.cluster.chief.at(0).ends_with(":0")) {
     auto restored = RestoreForResume(job, ctx.job_id, ctx.context, shard_options, ctx.stop_signals);
@@ -196,6 +198,7 @@ int PsDaemon::Run(const RoleContext& ctx) {
 
 int RunPs(const daemon::DaemonArgs& args, const std::optional<std::string>& tf_config) {
   PsDaemon role;
+  role.malloc_arenas = LimitMallocArenas();  // before RunDaemon starts any thread
   return daemon::RunDaemon(args, tf_config, &role);
 }
 

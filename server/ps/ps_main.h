@@ -23,6 +23,8 @@ class PsDaemon : public daemon::DaemonRole {
   int Run(const daemon::RoleContext& ctx) override;
   void Stopped(int status) override;
 
+  std::string malloc_arenas;  // what LimitMallocArenas did, for Prepare's log (set by RunPs)
+
  private:
   // Why the opened shard cannot serve the job the chief registered it in (restored to another
   // checkpoint or timeline, or far behind the workers: its data was lost), or "".
