@@ -522,8 +522,6 @@ struct EmbeddingStore::Impl {
   size_t WindowEnd(size_t begin, size_t n, bool grouped, HashAt hash_at) const;
   template <typename HashAt>
   size_t LockWindow(size_t begin, size_t end, HashAt hash_at, uint32_t* locked);
-  Status UnlockWindow(const uint32_t* locked, size_t count, uint32_t* deferred,
-                      size_t* num_deferred);
   Status ReleaseWindow(const uint32_t* locked, size_t count);
   Status StoredValue(Stripe& s, uint32_t table, uint64_t id, Pending* pending, size_t k,
                      const rocksdb::Slice** value) EXCLUSIVE_LOCKS_REQUIRED(s.mu);
@@ -767,24 +765,9 @@ size_t EmbeddingStore::Impl::LockWindow(size_t begin, size_t end, HashAt hash_at
   return count;
 }
 
-// Writes what the window's stripes have left to write back, then releases them; the stripes
-// whose write-ahead waits for a drain go to deferred[0, *num_deferred).
-Status EmbeddingStore::Impl::UnlockWindow(const uint32_t* locked, size_t count, uint32_t* deferred,
-                                          size_t* num_deferred) NO_THREAD_SAFETY_ANALYSIS {
-  Status status;
-  *num_deferred = 0;
-  for (size_t k = count; k-- > 0;) {
-    Stripe& s = *stripes[locked[k]];
-    if (MaybeWriteAhead(s)) deferred[(*num_deferred)++] = locked[k];
-    Status written = Write(&s.writebacks);
-    if (status.ok()) status = std::move(written);
-    s.mu.Unlock();
-  }
-  return status;
-}
-
-// Between windows no lock is held: the stage is drained once past its bound, and the stripes
-// whose write-ahead waited for that are written ahead one at a time, each followed by a drain
+// Writes what the window's stripes have left to write back and releases them. Between windows
+// no lock is held: the stage is drained once past its bound, and the stripes whose write-ahead
+// waited for that (MaybeWriteAhead) are written ahead one at a time, each followed by a drain
 // if the stage is full again. The stage then holds its bound plus one stripe's dirty rows at
 // most (per thread), and every stripe a call unlocked is within its dirty share when it returns
 // (unless RocksDB refuses the drains: the rows then stay dirty in the cache, not staged).
@@ -792,7 +775,14 @@ Status EmbeddingStore::Impl::ReleaseWindow(const uint32_t* locked,
                                            size_t count) NO_THREAD_SAFETY_ANALYSIS {
   uint32_t deferred[kWindow];
   size_t num_deferred = 0;
-  Status status = UnlockWindow(locked, count, deferred, &num_deferred);
+  Status status;
+  for (size_t k = count; k-- > 0;) {
+    Stripe& s = *stripes[locked[k]];
+    if (MaybeWriteAhead(s)) deferred[num_deferred++] = locked[k];
+    Status written = Write(&s.writebacks);
+    if (status.ok()) status = std::move(written);
+    s.mu.Unlock();
+  }
   MaybeDrainStaged().IgnoreError();  // NoteWrite recorded a failure
   for (size_t k = 0; k < num_deferred; ++k) {
     Stripe& s = *stripes[deferred[k]];
