@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -226,6 +227,12 @@ std::string ProgressLine(const ClusterView& v, int up, int expected) {
           Duration(step_rate > 0 ? static_cast<double>(v.total_steps - done) / step_rate : NAN);
   line += " | up " + std::to_string(up) + "/" + std::to_string(expected);
   line += " | " + std::string(Name(v.job_state));
+  std::string held;
+  for (const MemberView& m : v.members)
+    if (!m.waiting_on.empty())
+      held +=
+          (held.empty() ? "" : ", ") + config::TaskId{m.role, static_cast<int>(m.index)}.ToString();
+  if (!held.empty()) line += ", waiting on " + held;
   return line;
 }
 
@@ -468,7 +475,25 @@ class JobAttempt {
     }
   }
 
+  // Says once what holds a member (a PS whose disk is full refuses pushes, and the job waits
+  // for it rather than fail into a rollback onto the same disk), and when it no longer does.
+  void ShowWaits(const ClusterView& view) {
+    for (const MemberView& m : view.members) {
+      const std::string who = config::TaskId{m.role, static_cast<int>(m.index)}.ToString();
+      std::string& shown = waits_shown_[who];
+      if (m.waiting_on == shown) continue;
+      if (tty_) std::printf("\r\033[K");
+      if (!m.waiting_on.empty())
+        std::printf("tandem local: %s is %s; the job waits until it can (free space there)\n",
+                    who.c_str(), m.waiting_on.c_str());
+      else
+        std::printf("tandem local: %s goes on\n", who.c_str());
+      shown = m.waiting_on;
+    }
+  }
+
   void ShowProgress(const ClusterView& view, int up) {
+    ShowWaits(view);
     const std::string line = ProgressLine(view, up, static_cast<int>(children_.size()));
     if (tty_) {
       std::printf("\r\033[K%s", line.c_str());
@@ -591,6 +616,7 @@ class JobAttempt {
   bool tty_ = false;
   Clock::time_point last_plain_;
   std::optional<ClusterView> last_view_;
+  std::map<std::string, std::string> waits_shown_;  // ShowWaits: the last text of each member
   std::optional<Clock::time_point> stop_asked_, ended_at_, workers_gone_at_;
   bool stop_told_ = false;     // the chief answered the stop request (it may be restarting)
   bool user_stop_ = false;     // a stop signal reached tandem local

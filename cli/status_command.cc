@@ -84,6 +84,7 @@ nlohmann::json ToJson(const std::string& job_id, const std::string& chief, const
                        {"address", m.address},
                        {"ms_since_heartbeat", m.ms_since_heartbeat},
                        {"lost_reason", m.lost_reason},
+                       {"waiting_on", m.waiting_on},
                        {"determinism_class", m.determinism_class},
                        {"bad_lines", m.bad_lines}});
   }
@@ -145,6 +146,7 @@ void PrintText(const std::string& job_id, const ClusterView& v) {
         m.role == config::Role::kWorker ? Fixed(m.samples_per_sec, 0).c_str() : "-",
         m.pid ? std::to_string(m.pid).c_str() : "-", m.address.empty() ? "-" : m.address.c_str());
     if (!m.lost_reason.empty()) std::printf("        lost: %s\n", m.lost_reason.c_str());
+    if (!m.waiting_on.empty()) std::printf("        waiting: %s\n", m.waiting_on.c_str());
   }
 }
 

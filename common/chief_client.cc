@@ -68,6 +68,7 @@ StatusOr<MemberView> ReadMember(wire::Member::Reader m) {
   v.ms_since_heartbeat = m.getMsSinceHeartbeat();
   v.determinism_class = m.getDeterminismClass();
   v.bad_lines = m.getBadLines();
+  v.waiting_on = m.getWaitingOn();
   return v;
 }
 

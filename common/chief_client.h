@@ -41,6 +41,8 @@ struct MemberView {
   int64_t ms_since_heartbeat = -1;
   std::string determinism_class;
   int64_t bad_lines = 0;  // a worker: malformed data lines it trained on (skipped)
+  // What holds a member that is up (a PS refusing pushes: its disk is full); empty if nothing.
+  std::string waiting_on;
 };
 
 struct ClusterView {

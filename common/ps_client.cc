@@ -127,8 +127,10 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
           stats_.not_ready++;
           t.next_try = Clock::now();
           break;
-        case wire::ReplyCode::RETRY:
         case wire::ReplyCode::OVERLOADED:
+          deadline = std::max(deadline, Clock::now() + options_.timeout);
+          [[fallthrough]];
+        case wire::ReplyCode::RETRY:
           // Say why (a shard whose disk is full refuses pushes until it has space again).
           last_error = "shard " + std::to_string(t.shard) + ": " + wire::ReplyStatus(*r).ToString();
           stats_.retries++;

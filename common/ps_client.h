@@ -2,7 +2,10 @@
 // §9). Pull de-duplicates ids per table, fans them out to every shard in parallel and
 // reassembles the rows in request order; Push sends exactly one push per shard per step (empty
 // where the worker has no rows there). Both retry until their timeout: NOT_READY is resent at
-// once (a parked pull, never a timeout), RETRY / OVERLOADED / unreachable after a back-off.
+// once (a parked pull, never a timeout), RETRY / OVERLOADED / unreachable after a back-off. A
+// shard that answers OVERLOADED is up and takes the request later (its queue, push buffer or disk
+// is full): the timeout then counts from its last such answer, so a worker waits out a full disk
+// (said every few seconds) instead of failing the job into a rollback onto the same disk.
 // Push payloads are kept until each shard reports the step applied and are resent to a shard
 // that comes back with a new incarnation.
 #pragma once

@@ -105,6 +105,8 @@ struct Member {
   role @13 :Role;
   state @14 :MemberState;        # up | lost | starting (never registered) | left, or the reported
   badLines @15 :Int64;           # a worker's last reported Heartbeat.badLines
+  waitingOn @16 :Text;           # why a member that is up cannot go on (a PS refusing pushes for a
+                                 # full disk); empty when nothing holds it
 }
 
 struct ClusterStatusReply {

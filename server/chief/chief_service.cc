@@ -485,6 +485,7 @@ void ChiefService::HandleStatus(wire::InMessage& m, wire::Responder r) {
     out.setMsSinceHeartbeat(s.ms_since_heartbeat);
     out.setDeterminismClass(Text(s.determinism_class));
     out.setBadLines(s.bad_lines);
+    out.setWaitingOn(Text(s.waiting_on));
   }
   body.setTerm(j.term);
   body.setGeneration(j.generation);

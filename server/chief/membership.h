@@ -126,6 +126,7 @@ struct MemberSnapshot {
   int64_t ms_since_heartbeat = -1;
   std::string determinism_class;
   int64_t bad_lines = 0;
+  std::string waiting_on;  // MemberProgress::detail of a member that is up and serving
 };
 
 struct JobSnapshot {

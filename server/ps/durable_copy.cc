@@ -28,6 +28,7 @@
 #include "common/durable_file.h"
 #include "server/ps/embedding_store.h"
 #include "server/ps/file_io.h"
+#include "server/ps/rocks_info_log.h"
 
 namespace tandem::ps {
 namespace {
@@ -111,13 +112,6 @@ std::string Hex32(uint32_t v) {
   return buf;
 }
 
-// Swallows RocksDB's info log, so that opening a restore point writes no LOG file into it.
-class NullLogger : public rocksdb::Logger {
- public:
-  using rocksdb::Logger::Logv;
-  void Logv(const char* /*format*/, va_list /*ap*/) override {}
-};
-
 // RocksDB's recorded CRC32C of each live SST of the restore point, by file number. Opening it
 // read-only reads the MANIFEST (and a few table footers); it writes nothing there. The options
 // that matter for a read-only open match embedding_store.cc's RocksOptions: the default
@@ -125,7 +119,7 @@ class NullLogger : public rocksdb::Logger {
 StatusOr<std::map<uint64_t, uint32_t>> RecordedSstChecksums(const std::string& dir) {
   rocksdb::Options options;
   options.create_if_missing = false;
-  options.info_log = std::make_shared<NullLogger>();
+  options.info_log = std::make_shared<NullInfoLog>();
   options.max_open_files = 20;  // RocksDB's minimum: the table cache preloads few footers
   options.file_checksum_gen_factory = rocksdb::GetFileChecksumGenCrc32cFactory();
   rocksdb::DB* raw = nullptr;

@@ -34,6 +34,7 @@
 #include "server/ps/change_log.h"
 #include "server/ps/durable_copy.h"
 #include "server/ps/open_files.h"
+#include "server/ps/rocks_info_log.h"
 #include "server/ps/row_cache.h"
 
 namespace tandem::ps {
@@ -230,13 +231,6 @@ rocksdb::Options RocksOptions() {
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
 }
-
-// Swallows RocksDB's info log, so that a read-only open writes no LOG file into db_dir.
-class NullLogger : public rocksdb::Logger {
- public:
-  using rocksdb::Logger::Logv;
-  void Logv(const char* /*format*/, va_list /*ap*/) override {}
-};
 
 Status ValidateOptions(const StoreOptions& options) {
   if (options.db_dir.empty()) return Status::InvalidArgument("store: empty db_dir");
@@ -1284,12 +1278,14 @@ StatusOr<std::unique_ptr<EmbeddingStore>> EmbeddingStore::Open(const StoreOption
   if (options.read_only) {
     rocksdb::Options ro = RocksOptions();
     ro.create_if_missing = false;
-    ro.info_log = std::make_shared<NullLogger>();
+    ro.info_log = std::make_shared<NullInfoLog>();
     TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(ro, options.db_dir, &db),
                                      "store: open read-only " + options.db_dir));
   } else {
-    TANDEM_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(RocksOptions(), options.db_dir, &db),
-                                     "store: open " + options.db_dir));
+    rocksdb::Options rw = RocksOptions();
+    rw.info_log = std::make_shared<InfoLogFile>(options.db_dir);
+    TANDEM_RETURN_IF_ERROR(
+        FromRocks(rocksdb::DB::Open(rw, options.db_dir, &db), "store: open " + options.db_dir));
   }
   impl->db.reset(db);
   if (!options.read_only) {  // a flush's SST that a crash left before RocksDB took it
@@ -1737,7 +1733,7 @@ ChangeLog* EmbeddingStore::change_log() { return impl_->changes.get(); }
 Status ReplayChangeLogs(const std::string& db_dir, const std::vector<std::string>& logs) {
   rocksdb::Options options = RocksOptions();
   options.create_if_missing = false;
-  options.info_log = std::make_shared<NullLogger>();
+  options.info_log = std::make_shared<NullInfoLog>();
   options.disable_auto_compactions = true;  // one replay, then read: compaction can wait
   rocksdb::DB* raw = nullptr;
   TANDEM_RETURN_IF_ERROR(

@@ -753,9 +753,12 @@ Status Shard::RefuseUnlogged(Status error) {
   (full ? stats_.pushes_refused_log_full : stats_.pushes_refused_log_error)++;
   stats_.push_log_full = full;
   // Once per episode: a full disk must not fill the daemon's own log with a line per retry.
-  if (refused_since_writable_++ == 0)
+  if (refused_since_writable_++ == 0) {
     TLOG_ERROR("shard {}: push log write failed, refusing pushes until it can be written: {}",
                options_.shard_index, error.ToString());
+    MutexLock lock(&refusal_mu_);
+    log_refusal_ = "push log: " + error.ToString();
+  }
   return error;
 }
 
@@ -767,13 +770,18 @@ Status Shard::CheckStoreWritable() {
                 refused_since_store_writable_);
     refused_since_store_writable_ = 0;
     stats_.store_unwritable = false;
+    MutexLock lock(&refusal_mu_);
+    store_refusal_.clear();
     return Status::Ok();
   }
   stats_.pushes_refused_store++;
   stats_.store_unwritable = true;
-  if (refused_since_store_writable_++ == 0)
+  if (refused_since_store_writable_++ == 0) {
     TLOG_ERROR("shard {}: refusing pushes until RocksDB can be written: {}", options_.shard_index,
                error.ToString());
+    MutexLock lock(&refusal_mu_);
+    store_refusal_ = "RocksDB: " + error.ToString();
+  }
   return Status::ResourceExhausted("RocksDB cannot take the shard's rows: " + error.message());
 }
 
@@ -783,6 +791,14 @@ void Shard::LogWritable() {
             refused_since_writable_);
   refused_since_writable_ = 0;
   stats_.push_log_full = false;
+  MutexLock lock(&refusal_mu_);
+  log_refusal_.clear();
+}
+
+std::string Shard::refusal() const {
+  MutexLock lock(&refusal_mu_);
+  if (!store_refusal_.empty()) return store_refusal_;
+  return log_refusal_;
 }
 
 ShardStats Shard::stats() const {

@@ -229,6 +229,9 @@ class Shard {
   uint64_t timeline() const { return timeline_; }
   const ShardOptions& options() const { return options_; }
   ShardStats stats() const;
+  // Why pushes are refused now (the error that began the episode: a full disk under the push log
+  // or RocksDB), for the chief's view; empty while they are taken. Never waits for an apply.
+  std::string refusal() const;
   // Bytes in every push-log segment (0 without a log). Thread-safe.
   uint64_t push_log_bytes() const { return log_ ? log_->total_bytes() : 0; }
   EmbeddingStore* store() { return store_.get(); }
@@ -314,6 +317,10 @@ class Shard {
   bool log_alarm_reported_ GUARDED_BY(mu_) = false;
   uint64_t refused_since_writable_ GUARDED_BY(mu_) = 0;        // pushes refused in this episode
   uint64_t refused_since_store_writable_ GUARDED_BY(mu_) = 0;  // the same, for the store
+  // The errors that began each episode (empty: none); set under mu_ too.
+  mutable Mutex refusal_mu_;
+  std::string log_refusal_ GUARDED_BY(refusal_mu_);
+  std::string store_refusal_ GUARDED_BY(refusal_mu_);
   // k = 0: pushes logged but not yet applied, by step then rank.
   std::map<int64_t, std::map<uint32_t, std::unique_ptr<BufferedPush>>> pending_ GUARDED_BY(mu_);
   uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;
