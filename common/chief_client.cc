@@ -152,6 +152,11 @@ JobState ChiefClient::job_state() const {
   return job_state_;
 }
 
+void ChiefClient::SetWaitingOn(std::string why) {
+  MutexLock lock(&state_mu_);
+  waiting_on_ = std::move(why);
+}
+
 void ChiefClient::SetProgress(const Progress& progress) {
   MutexLock lock(&state_mu_);
   progress_ = progress;
@@ -334,10 +339,12 @@ Status ChiefClient::SendHeartbeat(wire::RpcClient* client, int handle, milliseco
     return Status::InvalidArgument("bad chief endpoint '" + options_.chief_endpoint + "'");
   Progress p;
   wire::Identity id;
+  std::string waiting_on;
   {
     MutexLock lock(&state_mu_);
     p = progress_;
     id = identity_;
+    waiting_on = waiting_on_;
   }
   wire::OutMessage m;
   auto hb = m.envelope().getBody().initHeartbeat();
@@ -351,6 +358,7 @@ Status ChiefClient::SendHeartbeat(wire::RpcClient* client, int handle, milliseco
   hb.setModelChecksum(Text(p.model_checksum));
   hb.setDetail(Text(p.detail));
   hb.setBadLines(p.bad_lines);
+  hb.setWaitingOn(Text(waiting_on));
   client->SetIdentity(id);
   auto reply = client->Call(handle, std::move(m), std::max(budget, milliseconds(1)));
   if (!reply.ok()) return reply.status();

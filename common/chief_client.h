@@ -129,6 +129,9 @@ class ChiefClient {
   void StartHeartbeats();
   void StopHeartbeats();
   void SetProgress(const Progress& progress);
+  // What holds this member now (a PS refusing pushes for a full disk, a checkpoint waiting for
+  // space), sent with every heartbeat until cleared with "". Any thread.
+  void SetWaitingOn(std::string why);
   // Sends a heartbeat now from the calling thread and waits for its answer (a final report),
   // trying again while the chief is unreachable (e.g. restarting) until `budget` is spent.
   Status HeartbeatNow(std::chrono::milliseconds budget);
@@ -210,6 +213,7 @@ class ChiefClient {
   mutable Mutex state_mu_;
   wire::Identity identity_ GUARDED_BY(state_mu_);
   Progress progress_ GUARDED_BY(state_mu_);
+  std::string waiting_on_ GUARDED_BY(state_mu_);
   JobState job_state_ GUARDED_BY(state_mu_) = JobState::kStarting;
   int64_t registered_step_ GUARDED_BY(state_mu_) = -1;
   std::atomic<bool> stop_requested_{false};

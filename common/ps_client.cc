@@ -129,6 +129,7 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
           break;
         case wire::ReplyCode::OVERLOADED:
           deadline = std::max(deadline, Clock::now() + options_.timeout);
+          if (options_.on_overloaded) options_.on_overloaded();
           [[fallthrough]];
         case wire::ReplyCode::RETRY:
           // Say why (a shard whose disk is full refuses pushes until it has space again).

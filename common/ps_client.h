@@ -38,6 +38,8 @@ struct PsClientOptions {
   // kCancelled. A worker sets it when the chief announces a new generation, so that a pull
   // parked for a lost worker's push gives way to recovery (PROTOCOLS §8).
   std::function<bool()> interrupted;
+  // Called on each OVERLOADED answer (a shard whose queue or disk is full holds the request).
+  std::function<void()> on_overloaded;
   // ps.wire_precision: pulled rows are asked for, and gradients pushed, at this precision.
   WirePrecision wire_precision = WirePrecision::kFp32;
 };

@@ -75,6 +75,7 @@ struct Heartbeat {
   teacherAuc @8 :Float64 = nan;  # synthetic data: the best achievable AUC
   state @9 :MemberState;
   badLines @10 :Int64;           # a worker: malformed data lines it trained on (skipped) this run
+  waitingOn @11 :Text;           # what holds the member now (a full disk); empty when nothing
 }
 
 struct HeartbeatReply {

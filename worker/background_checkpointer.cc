@@ -5,6 +5,7 @@
 
 #include "common/checkpoint_layout.h"
 #include "common/log.h"
+#include "common/wait_log.h"
 
 namespace tandem::worker {
 
@@ -19,6 +20,7 @@ void UseClients(PsClient* ps, ChiefClient* chief, const std::string& determinism
                                           bool final) {
     return ps->CheckpointParts(step, retained, final ? final_kind : PartKind::kFull);
   };
+  options->waiting_on = [chief](const std::string& why) { chief->SetWaitingOn(why); };
   options->commit = [chief, determinism_class, commit_budget](int64_t step,
                                                               const std::vector<std::string>& parts,
                                                               std::vector<int64_t>* retained) {
@@ -46,7 +48,7 @@ BackgroundCheckpointer::~BackgroundCheckpointer() {
 double BackgroundCheckpointer::Begin(int64_t step, worker::DenseState state, bool final) {
   const auto t0 = Clock::now();
   MutexLock lock(&mu_);
-  while (next_ || writing_) cv_.Wait();
+  while (next_ || (writing_ && !held_)) cv_.Wait();
   next_.emplace(step, std::move(state));
   next_final_ = final;
   last_begun_ = step;
@@ -55,9 +57,15 @@ double BackgroundCheckpointer::Begin(int64_t step, worker::DenseState state, boo
 }
 
 Status BackgroundCheckpointer::Finish(std::chrono::milliseconds budget) {
-  const auto deadline = Clock::now() + budget;
+  auto deadline = Clock::now() + budget;
   MutexLock lock(&mu_);
-  while ((next_ || writing_ || uncommitted_) && Clock::now() < deadline) cv_.WaitUntil(deadline);
+  // The budget is for the chief's commit. Writing takes what it takes: its copies grow with the
+  // table, and on a full disk it waits for space (and says so), where failing the job would roll
+  // it back onto the same disk.
+  while ((next_ || writing_ || uncommitted_) && Clock::now() < deadline) {
+    cv_.WaitUntil(deadline);
+    if (next_ || writing_) deadline = Clock::now() + budget;
+  }
   if (last_begun_ < 0 || last_committed_ == last_begun_) return Status::Ok();
   if (next_ || writing_ || uncommitted_)
     return Status::DeadlineExceeded("the checkpoint of step " + std::to_string(last_begun_) +
@@ -66,6 +74,18 @@ Status BackgroundCheckpointer::Finish(std::chrono::milliseconds budget) {
   return last_error_.ok() ? Status::Internal("the checkpoint of step " +
                                              std::to_string(last_begun_) + " was lost")
                           : last_error_;
+}
+
+void BackgroundCheckpointer::NoteHeld() {
+  MutexLock lock(&mu_);
+  if (!writing_ || held_) return;
+  held_ = true;
+  cv_.SignalAll();
+}
+
+bool BackgroundCheckpointer::Superseded() const {
+  MutexLock lock(&mu_);
+  return held_ && next_.has_value() && !writing_final_;
 }
 
 int64_t BackgroundCheckpointer::last_committed() const {
@@ -90,6 +110,8 @@ void BackgroundCheckpointer::Run() {
         final = next_final_;
         next_.reset();
         writing_ = true;
+        writing_final_ = final;
+        held_ = false;
       } else if (uncommitted_ && !stopping_) {
         commit = uncommitted_;
       } else {
@@ -100,6 +122,7 @@ void BackgroundCheckpointer::Run() {
       auto parts = Write(work->first, work->second, final);
       MutexLock lock(&mu_);
       writing_ = false;
+      held_ = false;
       if (parts.ok()) {
         // A newer checkpoint replaces one the chief has not taken yet.
         if (uncommitted_)
@@ -107,6 +130,11 @@ void BackgroundCheckpointer::Run() {
                     uncommitted_->step, work->first);
         uncommitted_ = Uncommitted{work->first, std::move(parts).value()};
         last_error_ = Status::Ok();
+      } else if (next_ && parts.status().IsCancelled()) {
+        TLOG_WARN(
+            "checkpoint of step {} dropped while it waited for space: the checkpoint of "
+            "step {} replaces it",
+            work->first, next_->first);
       } else {
         last_error_ =
             parts.status().WithContext("checkpoint of step " + std::to_string(work->first));
@@ -134,7 +162,8 @@ StatusOr<std::vector<std::string>> BackgroundCheckpointer::Write(int64_t step,
   const auto t0 = Clock::now();
   const std::string rel = CheckpointDirName(step) + "/" + kDenseCheckpointFile;
   worker::DenseFileInfo info;
-  TANDEM_RETURN_IF_ERROR(worker::WriteDenseStateFile(job.checkpoint.dir + "/" + rel, state, &info));
+  TANDEM_RETURN_IF_ERROR(
+      WriteDenseWhenThereIsSpace(step, job.checkpoint.dir + "/" + rel, state, &info));
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> shard_parts,
                           options_.shard_parts(step, retained_, final));
   char crc[16];
@@ -161,6 +190,37 @@ StatusOr<std::vector<std::string>> BackgroundCheckpointer::Write(int64_t step,
   TLOG_INFO("checkpoint of step {} written in {:.3f} s", step,
             std::chrono::duration<double>(Clock::now() - t0).count());
   return parts;
+}
+
+Status BackgroundCheckpointer::WriteDenseWhenThereIsSpace(int64_t step, const std::string& path,
+                                                          const worker::DenseState& state,
+                                                          worker::DenseFileInfo* info) {
+  Status written = worker::WriteDenseStateFile(path, state, info);
+  if (written.code() != StatusCode::kResourceExhausted) return written;
+  // A full disk: the checkpoint waits for space rather than fail (the final one would fail the
+  // job, and a rollback would meet the same disk). Said in the log and to the chief meanwhile.
+  const std::string what = "space for the checkpoint of step " + std::to_string(step);
+  TLOG_ERROR("checkpoint of step {} waits for space: {}", step, written.ToString());
+  NoteHeld();
+  WaitLog wait(what);
+  while (written.code() == StatusCode::kResourceExhausted) {
+    if (options_.waiting_on) options_.waiting_on("waiting for " + what + ": " + written.ToString());
+    wait.Tick(written.ToString());
+    {
+      MutexLock lock(&mu_);
+      if (!stopping_ && !(next_ && !writing_final_))
+        cv_.WaitUntil(Clock::now() + options_.retry_every);
+      if (stopping_) break;
+      if (next_ && !writing_final_) {
+        written = Status::Cancelled("superseded while it waited for space");
+        break;
+      }
+    }
+    written = worker::WriteDenseStateFile(path, state, info);
+  }
+  if (options_.waiting_on) options_.waiting_on("");
+  if (written.ok()) TLOG_INFO("checkpoint of step {}: the dense file fits again", step);
+  return written;
 }
 
 bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {

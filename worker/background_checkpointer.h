@@ -41,6 +41,9 @@ struct BackgroundCheckpointerOptions {
                                   std::vector<int64_t>* retained)>
       commit;
   std::chrono::milliseconds retry_every{1000};  // commit retries while the chief is away
+  // Told what holds the checkpoint ("" once nothing does): a dense file that meets a full disk
+  // is written again every retry_every until it fits. Optional; the checkpointer's thread only.
+  std::function<void(const std::string&)> waiting_on;
 };
 
 // The hooks over the clients of a worker: `ps` is used by the checkpointer's thread only; both
@@ -57,7 +60,9 @@ class BackgroundCheckpointer {
 
   // Hands checkpoint `step` over. Waits while the previous one is still being written, so that
   // checkpoints asked for faster than they can be written hold training up instead of piling up
-  // snapshots. Returns the seconds it waited. `final`: the job stops after this step (its
+  // snapshots; but not while a full disk holds it (NoteHeld): this one then replaces it, so
+  // training goes on and only the newest checkpoint waits for space. Returns the seconds it
+  // waited. `final`: the job stops after this step (its
   // shards may then copy what they wrote since their last part instead of new SSTs).
   double Begin(int64_t step, worker::DenseState state, bool final = false);
 
@@ -66,6 +71,13 @@ class BackgroundCheckpointer {
   Status Finish(std::chrono::milliseconds budget);
 
   int64_t last_committed() const;
+
+  // The checkpoint being written waits for space (a shard answered OVERLOADED to its part):
+  // Begin no longer waits for it. Any thread.
+  void NoteHeld();
+  // The one being written is held and a newer one was handed over: its wait should end
+  // (polled by the part requests, PsClientOptions::interrupted). Any thread.
+  bool Superseded() const;
 
   BackgroundCheckpointer(const BackgroundCheckpointer&) = delete;
   BackgroundCheckpointer& operator=(const BackgroundCheckpointer&) = delete;
@@ -80,6 +92,10 @@ class BackgroundCheckpointer {
   // The dense file and every shard's part, as the chief's parts.
   StatusOr<std::vector<std::string>> Write(int64_t step, const worker::DenseState& state,
                                            bool final);
+  // worker::WriteDenseStateFile, again every retry_every while the disk is full (until it fits or
+  // the checkpointer stops).
+  Status WriteDenseWhenThereIsSpace(int64_t step, const std::string& path,
+                                    const worker::DenseState& state, worker::DenseFileInfo* info);
   // One commit attempt; true when it is settled (committed, or refused for good).
   bool TryCommit(const Uncommitted& c);
 
@@ -89,6 +105,8 @@ class BackgroundCheckpointer {
   std::optional<std::pair<int64_t, worker::DenseState>> next_ GUARDED_BY(mu_);
   bool next_final_ GUARDED_BY(mu_) = false;
   bool writing_ GUARDED_BY(mu_) = false;
+  bool writing_final_ GUARDED_BY(mu_) = false;
+  bool held_ GUARDED_BY(mu_) = false;  // the one being written waits for space
   std::optional<Uncommitted> uncommitted_ GUARDED_BY(mu_);
   int64_t last_begun_ GUARDED_BY(mu_) = -1;
   int64_t last_committed_ GUARDED_BY(mu_) = -1;

@@ -3,6 +3,8 @@
 #include "worker/background_checkpointer.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <filesystem>
@@ -135,6 +137,62 @@ TEST(BackgroundCheckpointerTest, AShardThatCannotCutLosesTheCheckpointWithItsRea
   Status s = c.Finish(milliseconds(10000));
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("shard 1 is down"), std::string::npos) << s;
+}
+
+// A dense file that meets a full disk (the file-size limit here, EFBIG, as ENOSPC would) waits
+// for space: the chief is told why meanwhile, the wait does not count against Finish's budget
+// (the final checkpoint would fail the job), and the checkpoint is committed once it fits.
+TEST(BackgroundCheckpointerTest, ADenseFileOnAFullDiskWaitsForSpaceThenIsCommitted) {
+  Fixture f;
+  std::vector<std::string> said;
+  f.options.waiting_on = [&said](const std::string& why) {
+    if (said.empty() || said.back() != why) said.push_back(why);
+  };
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  ::signal(SIGXFSZ, SIG_IGN);
+  const rlimit full{16, before.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+  BackgroundCheckpointer c(f.options);
+  c.Begin(4, State(4), /*final=*/true);
+  std::thread space_is_back([&] {
+    std::this_thread::sleep_for(milliseconds(600));
+    ::setrlimit(RLIMIT_FSIZE, &before);
+  });
+  Status s = c.Finish(milliseconds(100));
+  space_is_back.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.last_committed(), 4);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[0].find("waiting for space for the checkpoint of step 4"), std::string::npos)
+      << said[0];
+  EXPECT_NE(said[0].find("EFBIG"), std::string::npos) << said[0];
+  EXPECT_EQ(said[1], "");
+  EXPECT_TRUE(std::filesystem::exists(f.job.checkpoint.dir + "/" + CheckpointDirName(4) + "/" +
+                                      kDenseCheckpointFile));
+}
+
+// While a full disk holds a checkpoint, the next one does not wait for it (training would stall
+// behind the disk, and the other workers' all-reduce time out): it replaces it, and only the
+// newest waits for space.
+TEST(BackgroundCheckpointerTest, ANewerCheckpointReplacesOneThatWaitsForSpace) {
+  Fixture f;
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  ::signal(SIGXFSZ, SIG_IGN);
+  const rlimit full{16, before.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+  BackgroundCheckpointer c(f.options);
+  c.Begin(4, State(4));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_LT(c.Begin(8, State(8), /*final=*/true), 5.0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  ASSERT_TRUE(c.Finish(milliseconds(10000)).ok());
+  EXPECT_EQ(c.last_committed(), 8);
+  MutexLock lock(&f.cluster.mu);
+  EXPECT_EQ(f.cluster.committed, (std::vector<int64_t>{8}));
 }
 
 }  // namespace

@@ -264,7 +264,10 @@ class WorkerRun {
   // Rank 0 finishes checkpoints off the training thread, with a client of its own.
   std::function<Status(int64_t, const Trainer&, bool)> StartCheckpointer() {
     PsClientOptions cpo = po_;
-    cpo.interrupted = nullptr;  // checkpoints go on through a recovery
+    // Checkpoints go on through a recovery; a part that waits for space gives way to the next
+    // checkpoint (called on the checkpointer's thread, once checkpointer_ is set).
+    cpo.interrupted = [this] { return checkpointer_->Superseded(); };
+    cpo.on_overloaded = [this] { checkpointer_->NoteHeld(); };
     checkpoint_ps_ = std::make_unique<PsClient>(ctx_.context, self_, cpo);
     BackgroundCheckpointerOptions co;
     co.job = &job_;

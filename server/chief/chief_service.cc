@@ -418,6 +418,7 @@ void ChiefService::HandleHeartbeat(wire::InMessage& m, wire::Responder r) {
   p.teacher_auc = hb.getTeacherAuc();
   p.model_checksum = hb.getModelChecksum();
   p.detail = hb.getDetail();
+  p.waiting_on = hb.getWaitingOn();
   p.bad_lines = hb.getBadLines();
   StatusOr<HeartbeatResult> result = Status::Internal("unset");
   {

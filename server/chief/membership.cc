@@ -587,9 +587,7 @@ JobSnapshot Membership::Snapshot(Clock::time_point now) const {
       s.determinism_class = m.determinism_class;
       s.bad_lines = m.progress.bad_lines;
       const bool up = !m.lost && !m.left && !Terminal(m);
-      // A serving PS reports in `detail` what holds it (a full disk); other states use it for
-      // their result.
-      if (up && m.progress.state == MemberState::kServing) s.waiting_on = m.progress.detail;
+      if (up) s.waiting_on = m.progress.waiting_on;
       // A worker that finished reports its mean rate over the run: the job's figure then.
       s.samples_per_sec =
           up || m.progress.state == MemberState::kDone ? m.progress.samples_per_sec : 0;

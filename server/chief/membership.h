@@ -77,6 +77,7 @@ struct MemberProgress {
   double loss = NAN, auc = NAN, logloss = NAN, teacher_auc = NAN;
   std::string model_checksum;
   std::string detail;
+  std::string waiting_on;  // Heartbeat.waitingOn: what holds the member now
   // A worker's malformed data lines; in the job's result (kDone), the sum over workers.
   int64_t bad_lines = 0;
 };
@@ -126,7 +127,7 @@ struct MemberSnapshot {
   int64_t ms_since_heartbeat = -1;
   std::string determinism_class;
   int64_t bad_lines = 0;
-  std::string waiting_on;  // MemberProgress::detail of a member that is up and serving
+  std::string waiting_on;  // MemberProgress::waiting_on of a member that is up
 };
 
 struct JobSnapshot {

@@ -527,28 +527,28 @@ TEST_F(MembershipTest, FailedPsFailsTheJobNamingIt) {
   EXPECT_NE(detail.find("lost its data"), std::string::npos) << detail;
 }
 
-// A serving PS says what holds it (its disk is full: it refuses pushes); the view shows it on
-// that member while it lasts, and a failed member's detail stays its failure, not a wait.
-TEST_F(MembershipTest, WhatHoldsAServingPsIsShownUntilItEnds) {
+// A member says what holds it (a PS refusing pushes: its disk is full); the view shows it on
+// that member while it lasts and while the member is up.
+TEST_F(MembershipTest, WhatHoldsAMemberIsShownWhileItIsUp) {
   ASSERT_TRUE(members_->OpenRun(-1).ok());
   RegisterAll();
   MemberProgress p;
   p.state = MemberState::kServing;
-  p.detail = "refusing pushes until it can write: push log: RESOURCE_EXHAUSTED: ENOSPC";
+  p.waiting_on = "refusing pushes until it can write: push log: RESOURCE_EXHAUSTED: ENOSPC";
   ASSERT_TRUE(members_->Heartbeat(Role::kPs, 0, ps0_, p, now_).ok());
   auto waiting_on = [&] {
     for (const auto& m : members_->Snapshot(now_).members)
       if (m.role == Role::kPs) return m.waiting_on;
     return std::string("no ps");
   };
-  EXPECT_EQ(waiting_on(), p.detail);
-  p.detail.clear();
+  EXPECT_EQ(waiting_on(), p.waiting_on);
+  p.waiting_on.clear();
   ASSERT_TRUE(members_->Heartbeat(Role::kPs, 0, ps0_, p, now_).ok());
   EXPECT_EQ(waiting_on(), "");
+  p.waiting_on = "waiting for space";
   p.state = MemberState::kFailed;
-  p.detail = "ps:0 lost its data";
   ASSERT_TRUE(members_->Heartbeat(Role::kPs, 0, ps0_, p, now_).ok());
-  EXPECT_EQ(waiting_on(), "");
+  EXPECT_EQ(waiting_on(), "") << "a failed member holds nothing";
 }
 
 TEST_F(MembershipTest, FailedDetailIsTheWorkersReason) {

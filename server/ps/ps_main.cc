@@ -152,11 +152,8 @@ int PsDaemon::Run(const RoleContext& ctx) {
   std::optional<std::chrono::steady_clock::time_point> stop_deadline;
   for (;;) {
     progress.step = shard->applied_step();
-    if (std::string refusal = shard->refusal(); !refusal.empty())
-      progress.detail = "refusing pushes until it can write: " + refusal;
-    else
-      progress.detail.clear();
     chief->SetProgress(progress);
+    chief->SetWaitingOn(service_->Holdup());
     int sig = 0;
     // 50 ms: the job's end (heard by the heartbeat thread) is acted on within a poll.
     if (daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(50), &sig)) {

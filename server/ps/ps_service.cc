@@ -144,6 +144,14 @@ void PsService::LogRetriedRefusal(const Status& error) {
   next_refusal_log_ = now + std::chrono::seconds(10);
 }
 
+std::string PsService::Holdup() const {
+  if (std::string refusal = shard_->refusal(); !refusal.empty())
+    return "refusing pushes until it can write: " + refusal;
+  MutexLock lock(&part_mu_);
+  if (!part_refusal_.empty()) return "waiting for space for its checkpoint part: " + part_refusal_;
+  return "";
+}
+
 void PsService::HandlePull(wire::InMessage& m, wire::Responder r) {
   auto req = m.envelope().getBody().getPullRequest();
   {
@@ -253,6 +261,21 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
       if (part.status().IsUnavailable()) {
         r.SendView(ReplyCode::RETRY, part.status().message(),
                    static_cast<uint64_t>(shard_->applied_step()));
+      } else if (part.status().code() == StatusCode::kResourceExhausted) {
+        // A full disk (the restore point's SST, or the copy into checkpoint.dir): the client
+        // asks again after its back-off and the copy starts over, so a checkpoint, the final one
+        // above all, waits for space instead of failing the job (which would roll it back onto
+        // the same disk).
+        bool first = false;
+        {
+          MutexLock lock(&part_mu_);
+          first = part_refusal_.empty();
+          part_refusal_ = part.status().ToString();
+        }
+        if (first)
+          TLOG_ERROR("checkpoint part of step {} waits for space: {}", step,
+                     part.status().ToString());
+        r.SendError(ReplyCode::OVERLOADED, part.status().message());
       } else {
         TLOG_ERROR("checkpoint part of step {}: {}", step, part.status().ToString());
         r.SendError(part.status().IsFailedPrecondition() ? ReplyCode::INVALID : ReplyCode::INTERNAL,
@@ -262,6 +285,10 @@ void PsService::HandleCheckpointPart(wire::InMessage& m, wire::Responder r) {
     }
     TLOG_INFO("checkpoint part of step {}: {} files, {} copied ({} bytes)", step,
               part->files.size(), part->files_copied, part->bytes_copied);
+    {
+      MutexLock lock(&part_mu_);
+      part_refusal_.clear();
+    }
     wire::OutMessage reply = r.NewReply();
     auto body = reply.envelope().getBody().initCheckpointPartReply();
     body.setStep(step);

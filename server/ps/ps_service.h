@@ -49,6 +49,9 @@ class PsService {
   // Registers the handlers and the fencing gate. Call before server->Start().
   void Register();
   PsServiceStats stats() const;
+  // What holds this PS now, for the chief's view: pushes refused (Shard::refusal) or a checkpoint
+  // part that met a full disk and waits for space. Empty when nothing does.
+  std::string Holdup() const;
 
  private:
   void HandlePull(wire::InMessage& request, wire::Responder responder);
@@ -87,8 +90,10 @@ class PsService {
     StatusOr<CheckpointPart> result = Status::Unavailable("copying");
     std::thread thread;
   };
-  Mutex part_mu_;
+  mutable Mutex part_mu_;
   std::unique_ptr<PartCopy> part_copy_ GUARDED_BY(part_mu_);
+  // The full-disk error of the last part copy (empty once one succeeds).
+  std::string part_refusal_ GUARDED_BY(part_mu_);
 };
 
 // Registers diagnostics only (a PS started without a shard, e.g. in tests of the RPC layer).

@@ -1,14 +1,16 @@
-// A whole `tandem local` job whose disk fills up mid-run (issue 21's failure paths). Every file of
-// the job (PS data, checkpoints, outputs, logs) is on one 1 GiB tmpfs (about four times what the
-// job needs), mounted in a mount namespace of `tandem local`'s own (it goes away with it), which
-// the test fills through /proc/PID/root once training has passed step 85, leaving 8 MiB (a
-// checkpoint every 20 steps: restore points and checkpoint copies meet the full disk too), and
-// empties 15 s later. The shards must refuse pushes while the disk is full, `tandem
-// local` must say which shard holds the job and why, nothing may crash, restart or roll back, and
-// the job must then end with exit 0 and the model checksum of the same job on a disk that never
-// filled. Before, the PS aborted on an assertion inside RocksDB's own info-log writer after ENOSPC,
-// and `tandem local` restarted it and rolled the job back onto the same full disk. Needs root
-// (mount), as CI has.
+// A whole `tandem local` job whose disks fill up mid-run (issue 21's failure paths). The PS data
+// is on one 1 GiB tmpfs (about four times what the job needs),
+// checkpoint.dir on a 512 MiB one inside it, both mounted in a mount namespace of `tandem
+// local`'s own (they go away with it). The test fills them through /proc/PID/root and empties
+// each 15 s later: the first once training has passed step 85, leaving 8 MiB (with a checkpoint
+// every 20 steps, the push log, RocksDB's flushes, restore points and checkpoint copies all meet
+// it), then checkpoint.dir alone after step 200. The shards must refuse pushes, or hold their
+// checkpoint parts, while there is no space, `tandem local` must say which shard holds the job
+// and why, nothing may crash, restart or roll back, and the job must then end with exit 0 and
+// the model checksum of the same job on a disk that never filled. Before, the PS aborted on an
+// assertion inside RocksDB's own info-log writer after ENOSPC, a checkpoint part that met a full
+// disk failed the job (the final one too), and `tandem local` rolled the job back onto the same
+// full disk. Needs root (mount), as CI has.
 #include <gtest/gtest.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -31,13 +33,13 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kSteps = 400;
-// What the filler leaves: room for a few more steps' push-log records, not for the SST of a
-// memtable flush, so RocksDB meets the full disk too (its flushes and the restore point of the
-// checkpoint at step 99), not only the push log.
+// What the first filler leaves: room for a few more steps' push-log records, not for the SST of
+// a memtable flush, so RocksDB meets the full disk too (its flushes and restore points), not
+// only the push log.
 constexpr uint64_t kLeftFree = uint64_t{8} << 20;
 
 // SmallJob on RocksDB with caches far smaller than the table, so that every step writes rows
-// back, and a checkpoint every 100 steps.
+// back, and a checkpoint every 20 steps.
 const std::vector<std::string> kSets = {
     "data.synthetic.vocab=300000", "data.synthetic.zipf=1.05", "data.synthetic.eval_rows=2000",
     "ps.storage=rocksdb",          "ps.cache_bytes=2000000",   "ps.max_dirty_bytes=500000",
@@ -68,13 +70,52 @@ int64_t ReportedStep(const std::string& metrics_path) {
   return step;
 }
 
-// Every log of a running job, for a failure's message (they go with its tmpfs).
-std::string JobLogs(const std::string& root) {
+// Every log of the job, for a failure's message.
+std::string JobLogs(const TempDir& dir) {
   std::string all;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(root + "/out/logs", ec))
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/out/logs", ec))
     all += "==> " + e.path().filename().string() + "\n" + ReadFile(e.path().string());
   return all;
+}
+
+// Once dir/out/metrics.jsonl reports `step`, fills the file system of `disk` up to `left`
+// bytes, waits until `tandem local` (its output in dir/local.log) says `said`, holds 15 s (long
+// past the shards' one-second retries and RocksDB's own recovery attempts) and empties it again.
+void FillHoldAndEmpty(Subprocess* p, const TempDir& dir, const std::string& disk, int64_t step,
+                      uint64_t left, const std::string& said) {
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (p->running() && ReportedStep(dir.path() + "/out/metrics.jsonl") < step &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_TRUE(p->running()) << ReadFile(dir.File("local.log"));
+  ASSERT_GE(ReportedStep(dir.path() + "/out/metrics.jsonl"), step)
+      << ReadFile(dir.File("local.log"));
+  ASSERT_LE(FreeBytes(disk), uint64_t{1} << 30) << disk << " is not on the small tmpfs";
+  const std::string before = ReadFile(dir.File("local.log"));
+
+  const std::string filler = disk + "/filler";
+  {
+    std::ofstream out(filler, std::ios::binary);
+    const std::string block(1 << 16, 'x');
+    while (FreeBytes(disk) >= left + block.size() && out.write(block.data(), block.size()) &&
+           out.flush()) {
+    }
+  }
+  ASSERT_LT(FreeBytes(disk), left + (uint64_t{1} << 20));
+
+  auto said_now = [&] { return ReadFile(dir.File("local.log")).substr(before.size()); };
+  deadline = Clock::now() + std::chrono::seconds(60);
+  while (p->running() && said_now().find(said) == std::string::npos && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_NE(said_now().find(said), std::string::npos)
+      << ReadFile(dir.File("local.log")) << "\nits logs:\n"
+      << JobLogs(dir);
+  EXPECT_NE(said_now().find("No space left on device"), std::string::npos) << said_now();
+
+  std::this_thread::sleep_for(std::chrono::seconds(15));
+  ASSERT_TRUE(p->running()) << ReadFile(dir.File("local.log")) << "\nits logs:\n" << JobLogs(dir);
+  std::filesystem::remove(filler);
 }
 
 TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout) {
@@ -91,25 +132,29 @@ TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout
   const std::string disk = dir.path() + "/disk";
   WriteFile(dir.File("job.yaml"), SmallJob(disk, kSteps));
   SpawnOptions o;
-  o.argv = {"/usr/bin/unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            "mkdir -p \"$0\" && mount -t tmpfs -o size=1g tandem-local-disk-full \"$0\" && "
-            "exec \"$@\"",
-            disk,
-            TANDEM_BINARY,
-            "local",
-            "--config",
-            dir.File("job.yaml"),
-            "--ps",
-            "2",
-            "--workers",
-            "2"};
+  o.argv = {
+      "/usr/bin/unshare",
+      "--mount",
+      "--propagation",
+      "private",
+      "--",
+      "sh",
+      "-c",
+      "mkdir -p \"$0\" && mount -t tmpfs -o size=1g tandem-local-disk-full \"$0\" && "
+      "mkdir \"$0/ckpt\" && mount -t tmpfs -o size=512m tandem-local-ckpt-full \"$0/ckpt\" && "
+      "exec \"$@\"",
+      disk,
+      TANDEM_BINARY,
+      "local",
+      "--config",
+      dir.File("job.yaml"),
+      "--ps",
+      "2",
+      "--workers",
+      "2"};
   for (const std::string& s : kSets) o.argv.insert(o.argv.end(), {"--set", s});
+  // Outputs and logs on the test's own disk: they outlive the tmpfs, for a failure's message.
+  o.argv.insert(o.argv.end(), {"--set", "output.dir=" + dir.path() + "/out"});
   o.unset_env = {"TF_CONFIG"};
   o.output_path = dir.File("local.log");
   auto p = Subprocess::Spawn(o);
@@ -123,49 +168,21 @@ TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout
   } ender{&*p};
   const std::string root = "/proc/" + std::to_string(p->pid()) + "/root" + disk;
 
-  auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (p->running() && ReportedStep(root + "/out/metrics.jsonl") < 85 && Clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(20));
-  ASSERT_TRUE(p->running()) << ReadFile(dir.File("local.log"));
-  ASSERT_GE(ReportedStep(root + "/out/metrics.jsonl"), 85) << ReadFile(dir.File("local.log"));
-  ASSERT_LE(FreeBytes(root), uint64_t{1} << 30) << "the job is not on the small tmpfs";
-
-  const std::string filler = root + "/filler";
-  {
-    std::ofstream out(filler, std::ios::binary);
-    const std::string block(1 << 20, 'x');
-    while (FreeBytes(root) > kLeftFree + block.size() && out.write(block.data(), block.size()) &&
-           out.flush()) {
-    }
-  }
-  ASSERT_LT(FreeBytes(root), kLeftFree + (uint64_t{2} << 20));
-
-  deadline = Clock::now() + std::chrono::seconds(60);
-  while (p->running() &&
-         ReadFile(dir.File("local.log")).find("is refusing pushes") == std::string::npos &&
-         Clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(100));
-  const std::string full = ReadFile(dir.File("local.log"));
-  ASSERT_NE(full.find("is refusing pushes until it can write"), std::string::npos) << full;
-  EXPECT_NE(full.find("No space left on device (ENOSPC)"), std::string::npos) << full;
-
-  // Long past the shards' one-second retries, and RocksDB's own recovery attempts.
-  std::this_thread::sleep_for(std::chrono::seconds(15));
-  ASSERT_TRUE(p->running()) << ReadFile(dir.File("local.log"));
-  // The shards' logs of the pause, kept past the tmpfs (it goes with the job).
-  std::string shard_logs;
-  for (int i = 0; i < 2; ++i)
-    shard_logs += ReadFile(root + "/out/logs/ps-" + std::to_string(i) + ".log");
-  WriteFile(dir.File("ps-logs-while-full.log"), shard_logs);
-  std::filesystem::remove(filler);
+  // Phase 1, the PS data's disk: pushes are refused (push log, RocksDB), and checkpoint parts
+  // (restore points) wait, until it has space.
+  FillHoldAndEmpty(&*p, dir, root, 85, kLeftFree, "; the job waits until it can");
+  if (HasFatalFailure()) return;
+  // Phase 2, checkpoint.dir alone (a tmpfs of its own): the dense file or the shards' parts wait
+  // for space, each newer checkpoint replacing the one that waits, and training goes on.
+  FillHoldAndEmpty(&*p, dir, root + "/ckpt", 200, 0, " is waiting for space for ");
+  if (HasFatalFailure()) return;
 
   auto e = p->Wait(milliseconds(180000));
   ASSERT_TRUE(e.has_value()) << "the job did not end once space was back\n"
                              << ReadFile(dir.File("local.log")) << "\nits logs:\n"
-                             << JobLogs(root);
+                             << JobLogs(dir);
   const std::string output = ReadFile(dir.File("local.log"));
-  EXPECT_EQ(e->exit_code, 0) << output << "\nthe shards' logs while the disk was full:\n"
-                             << shard_logs;
+  EXPECT_EQ(e->exit_code, 0) << output << "\nits logs:\n" << JobLogs(dir);
   EXPECT_NE(output.find("job done after step " + std::to_string(kSteps - 1)), std::string::npos)
       << output;
   EXPECT_NE(output.find(" goes on\n"), std::string::npos) << output;
