@@ -139,6 +139,24 @@ TEST(BackgroundCheckpointerTest, AShardThatCannotCutLosesTheCheckpointWithItsRea
   EXPECT_NE(s.message().find("shard 1 is down"), std::string::npos) << s;
 }
 
+// A full disk for this process until Lift() (or the end of the scope): its file-size limit
+// (RLIMIT_FSIZE, SIGXFSZ ignored) at 16 bytes makes every larger write fail with EFBIG, which
+// tandem maps as it maps ENOSPC.
+class FullDisk {
+ public:
+  FullDisk() {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &before_), 0);
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit full{16, before_.rlim_max};
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+  }
+  ~FullDisk() { Lift(); }
+  void Lift() { ::setrlimit(RLIMIT_FSIZE, &before_); }
+
+ private:
+  rlimit before_{};
+};
+
 // A dense file that meets a full disk (the file-size limit here, EFBIG, as ENOSPC would) waits
 // for space: the chief is told why meanwhile, the wait does not count against Finish's budget
 // (the final checkpoint would fail the job), and the checkpoint is committed once it fits.
@@ -148,16 +166,12 @@ TEST(BackgroundCheckpointerTest, ADenseFileOnAFullDiskWaitsForSpaceThenIsCommitt
   f.options.waiting_on = [&said](const std::string& why) {
     if (said.empty() || said.back() != why) said.push_back(why);
   };
-  rlimit before{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
-  ::signal(SIGXFSZ, SIG_IGN);
-  const rlimit full{16, before.rlim_max};
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+  FullDisk disk;
   BackgroundCheckpointer c(f.options);
   c.Begin(4, State(4), /*final=*/true);
   std::thread space_is_back([&] {
     std::this_thread::sleep_for(milliseconds(600));
-    ::setrlimit(RLIMIT_FSIZE, &before);
+    disk.Lift();
   });
   Status s = c.Finish(milliseconds(100));
   space_is_back.join();
@@ -177,18 +191,14 @@ TEST(BackgroundCheckpointerTest, ADenseFileOnAFullDiskWaitsForSpaceThenIsCommitt
 // newest waits for space.
 TEST(BackgroundCheckpointerTest, ANewerCheckpointReplacesOneThatWaitsForSpace) {
   Fixture f;
-  rlimit before{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
-  ::signal(SIGXFSZ, SIG_IGN);
-  const rlimit full{16, before.rlim_max};
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
+  FullDisk disk;
   BackgroundCheckpointer c(f.options);
   c.Begin(4, State(4));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_LT(c.Begin(8, State(8), /*final=*/true), 5.0);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   std::this_thread::sleep_for(milliseconds(200));
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  disk.Lift();
   ASSERT_TRUE(c.Finish(milliseconds(10000)).ok());
   EXPECT_EQ(c.last_committed(), 8);
   MutexLock lock(&f.cluster.mu);
