@@ -1,5 +1,6 @@
 #include "worker/background_checkpointer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -56,14 +57,18 @@ double BackgroundCheckpointer::Begin(int64_t step, worker::DenseState state, boo
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-Status BackgroundCheckpointer::Finish(std::chrono::milliseconds budget) {
+Status BackgroundCheckpointer::Finish(std::chrono::milliseconds budget,
+                                      const std::function<bool()>& stopped) {
   auto deadline = Clock::now() + budget;
   MutexLock lock(&mu_);
   // The budget is for the chief's commit. Writing takes what it takes: its copies grow with the
   // table, and on a full disk it waits for space (and says so), where failing the job would roll
-  // it back onto the same disk.
+  // it back onto the same disk. A stop ends that wait.
   while ((next_ || writing_ || uncommitted_) && Clock::now() < deadline) {
-    cv_.WaitUntil(deadline);
+    cv_.WaitUntil(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (held_ && stopped && stopped())
+      return Status::Cancelled("stopped while the checkpoint of step " +
+                               std::to_string(last_begun_) + " waited for space");
     if (next_ || writing_) deadline = Clock::now() + budget;
   }
   if (last_begun_ < 0 || last_committed_ == last_begun_) return Status::Ok();
@@ -85,7 +90,7 @@ void BackgroundCheckpointer::NoteHeld() {
 
 bool BackgroundCheckpointer::Superseded() const {
   MutexLock lock(&mu_);
-  return held_ && next_.has_value() && !writing_final_;
+  return stopping_ || (held_ && next_.has_value() && !writing_final_);
 }
 
 int64_t BackgroundCheckpointer::last_committed() const {

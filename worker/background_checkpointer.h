@@ -66,17 +66,19 @@ class BackgroundCheckpointer {
   // shards may then copy what they wrote since their last part instead of new SSTs).
   double Begin(int64_t step, worker::DenseState state, bool final = false);
 
-  // Waits until every checkpoint handed over is written and committed, at most `budget`.
-  // kDeadlineExceeded when the newest is not committed by then, or the error that lost it.
-  Status Finish(std::chrono::milliseconds budget);
+  // Waits until every checkpoint handed over is written and committed: the commit at most
+  // `budget`, the writing as long as it takes. kDeadlineExceeded when the newest is not
+  // committed by then, or the error that lost it; kCancelled when `stopped` (polled) says so
+  // while a full disk holds the writing, which would otherwise wait for space for ever.
+  Status Finish(std::chrono::milliseconds budget, const std::function<bool()>& stopped = nullptr);
 
   int64_t last_committed() const;
 
   // The checkpoint being written waits for space (a shard answered OVERLOADED to its part):
   // Begin no longer waits for it. Any thread.
   void NoteHeld();
-  // The one being written is held and a newer one was handed over: its wait should end
-  // (polled by the part requests, PsClientOptions::interrupted). Any thread.
+  // The one being written is held and a newer one was handed over, or the checkpointer stops:
+  // its wait should end (polled by the part requests, PsClientOptions::interrupted). Any thread.
   bool Superseded() const;
 
   BackgroundCheckpointer(const BackgroundCheckpointer&) = delete;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -203,6 +204,28 @@ TEST(BackgroundCheckpointerTest, ANewerCheckpointReplacesOneThatWaitsForSpace) {
   EXPECT_EQ(c.last_committed(), 8);
   MutexLock lock(&f.cluster.mu);
   EXPECT_EQ(f.cluster.committed, (std::vector<int64_t>{8}));
+}
+
+// A stop (SIGTERM, the job stopping) ends the wait for space of the final checkpoint: the worker
+// must not outlive a stop for a disk that stays full.
+TEST(BackgroundCheckpointerTest, AStopEndsTheFinalCheckpointsWaitForSpace) {
+  Fixture f;
+  FullDisk disk;
+  std::atomic<bool> stop{false};
+  std::unique_ptr<BackgroundCheckpointer> c = std::make_unique<BackgroundCheckpointer>(f.options);
+  c->Begin(4, State(4), /*final=*/true);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    stop = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = c->Finish(milliseconds(60000), [&] { return stop.load(); });
+  stopper.join();
+  EXPECT_TRUE(s.IsCancelled()) << s;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  c.reset();  // the writer's thread ends too
+  MutexLock lock(&f.cluster.mu);
+  EXPECT_TRUE(f.cluster.committed.empty());
 }
 
 }  // namespace

@@ -304,7 +304,10 @@ class WorkerRun {
     if (checkpointer_ && result.ok()) {
       // The last checkpoint is committed before the result is reported: the job ends only then.
       Status final_checkpoint = checkpointer_->Finish(
-          std::chrono::milliseconds(std::max<int64_t>(60000, job_.collective.timeout_ms)));
+          std::chrono::milliseconds(std::max<int64_t>(60000, job_.collective.timeout_ms)),
+          [this] { return stop_signal_.load() || chief_->stop_requested(); });
+      // Stopped while a full disk held it: the job stops, to resume from the last committed one.
+      if (final_checkpoint.IsCancelled()) return StoppedWhileRecovering(final_checkpoint);
       if (!final_checkpoint.ok()) return ReportFailure(final_checkpoint, kExitRuntimeFailure);
     }
     if (!result.ok() && result.status().code() == StatusCode::kAborted && !chief_->fenced()) {
