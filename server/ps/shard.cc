@@ -765,13 +765,14 @@ Status Shard::RefuseUnlogged(Status error) {
 Status Shard::CheckStoreWritable() {
   Status error = store_->WriteError(/*retry=*/true);
   if (error.ok()) {
-    if (refused_since_store_writable_ > 0)
+    if (refused_since_store_writable_ > 0) {
       TLOG_INFO("shard {}: RocksDB writable again after {} refused pushes", options_.shard_index,
                 refused_since_store_writable_);
+      MutexLock lock(&refusal_mu_);  // only then: every push passes here
+      store_refusal_.clear();
+    }
     refused_since_store_writable_ = 0;
     stats_.store_unwritable = false;
-    MutexLock lock(&refusal_mu_);
-    store_refusal_.clear();
     return Status::Ok();
   }
   stats_.pushes_refused_store++;
