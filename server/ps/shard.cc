@@ -248,6 +248,7 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
   // first; in `machine` mode too, where PROTOCOLS §6 applies a step only after the fdatasync of
   // its records.
   std::future<Status> written;
+  internal::WaitOnExit wait_for_record(&written);  // the write refers to h and push
   // A restore point taken by this push's apply waits for the record (TakeRestorePointLocked).
   record_in_flight_ = &written;
   struct Forget {
@@ -260,8 +261,7 @@ StatusOr<PushAck> Shard::PushLocked(const PushInput& push, bool replaying, uint6
     if (next.ok()) {
       lsn = *next;
       beside = true;
-      written = std::async(std::launch::async,
-                           [this, &h, &push] { return log_->Append(&h, push.tables); });
+      written = record_writer_.Run([this, &h, &push] { return log_->Append(&h, push.tables); });
     } else if (next.status().code() != StatusCode::kUnimplemented) {
       return RefuseUnlogged(next.status());
     }

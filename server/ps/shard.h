@@ -39,6 +39,7 @@
 #include "server/ps/embedding_store.h"
 #include "server/ps/push_log.h"
 #include "server/ps/restore_marker.h"
+#include "server/ps/side_thread.h"
 
 namespace tandem::ps {
 
@@ -309,7 +310,8 @@ class Shard {
   std::unique_ptr<EmbeddingStore> store_;
   std::unique_ptr<PushLog> log_;
   internal::ApplyPool pool_;
-  internal::ApplyPool read_pool_;  // ReadTables (options_.read_threads)
+  internal::ApplyPool read_pool_;       // ReadTables (options_.read_threads)
+  internal::SideThread record_writer_;  // k = 0: the push's record, written beside its apply
 
   mutable Mutex mu_;
   // Written under mu_; read without it, so pulls never wait behind an apply.
