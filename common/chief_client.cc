@@ -178,7 +178,8 @@ StatusOr<wire::InMessage> ChiefClient::ControlCall(wire::OutMessage message, mil
 
 StatusOr<wire::InMessage> ChiefClient::ControlRetry(const std::function<wire::OutMessage()>& build,
                                                     milliseconds budget,
-                                                    const std::function<bool()>& cancelled) {
+                                                    const std::function<bool()>& cancelled,
+                                                    bool overloaded_ends) {
   const auto deadline = Clock::now() + budget;
   milliseconds backoff = kMinBackoff;
   Status last = Status::DeadlineExceeded("no attempt");
@@ -195,6 +196,9 @@ StatusOr<wire::InMessage> ChiefClient::ControlRetry(const std::function<wire::Ou
       reply = ControlCall(build(), attempt, cancelled);
     }
     if (reply.ok() && reply->reply_code() == ReplyCode::OK) return reply;
+    if (reply.ok() && overloaded_ends && reply->reply_code() == ReplyCode::OVERLOADED)
+      return Status::ResourceExhausted("the chief cannot write: " +
+                                       std::string(reply->envelope().getReply().getMessage()));
     if (reply.ok() && !Retryable(reply->reply_code())) return wire::ReplyStatus(*reply);
     if (!reply.ok() && !TransportError(reply.status())) return reply.status();
     last = reply.ok() ? wire::ReplyStatus(*reply) : reply.status();
@@ -641,7 +645,7 @@ StatusOr<int64_t> ChiefClient::CommitCheckpoint(int64_t step, const std::vector<
         for (unsigned i = 0; i < parts.size(); ++i) list.set(i, Text(parts[i]));
         return m;
       },
-      budget);
+      budget, nullptr, /*overloaded_ends=*/true);
   if (!reply.ok()) return reply.status();
   auto body = reply->envelope().getBody();
   if (body.which() != Envelope::Body::COMMIT_CHECKPOINT_REPLY)

@@ -162,7 +162,8 @@ class ChiefClient {
   // nullopt when the key is not set (never waits).
   StatusOr<std::optional<std::string>> KvGet(const std::string& key);
   // Worker rank 0: hands the chief every part of checkpoint `step` (JSON each) to commit.
-  // Returns the committed step.
+  // Returns the committed step; kResourceExhausted at once when the chief cannot write the
+  // commit (a full disk: ask again later).
   // `retained` (may be null) gets the committed checkpoints the chief keeps.
   StatusOr<int64_t> CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
                                      const std::string& determinism_class,
@@ -189,10 +190,12 @@ class ChiefClient {
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ControlCall again (after a back-off) while the chief is unreachable or answers OVERLOADED or
   // RETRY, until `budget` is spent. Returns an OK reply or the error.
+  // `overloaded_ends`: an OVERLOADED answer (the chief could not write: a full disk) is returned
+  // at once as kResourceExhausted, for a caller that waits for space its own way.
   StatusOr<wire::InMessage> ControlRetry(const std::function<wire::OutMessage()>& build,
                                          std::chrono::milliseconds budget,
-                                         const std::function<bool()>& cancelled = nullptr)
-      LOCKS_EXCLUDED(mu_);
+                                         const std::function<bool()>& cancelled = nullptr,
+                                         bool overloaded_ends = false) LOCKS_EXCLUDED(mu_);
   // One HeartbeatNow attempt: a RETRY answer (a restarted chief) registers again first.
   Status HeartbeatNowOnce(std::chrono::milliseconds budget) LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop();

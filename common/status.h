@@ -74,6 +74,7 @@ class [[nodiscard]] Status {
   bool IsAborted() const { return code() == StatusCode::kAborted; }
   bool IsFailedPrecondition() const { return code() == StatusCode::kFailedPrecondition; }
   bool IsDataLoss() const { return code() == StatusCode::kDataLoss; }
+  bool IsResourceExhausted() const { return code() == StatusCode::kResourceExhausted; }
 
   // Returns a copy whose message is "context: message"; OK stays OK.
   Status WithContext(std::string_view context) const;

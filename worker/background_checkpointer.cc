@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "common/checkpoint_layout.h"
 #include "common/log.h"
@@ -63,13 +64,13 @@ Status BackgroundCheckpointer::Finish(std::chrono::milliseconds budget,
   MutexLock lock(&mu_);
   // The budget is for the chief's commit. Writing takes what it takes: its copies grow with the
   // table, and on a full disk it waits for space (and says so), where failing the job would roll
-  // it back onto the same disk. A stop ends that wait.
+  // it back onto the same disk; so does a commit the chief cannot write. A stop ends that wait.
   while ((next_ || writing_ || uncommitted_) && Clock::now() < deadline) {
     cv_.WaitUntil(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
-    if (held_ && stopped && stopped())
+    if ((held_ || commit_held_) && stopped && stopped())
       return Status::Cancelled("stopped while the checkpoint of step " +
                                std::to_string(last_begun_) + " waited for space");
-    if (next_ || writing_) deadline = Clock::now() + budget;
+    if (next_ || writing_ || commit_held_) deadline = Clock::now() + budget;
   }
   if (last_begun_ < 0 || last_committed_ == last_begun_) return Status::Ok();
   if (next_ || writing_ || uncommitted_)
@@ -230,6 +231,28 @@ Status BackgroundCheckpointer::WriteDenseWhenThereIsSpace(int64_t step, const st
 
 bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {
   auto committed = options_.commit(c.step, c.parts, &retained_);
+  const bool full = committed.status().IsResourceExhausted();
+  bool was_held = false;
+  {
+    MutexLock lock(&mu_);
+    was_held = std::exchange(commit_held_, full);
+    if (commit_held_ != was_held) cv_.SignalAll();  // Finish's deadline
+  }
+  if (full) {
+    // The chief's disk is full: the commit waits for space as the writing does (the final
+    // checkpoint would otherwise fail the job, and its rollback meet the same disk).
+    if (!was_held)
+      TLOG_ERROR("checkpoint of step {} waits for space on the chief's disk: {}", c.step,
+                 committed.status().ToString());
+    if (options_.waiting_on)
+      options_.waiting_on("waiting for space for the chief to commit the checkpoint of step " +
+                          std::to_string(c.step) + ": " + committed.status().ToString());
+    return false;
+  }
+  if (was_held) {
+    if (options_.waiting_on) options_.waiting_on("");
+    TLOG_INFO("checkpoint of step {}: the chief has space again", c.step);
+  }
   MutexLock lock(&mu_);
   if (committed.ok()) {
     last_committed_ = c.step;

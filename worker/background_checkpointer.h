@@ -36,13 +36,15 @@ struct BackgroundCheckpointerOptions {
       shard_parts;
   // Asks the chief to commit the manifest's parts (ChiefClient::CommitCheckpoint); `retained`
   // gets the committed checkpoints it keeps. kUnavailable and the like: the chief is away (try
-  // again); kInvalidArgument or kDataLoss: refused for good.
+  // again); kResourceExhausted: the chief's disk is full (try again, as long as it takes);
+  // kInvalidArgument or kDataLoss: refused for good.
   std::function<StatusOr<int64_t>(int64_t step, const std::vector<std::string>& parts,
                                   std::vector<int64_t>* retained)>
       commit;
   std::chrono::milliseconds retry_every{1000};  // commit retries while the chief is away
   // Told what holds the checkpoint ("" once nothing does): a dense file that meets a full disk
-  // is written again every retry_every until it fits. Optional; the checkpointer's thread only.
+  // is written again every retry_every until it fits, a commit the chief's full disk refused
+  // is asked again. Optional; the checkpointer's thread only.
   std::function<void(const std::string&)> waiting_on;
 };
 
@@ -108,7 +110,8 @@ class BackgroundCheckpointer {
   bool next_final_ GUARDED_BY(mu_) = false;
   bool writing_ GUARDED_BY(mu_) = false;
   bool writing_final_ GUARDED_BY(mu_) = false;
-  bool held_ GUARDED_BY(mu_) = false;  // the one being written waits for space
+  bool held_ GUARDED_BY(mu_) = false;         // the one being written waits for space
+  bool commit_held_ GUARDED_BY(mu_) = false;  // the chief's disk refused the last commit
   std::optional<Uncommitted> uncommitted_ GUARDED_BY(mu_);
   int64_t last_begun_ GUARDED_BY(mu_) = -1;
   int64_t last_committed_ GUARDED_BY(mu_) = -1;

@@ -3,8 +3,6 @@
 #include "worker/background_checkpointer.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <filesystem>
@@ -15,6 +13,7 @@
 
 #include "common/checkpoint_layout.h"
 #include "common/sync.h"
+#include "common/testing/full_disk.h"
 #include "common/testing/test_util.h"
 
 namespace tandem::worker {
@@ -140,23 +139,7 @@ TEST(BackgroundCheckpointerTest, AShardThatCannotCutLosesTheCheckpointWithItsRea
   EXPECT_NE(s.message().find("shard 1 is down"), std::string::npos) << s;
 }
 
-// A full disk for this process until Lift() (or the end of the scope): its file-size limit
-// (RLIMIT_FSIZE, SIGXFSZ ignored) at 16 bytes makes every larger write fail with EFBIG, which
-// tandem maps as it maps ENOSPC.
-class FullDisk {
- public:
-  FullDisk() {
-    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &before_), 0);
-    ::signal(SIGXFSZ, SIG_IGN);
-    const rlimit full{16, before_.rlim_max};
-    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &full), 0);
-  }
-  ~FullDisk() { Lift(); }
-  void Lift() { ::setrlimit(RLIMIT_FSIZE, &before_); }
-
- private:
-  rlimit before_{};
-};
+using testing::FullDisk;
 
 // A dense file that meets a full disk (the file-size limit here, EFBIG, as ENOSPC would) waits
 // for space: the chief is told why meanwhile, the wait does not count against Finish's budget
@@ -226,6 +209,61 @@ TEST(BackgroundCheckpointerTest, AStopEndsTheFinalCheckpointsWaitForSpace) {
   c.reset();  // the writer's thread ends too
   MutexLock lock(&f.cluster.mu);
   EXPECT_TRUE(f.cluster.committed.empty());
+}
+
+// A commit the chief cannot write (its disk is full: kResourceExhausted) is asked again until it
+// fits, however long that takes: Finish's budget is for a chief that does not answer, and the
+// final checkpoint would otherwise fail the job. The chief is told why meanwhile.
+TEST(BackgroundCheckpointerTest, ACommitTheChiefsFullDiskRefusedWaitsForSpace) {
+  Fixture f;
+  std::atomic<bool> full{true};
+  auto commit = f.options.commit;
+  f.options.commit = [&full, commit](int64_t step, const std::vector<std::string>& parts,
+                                     std::vector<int64_t>* retained) -> StatusOr<int64_t> {
+    if (full.load()) return Status::ResourceExhausted("write LATEST.tmp: No space (ENOSPC)");
+    return commit(step, parts, retained);
+  };
+  std::vector<std::string> said;
+  f.options.waiting_on = [&said](const std::string& why) {
+    if (said.empty() || said.back() != why) said.push_back(why);
+  };
+  BackgroundCheckpointer c(f.options);
+  c.Begin(4, State(4), /*final=*/true);
+  std::thread space_is_back([&] {
+    std::this_thread::sleep_for(milliseconds(600));
+    full = false;
+  });
+  Status s = c.Finish(milliseconds(100));
+  space_is_back.join();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.last_committed(), 4);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[0].find("the chief to commit the checkpoint of step 4"), std::string::npos)
+      << said[0];
+  EXPECT_NE(said[0].find("ENOSPC"), std::string::npos) << said[0];
+  EXPECT_EQ(said[1], "");
+  MutexLock lock(&f.cluster.mu);
+  EXPECT_EQ(f.cluster.committed, (std::vector<int64_t>{4}));
+}
+
+// ... and a stop ends that wait, as it ends the wait of the writing.
+TEST(BackgroundCheckpointerTest, AStopEndsTheWaitOfACommitTheChiefsFullDiskRefused) {
+  Fixture f;
+  f.options.commit = [](int64_t, const std::vector<std::string>&,
+                        std::vector<int64_t>*) -> StatusOr<int64_t> {
+    return Status::ResourceExhausted("No space (ENOSPC)");
+  };
+  std::atomic<bool> stop{false};
+  BackgroundCheckpointer c(f.options);
+  c.Begin(4, State(4), /*final=*/true);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    stop = true;
+  });
+  Status s = c.Finish(milliseconds(100), [&] { return stop.load(); });
+  stopper.join();
+  EXPECT_TRUE(s.IsCancelled()) << s;
+  EXPECT_EQ(c.last_committed(), -1);
 }
 
 }  // namespace

@@ -513,7 +513,7 @@ Status CommitCheckpoint(const std::string& checkpoint_dir, const Manifest& m, bo
   const std::string ckpt = checkpoint_dir + "/" + CheckpointDirName(m.step);
   std::error_code ec;
   fs::create_directories(ckpt, ec);
-  if (ec) return Status::Unavailable("create " + ckpt + ": " + ec.message());
+  if (ec) return ErrnoToStatus(ec.value(), "create " + ckpt);
   const std::string text = EncodeManifest(m);
   TANDEM_RETURN_IF_ERROR(WriteFileDurably(ckpt + "/" + kManifestName, text));
   Pointer p{ManifestRelPath(m.step), Crc32c(text.data(), text.size()), m.step};

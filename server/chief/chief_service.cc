@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "common/build_info.h"
 #include "common/durable_file.h"
@@ -53,6 +54,11 @@ void SendStatus(wire::Responder& r, const Status& s) {
       break;
     case StatusCode::kUnavailable:
       r.SendError(ReplyCode::RETRY, s.message());
+      break;
+    case StatusCode::kResourceExhausted:
+      // The chief could not write (a full disk): the same request may succeed once there is
+      // space. The sender decides how long to wait (a commit waits as long as the disk is full).
+      r.SendError(ReplyCode::OVERLOADED, s.message());
       break;
     default:
       r.SendError(ReplyCode::INTERNAL, s.message());
@@ -699,6 +705,7 @@ void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r)
   Status s;
   int64_t latest = -1;
   std::vector<int64_t> retained;
+  bool log_refusal = true;
   {
     MutexLock lock(&mu_);
     const wire::Identity self = server_->identity();
@@ -708,9 +715,20 @@ void ChiefService::HandleCommitCheckpoint(wire::InMessage& m, wire::Responder r)
     if (s.ok()) s = membership_.SetLatestCheckpoint(step);
     latest = checkpoints_->latest_step();
     retained = checkpoints_->retained();
+    if (s.IsResourceExhausted()) {
+      log_refusal = std::exchange(commit_waits_for_space_, step) != step;
+    } else if (s.ok() && commit_waits_for_space_ == step) {
+      commit_waits_for_space_ = -1;
+      TLOG_INFO("checkpoint of step {}: there is space again", step);
+    }
   }
   if (!s.ok()) {
-    TLOG_ERROR("checkpoint of step {} not committed: {}", step, s.ToString());
+    if (s.IsResourceExhausted() && log_refusal) {
+      TLOG_ERROR("checkpoint of step {} waits for space: {} (worker 0 asks again until it fits)",
+                 step, s.ToString());
+    } else if (!s.IsResourceExhausted()) {
+      TLOG_ERROR("checkpoint of step {} not committed: {}", step, s.ToString());
+    }
     SendStatus(r, s);
     return;
   }

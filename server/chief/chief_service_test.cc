@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
 #include "common/chief_client.h"
+#include "common/testing/full_disk.h"
 #include "common/testing/manual_time_source.h"
 #include "common/testing/test_util.h"
 #include "common/wire/diagnostics.h"
@@ -698,6 +700,31 @@ TEST_F(ChiefServiceTest, RestartedChiefCommitsWithItsTermAndOnlyAJobStartRefuses
   testing::WriteFile(job_.checkpoint.dir + "/d", "d");  // a job start reads the files back
   auto refused = ChiefService::Create(job_, &server);
   EXPECT_TRUE(refused.status().IsInvalidArgument()) << refused.status();
+}
+
+// A commit the chief cannot write (a full disk: here its file-size limit) is answered OVERLOADED,
+// which the client returns at once as kResourceExhausted (worker 0 then asks again until there
+// is space, rather than spend its budget and fail a final checkpoint). Nothing is committed and
+// nothing half-written is left; the same commit succeeds once there is space.
+TEST_F(ChiefServiceTest, ACommitOnAFullDiskIsRefusedForNowAndCommittedOnceThereIsSpace) {
+  StartChief();
+  JoinAll();
+  const std::string part =
+      R"({"name": "dense", "files": [{"path": "d", "size": 1, "crc32c": "f421572c"}]})";
+  {
+    testing::FullDisk disk;
+    auto refused = w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000));
+    EXPECT_TRUE(refused.status().IsResourceExhausted()) << refused.status();
+    EXPECT_NE(refused.status().message().find("EFBIG"), std::string::npos) << refused.status();
+  }
+  EXPECT_TRUE(LoadLatest(job_.checkpoint.dir, false, nullptr).status().IsNotFound());
+  for (const auto& e : std::filesystem::recursive_directory_iterator(job_.checkpoint.dir))
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  auto committed = w0_->client->CommitCheckpoint(39, {part}, "cpu-test", milliseconds(3000));
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  auto latest = LoadLatest(job_.checkpoint.dir, false, nullptr);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->step, 39);
 }
 
 // A run left open, and every process starts anew (no survivor re-registers): the chief starts

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/testing/full_disk.h"
 #include "common/testing/test_util.h"
 #include "server/ps/embedding_store.h"
 
@@ -217,6 +218,25 @@ TEST_F(DurableCopyTest, FirstCopyHoldsEveryFileWithItsChecksum) {
   EXPECT_EQ(part.bytes_copied, total);
   EXPECT_GE(CountSsts(part), 1u);
   EXPECT_TRUE(VerifyPart(root_, part, /*full=*/true).ok());
+}
+
+// A copy that meets a full disk (here the file-size limit, in whole blocks for the direct writes)
+// fails as a full disk
+// (kResourceExhausted: the PS answers OVERLOADED, and the part is asked for again) and leaves
+// nothing behind: no .tmp, no file of the part. The same copy succeeds once there is space.
+TEST_F(DurableCopyTest, ACopyOnAFullDiskLeavesNothingAndSucceedsOnceThereIsSpace) {
+  {
+    testing::FullDisk disk(4096);
+    auto refused = CopyToDurable(first_, root_, /*shard=*/3, 1, nullptr);
+    EXPECT_TRUE(refused.status().IsResourceExhausted()) << refused.status();
+  }
+  if (fs::exists(root_)) {
+    for (const auto& e : fs::recursive_directory_iterator(root_))
+      EXPECT_FALSE(e.is_regular_file()) << "left behind: " << e.path();
+  }
+  CheckpointPart part = Copy(first_, 1, nullptr);
+  EXPECT_TRUE(VerifyPart(root_, part, /*full=*/true).ok());
+  EXPECT_EQ(Restore(part, "after-full"), rows_first_);
 }
 
 TEST_F(DurableCopyTest, SecondCopyCopiesOnlyNewSsts) {
