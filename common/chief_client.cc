@@ -197,7 +197,7 @@ StatusOr<wire::InMessage> ChiefClient::ControlRetry(const std::function<wire::Ou
     }
     if (reply.ok() && reply->reply_code() == ReplyCode::OK) return reply;
     if (reply.ok() && overloaded_ends && reply->reply_code() == ReplyCode::OVERLOADED)
-      return Status::ResourceExhausted("the chief cannot write: " +
+      return Status::ResourceExhausted("the chief asks to be asked later: " +
                                        std::string(reply->envelope().getReply().getMessage()));
     if (reply.ok() && !Retryable(reply->reply_code())) return wire::ReplyStatus(*reply);
     if (!reply.ok() && !TransportError(reply.status())) return reply.status();

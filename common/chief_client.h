@@ -162,8 +162,8 @@ class ChiefClient {
   // nullopt when the key is not set (never waits).
   StatusOr<std::optional<std::string>> KvGet(const std::string& key);
   // Worker rank 0: hands the chief every part of checkpoint `step` (JSON each) to commit.
-  // Returns the committed step; kResourceExhausted at once when the chief cannot write the
-  // commit (a full disk: ask again later).
+  // Returns the committed step; kResourceExhausted at once when the chief cannot take the
+  // commit now (its disk is full, or its queue: ask again later).
   // `retained` (may be null) gets the committed checkpoints the chief keeps.
   StatusOr<int64_t> CommitCheckpoint(int64_t step, const std::vector<std::string>& parts,
                                      const std::string& determinism_class,
@@ -190,8 +190,9 @@ class ChiefClient {
       EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ControlCall again (after a back-off) while the chief is unreachable or answers OVERLOADED or
   // RETRY, until `budget` is spent. Returns an OK reply or the error.
-  // `overloaded_ends`: an OVERLOADED answer (the chief could not write: a full disk) is returned
-  // at once as kResourceExhausted, for a caller that waits for space its own way.
+  // `overloaded_ends`: an OVERLOADED answer (the chief could not write for lack of space, or its
+  // server's queue is full) is returned at once as kResourceExhausted, for a caller that waits
+  // its own way and for as long as it takes.
   StatusOr<wire::InMessage> ControlRetry(const std::function<wire::OutMessage()>& build,
                                          std::chrono::milliseconds budget,
                                          const std::function<bool()>& cancelled = nullptr,

@@ -239,19 +239,20 @@ bool BackgroundCheckpointer::TryCommit(const Uncommitted& c) {
     if (commit_held_ != was_held) cv_.SignalAll();  // Finish's deadline
   }
   if (full) {
-    // The chief's disk is full: the commit waits for space as the writing does (the final
-    // checkpoint would otherwise fail the job, and its rollback meet the same disk).
+    // The chief cannot take the commit now (its disk is full, or its queue): the commit waits as
+    // the writing does for space (the final checkpoint would otherwise fail the job, and its
+    // rollback meet the same disk).
     if (!was_held)
-      TLOG_ERROR("checkpoint of step {} waits for space on the chief's disk: {}", c.step,
+      TLOG_ERROR("checkpoint of step {} waits for the chief to take its commit: {}", c.step,
                  committed.status().ToString());
     if (options_.waiting_on)
-      options_.waiting_on("waiting for space for the chief to commit the checkpoint of step " +
+      options_.waiting_on("waiting for the chief to take the commit of the checkpoint of step " +
                           std::to_string(c.step) + ": " + committed.status().ToString());
     return false;
   }
   if (was_held) {
     if (options_.waiting_on) options_.waiting_on("");
-    TLOG_INFO("checkpoint of step {}: the chief has space again", c.step);
+    TLOG_INFO("checkpoint of step {}: the chief takes its commit again", c.step);
   }
   MutexLock lock(&mu_);
   if (committed.ok()) {

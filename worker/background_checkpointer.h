@@ -36,7 +36,8 @@ struct BackgroundCheckpointerOptions {
       shard_parts;
   // Asks the chief to commit the manifest's parts (ChiefClient::CommitCheckpoint); `retained`
   // gets the committed checkpoints it keeps. kUnavailable and the like: the chief is away (try
-  // again); kResourceExhausted: the chief's disk is full (try again, as long as it takes);
+  // again); kResourceExhausted: the chief cannot take it now, its disk is full (try again, as
+  // long as it takes);
   // kInvalidArgument or kDataLoss: refused for good.
   std::function<StatusOr<int64_t>(int64_t step, const std::vector<std::string>& parts,
                                   std::vector<int64_t>* retained)>
@@ -111,7 +112,7 @@ class BackgroundCheckpointer {
   bool writing_ GUARDED_BY(mu_) = false;
   bool writing_final_ GUARDED_BY(mu_) = false;
   bool held_ GUARDED_BY(mu_) = false;         // the one being written waits for space
-  bool commit_held_ GUARDED_BY(mu_) = false;  // the chief's disk refused the last commit
+  bool commit_held_ GUARDED_BY(mu_) = false;  // the chief asked to be asked later (full disk)
   std::optional<Uncommitted> uncommitted_ GUARDED_BY(mu_);
   int64_t last_begun_ GUARDED_BY(mu_) = -1;
   int64_t last_committed_ GUARDED_BY(mu_) = -1;

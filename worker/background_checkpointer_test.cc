@@ -238,7 +238,8 @@ TEST(BackgroundCheckpointerTest, ACommitTheChiefsFullDiskRefusedWaitsForSpace) {
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(c.last_committed(), 4);
   ASSERT_EQ(said.size(), 2u);
-  EXPECT_NE(said[0].find("the chief to commit the checkpoint of step 4"), std::string::npos)
+  EXPECT_NE(said[0].find("the chief to take the commit of the checkpoint of step 4"),
+            std::string::npos)
       << said[0];
   EXPECT_NE(said[0].find("ENOSPC"), std::string::npos) << said[0];
   EXPECT_EQ(said[1], "");
