@@ -618,10 +618,25 @@ void ChiefService::HandleKvSet(wire::InMessage& m, wire::Responder r) {
     // store is written only while collectives meet, a handful of keys.
     saved = WriteFileDurably(KvPath(job_), EncodeKv(kv_));
   }
-  if (!saved.ok()) {
+  if (saved.IsResourceExhausted()) {
+    // A full disk: the key is kept in memory and the set answered. Failing it failed every
+    // rendezvous, so the job, and its rollback met the same disk. What is lost is the key's
+    // survival across a restart of the chief while the disk is full: the members then meet
+    // again under a new generation (their rendezvous times out), which a job survives.
+    MutexLock lock(&mu_);
+    if (!std::exchange(kv_in_memory_only_, true))
+      TLOG_ERROR(
+          "rendezvous store kept in memory only until it can be written (a restart of the "
+          "chief meanwhile loses it): {}",
+          saved.ToString());
+  } else if (!saved.ok()) {
     TLOG_ERROR("kv set '{}': {}", key, saved.ToString());
     SendStatus(r, saved);  // INTERNAL: the member's KvSet fails rather than trust a lost key
     return;
+  } else {
+    MutexLock lock(&mu_);
+    if (std::exchange(kv_in_memory_only_, false))
+      TLOG_INFO("rendezvous store written again: {}", KvPath(job_));
   }
   wire::OutMessage reply = r.NewReply();
   reply.envelope().getBody().initKvSetReply();

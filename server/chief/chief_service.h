@@ -128,6 +128,7 @@ class ChiefService {
   std::map<std::string, BarrierState> barriers_ GUARDED_BY(mu_);
   int64_t next_barrier_key_ GUARDED_BY(mu_) = 0;
   std::map<std::string, std::string> kv_ GUARDED_BY(mu_);
+  bool kv_in_memory_only_ GUARDED_BY(mu_) = false;  // its file met a full disk
   // The checkpoint whose commit a full disk refused last (worker 0 asks again every second):
   // logged once, and once more when it is committed.
   int64_t commit_waits_for_space_ GUARDED_BY(mu_) = -1;

@@ -451,6 +451,30 @@ TEST_F(ChiefServiceTest, KvSetAndGet) {
   EXPECT_EQ(**empty, "");
 }
 
+// On a full disk (the file-size limit here) the rendezvous store is kept in memory: a set is
+// answered and read back (failing it failed every rendezvous, so the job), and the store is
+// written again by the next set once there is space.
+TEST_F(ChiefServiceTest, KvSetOnAFullDiskIsKeptInMemoryAndWrittenOnceThereIsSpace) {
+  StartChief();
+  Member& m = Join(wire::Role::WORKER, 0, false);
+  const std::string path = job_.checkpoint.dir + "/chief/kv";
+  {
+    testing::FullDisk disk;
+    Status set = m.client->KvSet("gen1/rank0", "address of rank 0, longer than 16 bytes");
+    ASSERT_TRUE(set.ok()) << set;
+    auto got = m.client->KvGet("gen1/rank0");
+    ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+    EXPECT_EQ(**got, "address of rank 0, longer than 16 bytes");
+  }
+  if (std::filesystem::exists(path)) {
+    EXPECT_EQ(testing::ReadFile(path).find("gen1/rank0"), std::string::npos);
+  }
+  ASSERT_TRUE(m.client->KvSet("gen1/rank1", "b").ok());
+  const std::string saved = testing::ReadFile(path);
+  EXPECT_NE(saved.find("gen1/rank0"), std::string::npos) << saved;
+  EXPECT_NE(saved.find("gen1/rank1"), std::string::npos) << saved;
+}
+
 TEST_F(ChiefServiceTest, StopGoesThroughStoppingToStoppedAndTheChiefFinishes) {
   StartChief();
   JoinAll();

@@ -10,12 +10,16 @@
 // the model checksum of the same job on a disk that never filled. Before, the PS aborted on an
 // assertion inside RocksDB's own info-log writer after ENOSPC, a checkpoint part that met a full
 // disk failed the job (the final one too), and `tandem local` rolled the job back onto the same
-// full disk. Needs root (mount), as CI has.
+// full disk. That test needs root (mount), as CI has; the second, the chief alone unable to
+// write, does not.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -188,6 +192,81 @@ TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout
   EXPECT_NE(output.find(" goes on\n"), std::string::npos) << output;
   // The progress lines of the pause name the shards it waits on.
   EXPECT_NE(output.find(", waiting on ps:"), std::string::npos) << output;
+  EXPECT_EQ(output.find("restarting"), std::string::npos) << output;
+  EXPECT_EQ(output.find("rolling back"), std::string::npos) << output;
+  EXPECT_EQ(Checksum(output), want) << output;
+}
+
+// The chief alone cannot write (its file-size limit, set from outside with prlimit: the daemons
+// ignore SIGXFSZ, so its writes fail with EFBIG as on a full disk) from the start of a job until
+// the job has trained its last step and 5 s more: every checkpoint's commit, the final one
+// included, is refused meanwhile, and the workers' first rendezvous meets it too (the chief's
+// rendezvous store). Worker 0 must wait for the chief (the final checkpoint is what ends the
+// job) and say so, and the job must end with exit 0 and the model of a run without, without a
+// restart or a rollback. Before, the rendezvous failed the job at once (its first version found
+// this), and the chief answered the commits INTERNAL: the final checkpoint failed the job once
+// Finish's budget (60 s) ran out, rolling it back; no line said why.
+TEST(LocalDiskFullTest, AChiefThatCannotWriteHoldsTheCommitsAndTheJobEndsWithTheSameModel) {
+  constexpr int64_t kShortSteps = 200;
+  TempDir ref_dir;
+  WriteFile(ref_dir.File("job.yaml"), SmallJob(ref_dir.path(), kShortSteps));
+  const CommandResult ref = Local(ref_dir, 2, 2, kSets);
+  ASSERT_EQ(ref.exit.exit_code, 0) << ref.output;
+  const std::string want = Checksum(ref.output);
+  ASSERT_FALSE(want.empty()) << ref.output;
+
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), kShortSteps));
+  std::vector<std::string> sets;
+  for (const std::string& s : kSets) sets.insert(sets.end(), {"--set", s});
+  SpawnOptions o = LocalSpawn(dir, 2, 2, "local.log", sets);
+  o.unset_env = {"TF_CONFIG"};
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  struct Ender {
+    Subprocess* p;
+    ~Ender() {
+      if (p->running()) p->Stop(milliseconds(20000));
+    }
+  } ender{&*p};
+  const std::string out = dir.path() + "/out";
+  int chief = 0;
+  for (auto deadline = Clock::now() + std::chrono::seconds(30);
+       chief == 0 && p->running() && Clock::now() < deadline;
+       std::this_thread::sleep_for(milliseconds(10)))
+    chief = ClusterPid(out, "chief:0");
+  ASSERT_GT(chief, 0) << ReadFile(dir.File("local.log"));
+  rlimit full{16, RLIM_INFINITY}, lifted{RLIM_INFINITY, RLIM_INFINITY};
+  ASSERT_EQ(::prlimit(chief, RLIMIT_FSIZE, &full, nullptr), 0) << std::strerror(errno);
+
+  // Until training has ended (only the final checkpoint is left) and 5 s more.
+  const std::string metrics = out + "/metrics.jsonl";
+  auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (p->running() && ReportedStep(metrics) < kShortSteps - 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_GE(ReportedStep(metrics), kShortSteps - 1) << ReadFile(dir.File("local.log"));
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  ASSERT_TRUE(p->running()) << ReadFile(dir.File("local.log")) << "\nits logs:\n" << JobLogs(dir);
+  const std::string held = ReadFile(dir.File("local.log"));
+  EXPECT_NE(held.find("worker:0 is waiting for the chief to take the commit of the checkpoint of "
+                      "step " +
+                      std::to_string(kShortSteps - 1)),
+            std::string::npos)
+      << held;
+  EXPECT_NE(held.find("(EFBIG)"), std::string::npos) << held;
+  EXPECT_EQ(held.find("job done"), std::string::npos) << held;
+  ASSERT_EQ(::prlimit(chief, RLIMIT_FSIZE, &lifted, nullptr), 0) << std::strerror(errno);
+
+  auto e = p->Wait(milliseconds(120000));
+  ASSERT_TRUE(e.has_value()) << "the job did not end once the chief could write\n"
+                             << ReadFile(dir.File("local.log")) << "\nits logs:\n"
+                             << JobLogs(dir);
+  const std::string output = ReadFile(dir.File("local.log"));
+  EXPECT_EQ(e->exit_code, 0) << output << "\nits logs:\n" << JobLogs(dir);
+  EXPECT_NE(output.find("job done after step " + std::to_string(kShortSteps - 1)),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("worker:0 goes on\n"), std::string::npos) << output;
   EXPECT_EQ(output.find("restarting"), std::string::npos) << output;
   EXPECT_EQ(output.find("rolling back"), std::string::npos) << output;
   EXPECT_EQ(Checksum(output), want) << output;
