@@ -83,6 +83,44 @@ std::string JobLogs(const TempDir& dir) {
   return all;
 }
 
+// The model checksum of the job of `steps` steps on a disk that never fills ("" after a test
+// failure when that job failed).
+std::string ReferenceChecksum(int64_t steps) {
+  TempDir ref_dir;
+  WriteFile(ref_dir.File("job.yaml"), SmallJob(ref_dir.path(), steps));
+  const CommandResult ref = Local(ref_dir, 2, 2, kSets);
+  EXPECT_EQ(ref.exit.exit_code, 0) << ref.output;
+  const std::string sum = Checksum(ref.output);
+  EXPECT_FALSE(sum.empty()) << ref.output;
+  return sum;
+}
+
+// Whatever a test does, the job it started ends with it.
+struct StopAtEnd {
+  Subprocess* p;
+  ~StopAtEnd() {
+    if (p->running()) p->Stop(milliseconds(20000));
+  }
+};
+
+// The job `p` (its output in dir/local.log) ends with exit 0 after its last step, having said
+// `went_on` after its pause, without a restart or a rollback, and with the model checksum `want`.
+void ExpectEndsLikeARunWithout(Subprocess* p, const TempDir& dir, int64_t steps,
+                               const std::string& went_on, const std::string& want) {
+  auto e = p->Wait(milliseconds(180000));
+  ASSERT_TRUE(e.has_value()) << "the job did not end once it could write again\n"
+                             << ReadFile(dir.File("local.log")) << "\nits logs:\n"
+                             << JobLogs(dir);
+  const std::string output = ReadFile(dir.File("local.log"));
+  EXPECT_EQ(e->exit_code, 0) << output << "\nits logs:\n" << JobLogs(dir);
+  EXPECT_NE(output.find("job done after step " + std::to_string(steps - 1)), std::string::npos)
+      << output;
+  EXPECT_NE(output.find(went_on), std::string::npos) << output;
+  EXPECT_EQ(output.find("restarting"), std::string::npos) << output;
+  EXPECT_EQ(output.find("rolling back"), std::string::npos) << output;
+  EXPECT_EQ(Checksum(output), want) << output;
+}
+
 // Once dir/out/metrics.jsonl reports `step`, fills the file system of `disk` up to `left`
 // bytes, waits until `tandem local` (its output in dir/local.log) says `said`, holds 15 s (long
 // past the shards' one-second retries and RocksDB's own recovery attempts) and empties it again.
@@ -125,12 +163,8 @@ void FillHoldAndEmpty(Subprocess* p, const TempDir& dir, const std::string& disk
 TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout) {
   ASSERT_EQ(::geteuid(), 0u) << "this test mounts a tmpfs in a mount namespace: run it as root "
                                 "(CI does)";
-  TempDir ref_dir;
-  WriteFile(ref_dir.File("job.yaml"), SmallJob(ref_dir.path(), kSteps));
-  const CommandResult ref = Local(ref_dir, 2, 2, kSets);
-  ASSERT_EQ(ref.exit.exit_code, 0) << ref.output;
-  const std::string want = Checksum(ref.output);
-  ASSERT_FALSE(want.empty()) << ref.output;
+  const std::string want = ReferenceChecksum(kSteps);
+  if (HasFailure()) return;
 
   TempDir dir;
   const std::string disk = dir.path() + "/disk";
@@ -163,13 +197,7 @@ TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout
   o.output_path = dir.File("local.log");
   auto p = Subprocess::Spawn(o);
   ASSERT_TRUE(p.ok()) << p.status();
-  // Whatever happens below, the job and its namespace end with the test.
-  struct Ender {
-    Subprocess* p;
-    ~Ender() {
-      if (p->running()) p->Stop(milliseconds(20000));
-    }
-  } ender{&*p};
+  StopAtEnd ender{&*p};  // and its namespace with it
   const std::string root = "/proc/" + std::to_string(p->pid()) + "/root" + disk;
 
   // Phase 1, the PS data's disk: pushes are refused (push log, RocksDB), and checkpoint parts
@@ -181,20 +209,10 @@ TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout
   FillHoldAndEmpty(&*p, dir, root + "/ckpt", 200, 0, " is waiting for space for ");
   if (HasFatalFailure()) return;
 
-  auto e = p->Wait(milliseconds(180000));
-  ASSERT_TRUE(e.has_value()) << "the job did not end once space was back\n"
-                             << ReadFile(dir.File("local.log")) << "\nits logs:\n"
-                             << JobLogs(dir);
-  const std::string output = ReadFile(dir.File("local.log"));
-  EXPECT_EQ(e->exit_code, 0) << output << "\nits logs:\n" << JobLogs(dir);
-  EXPECT_NE(output.find("job done after step " + std::to_string(kSteps - 1)), std::string::npos)
-      << output;
-  EXPECT_NE(output.find(" goes on\n"), std::string::npos) << output;
+  ExpectEndsLikeARunWithout(&*p, dir, kSteps, " goes on\n", want);
   // The progress lines of the pause name the shards it waits on.
-  EXPECT_NE(output.find(", waiting on ps:"), std::string::npos) << output;
-  EXPECT_EQ(output.find("restarting"), std::string::npos) << output;
-  EXPECT_EQ(output.find("rolling back"), std::string::npos) << output;
-  EXPECT_EQ(Checksum(output), want) << output;
+  EXPECT_NE(ReadFile(dir.File("local.log")).find(", waiting on ps:"), std::string::npos)
+      << ReadFile(dir.File("local.log"));
 }
 
 // The chief alone cannot write (its file-size limit, set from outside with prlimit: the daemons
@@ -208,12 +226,8 @@ TEST(LocalDiskFullTest, AJobWhoseDiskFillsWaitsThenEndsWithTheModelOfARunWithout
 // Finish's budget (60 s) ran out, rolling it back; no line said why.
 TEST(LocalDiskFullTest, AChiefThatCannotWriteHoldsTheCommitsAndTheJobEndsWithTheSameModel) {
   constexpr int64_t kShortSteps = 200;
-  TempDir ref_dir;
-  WriteFile(ref_dir.File("job.yaml"), SmallJob(ref_dir.path(), kShortSteps));
-  const CommandResult ref = Local(ref_dir, 2, 2, kSets);
-  ASSERT_EQ(ref.exit.exit_code, 0) << ref.output;
-  const std::string want = Checksum(ref.output);
-  ASSERT_FALSE(want.empty()) << ref.output;
+  const std::string want = ReferenceChecksum(kShortSteps);
+  if (HasFailure()) return;
 
   TempDir dir;
   WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), kShortSteps));
@@ -223,12 +237,7 @@ TEST(LocalDiskFullTest, AChiefThatCannotWriteHoldsTheCommitsAndTheJobEndsWithThe
   o.unset_env = {"TF_CONFIG"};
   auto p = Subprocess::Spawn(o);
   ASSERT_TRUE(p.ok()) << p.status();
-  struct Ender {
-    Subprocess* p;
-    ~Ender() {
-      if (p->running()) p->Stop(milliseconds(20000));
-    }
-  } ender{&*p};
+  StopAtEnd ender{&*p};
   const std::string out = dir.path() + "/out";
   int chief = 0;
   for (auto deadline = Clock::now() + std::chrono::seconds(30);
@@ -257,19 +266,7 @@ TEST(LocalDiskFullTest, AChiefThatCannotWriteHoldsTheCommitsAndTheJobEndsWithThe
   EXPECT_EQ(held.find("job done"), std::string::npos) << held;
   ASSERT_EQ(::prlimit(chief, RLIMIT_FSIZE, &lifted, nullptr), 0) << std::strerror(errno);
 
-  auto e = p->Wait(milliseconds(120000));
-  ASSERT_TRUE(e.has_value()) << "the job did not end once the chief could write\n"
-                             << ReadFile(dir.File("local.log")) << "\nits logs:\n"
-                             << JobLogs(dir);
-  const std::string output = ReadFile(dir.File("local.log"));
-  EXPECT_EQ(e->exit_code, 0) << output << "\nits logs:\n" << JobLogs(dir);
-  EXPECT_NE(output.find("job done after step " + std::to_string(kShortSteps - 1)),
-            std::string::npos)
-      << output;
-  EXPECT_NE(output.find("worker:0 goes on\n"), std::string::npos) << output;
-  EXPECT_EQ(output.find("restarting"), std::string::npos) << output;
-  EXPECT_EQ(output.find("rolling back"), std::string::npos) << output;
-  EXPECT_EQ(Checksum(output), want) << output;
+  ExpectEndsLikeARunWithout(&*p, dir, kShortSteps, "worker:0 goes on\n", want);
 }
 
 }  // namespace
