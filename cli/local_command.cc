@@ -229,7 +229,7 @@ std::string ProgressLine(const ClusterView& v, int up, int expected) {
   line += " | " + std::string(Name(v.job_state));
   std::string held;
   for (const MemberView& m : v.members)
-    if (!m.waiting_on.empty())
+    if (!m.waiting_on.empty() && !m.waiting_on.ends_with(kWaitingGoesOn))
       held +=
           (held.empty() ? "" : ", ") + config::TaskId{m.role, static_cast<int>(m.index)}.ToString();
   if (!held.empty()) line += ", waiting on " + held;
@@ -483,7 +483,10 @@ class JobAttempt {
       std::string& shown = waits_shown_[who];
       if (m.waiting_on == shown) continue;
       if (tty_) std::printf("\r\033[K");
-      if (!m.waiting_on.empty())
+      // A member that goes on meanwhile (rank 0 keeping its metrics lines) says so itself.
+      if (m.waiting_on.ends_with(kWaitingGoesOn))
+        std::printf("tandem local: %s: %s\n", who.c_str(), m.waiting_on.c_str());
+      else if (!m.waiting_on.empty())
         std::printf("tandem local: %s is %s; the job waits until it can (free space there)\n",
                     who.c_str(), m.waiting_on.c_str());
       else

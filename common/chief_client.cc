@@ -152,9 +152,12 @@ JobState ChiefClient::job_state() const {
   return job_state_;
 }
 
-void ChiefClient::SetWaitingOn(std::string why) {
+void ChiefClient::SetWaitingOn(std::string why, const std::string& source) {
   MutexLock lock(&state_mu_);
-  waiting_on_ = std::move(why);
+  if (why.empty())
+    waiting_on_.erase(source);
+  else
+    waiting_on_[source] = std::move(why);
 }
 
 void ChiefClient::SetProgress(const Progress& progress) {
@@ -348,7 +351,8 @@ Status ChiefClient::SendHeartbeat(wire::RpcClient* client, int handle, milliseco
     MutexLock lock(&state_mu_);
     p = progress_;
     id = identity_;
-    waiting_on = waiting_on_;
+    for (const auto& [source, why] : waiting_on_)
+      waiting_on += (waiting_on.empty() ? "" : "; ") + why;
   }
   wire::OutMessage m;
   auto hb = m.envelope().getBody().initHeartbeat();

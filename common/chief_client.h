@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
@@ -106,6 +108,10 @@ struct ChiefClientOptions {
   std::chrono::milliseconds call_budget{2000};  // one attempt of a control call
 };
 
+// Ends a SetWaitingOn text of a member whose work goes on meanwhile (rank 0 keeping metrics
+// lines in memory): `tandem local` then does not say that the job waits for it.
+inline constexpr std::string_view kWaitingGoesOn = " (training goes on)";
+
 // Register, View, Barrier, KvSet, KvGet, StopJob are safe for concurrent use (one control
 // socket behind a mutex); the heartbeat thread has its own socket.
 class ChiefClient {
@@ -130,8 +136,9 @@ class ChiefClient {
   void StopHeartbeats();
   void SetProgress(const Progress& progress);
   // What holds this member now (a PS refusing pushes for a full disk, a checkpoint waiting for
-  // space), sent with every heartbeat until cleared with "". Any thread.
-  void SetWaitingOn(std::string why);
+  // space), sent with every heartbeat until cleared with "". Any thread. Each `source` (a
+  // worker's checkpointer and its outputs) has its own; the heartbeat joins them with "; ".
+  void SetWaitingOn(std::string why, const std::string& source = "");
   // Sends a heartbeat now from the calling thread and waits for its answer (a final report),
   // trying again while the chief is unreachable (e.g. restarting) until `budget` is spent.
   Status HeartbeatNow(std::chrono::milliseconds budget);
@@ -217,7 +224,7 @@ class ChiefClient {
   mutable Mutex state_mu_;
   wire::Identity identity_ GUARDED_BY(state_mu_);
   Progress progress_ GUARDED_BY(state_mu_);
-  std::string waiting_on_ GUARDED_BY(state_mu_);
+  std::map<std::string, std::string> waiting_on_ GUARDED_BY(state_mu_);  // by source
   JobState job_state_ GUARDED_BY(state_mu_) = JobState::kStarting;
   int64_t registered_step_ GUARDED_BY(state_mu_) = -1;
   std::atomic<bool> stop_requested_{false};

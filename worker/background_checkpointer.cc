@@ -22,7 +22,7 @@ void UseClients(PsClient* ps, ChiefClient* chief, const std::string& determinism
                                           bool final) {
     return ps->CheckpointParts(step, retained, final ? final_kind : PartKind::kFull);
   };
-  options->waiting_on = [chief](const std::string& why) { chief->SetWaitingOn(why); };
+  options->waiting_on = [chief](const std::string& why) { chief->SetWaitingOn(why, "checkpoint"); };
   options->commit = [chief, determinism_class, commit_budget](int64_t step,
                                                               const std::vector<std::string>& parts,
                                                               std::vector<int64_t>* retained) {

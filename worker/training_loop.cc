@@ -15,6 +15,7 @@
 #include "worker/data/record_source.h"
 #include "worker/dense_state.h"
 #include "worker/evaluator.h"
+#include "worker/output_space.h"
 #include "worker/roll_forward/replica_resync.h"
 #include "worker/trainer.h"
 
@@ -168,6 +169,10 @@ class TrainingLoop {
         global_batch_(int64_t{options.world} * job_.train.batch_size),
         every_ckpt_(job_.checkpoint.every_steps),
         bad_lines_(job_.train.log_every_steps),
+        outputs_({.metrics = options.metrics,
+                  .tensorboard = options.tensorboard,
+                  .waiting_on = options.waiting_on,
+                  .stopped = options.stop_requested}),
         start_step_(options.start_step) {
     result_.steps_done = options.start_step;
   }
@@ -231,6 +236,7 @@ class TrainingLoop {
   const int64_t global_batch_;
   const int64_t every_ckpt_;  // checkpoint.every_steps
   BadLineReporter bad_lines_;
+  OutputSpace outputs_;  // rank 0's metrics, events and dense state on a full disk
 
   // Declared in the order they are built: destroyed prefetcher first (it stops the pipeline it
   // reads from), the trainer last.
@@ -407,6 +413,7 @@ Status TrainingLoop::Evaluate(int64_t next_step) {
     if (o_.tensorboard)
       TANDEM_RETURN_IF_ERROR(
           WriteEvalScalars(*o_.tensorboard, next_step - 1, e.auc, e.logloss, tasks_));
+    outputs_.Report();
   }
   return Status::Ok();
 }
@@ -604,6 +611,7 @@ Status TrainingLoop::WriteStepMetrics(int64_t step, const StepStats& st) {
                            {metrics::kTagSamplesPerSec, AsScalar(m.samples_per_sec)}};
     TANDEM_RETURN_IF_ERROR(o_.tensorboard->WriteScalars(step, s));
   }
+  outputs_.Report();
   return Status::Ok();
 }
 
@@ -678,8 +686,11 @@ StatusOr<TrainingResult> TrainingLoop::Finish() {
   result_.dense_checksum = trainer_->DenseChecksum();
   const auto params = std::as_const(trainer_->model()).params();
   result_.dense_params.assign(params.begin(), params.end());
-  if (o_.rank == 0 && !o_.dense_state_path.empty())
-    TANDEM_RETURN_IF_ERROR(WriteDenseState(o_.dense_state_path, result_.steps_done - 1, *trainer_));
+  if (o_.rank == 0 && !o_.dense_state_path.empty()) {
+    const DenseState state = SnapshotDenseState(*trainer_, result_.steps_done - 1);
+    TANDEM_RETURN_IF_ERROR(outputs_.WhenThereIsSpace(
+        o_.dense_state_path, [&] { return WriteDenseStateFile(o_.dense_state_path, state); }));
+  }
   if (!result_.completed) return std::move(result_);
   TANDEM_RETURN_IF_ERROR(FinalEval());
   result_.auc = progress_.auc;
@@ -714,12 +725,15 @@ Status TrainingLoop::WriteFinal() {
     m.step = total_ - 1;
     m.bad_lines = bad_count_;
     m.tasks = tasks_;
-    TANDEM_RETURN_IF_ERROR(o_.metrics->WriteFinal(m));
+    TANDEM_RETURN_IF_ERROR(outputs_.WhenThereIsSpace(o_.metrics->path() + "'s final line",
+                                                     [&] { return o_.metrics->WriteFinal(m); }));
   }
   if (o_.tensorboard)
     TANDEM_RETURN_IF_ERROR(
         WriteEvalScalars(*o_.tensorboard, total_ - 1, result_.auc, result_.logloss, tasks_));
-  return Status::Ok();
+  // Held lines and events are part of the result: the job ends once they are in their files.
+  return outputs_.WhenThereIsSpace("the held metrics lines and TensorBoard events",
+                                   [&] { return outputs_.WriteHeld(); });
 }
 
 }  // namespace

@@ -57,6 +57,9 @@ struct TrainingLoopOptions {
   std::function<void(const LoopProgress&)> on_progress;  // after every step and eval
   // Polled once per step; true votes to stop the whole job after the current step.
   std::function<bool()> stop_requested;
+  // Rank 0: what holds its outputs (a full disk under output.dir), "" once nothing does
+  // (OutputSpace; ChiefClient::SetWaitingOn).
+  std::function<void(const std::string&)> waiting_on;
   int data_threads = 1;  // pipeline reader threads
   // Rank 0, when non-empty: the dense state (dense_state.h) is written here once the loop ends,
   // completed or stopped, with step = steps_done - 1.

@@ -243,6 +243,8 @@ class WorkerRun {
     o.stop_requested = [this] {
       return stop_signal_.load() || chief_->stop_requested() || chief_->fenced();
     };
+    if (rank_ == 0)
+      o.waiting_on = [this](const std::string& why) { chief_->SetWaitingOn(why, "outputs"); };
     return o;
   }
 

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/metrics/holding_append_file.h"
 #include "common/metrics/metrics_writer.h"
 #include "common/metrics/tensorboard_writer.h"
+#include "common/testing/full_disk.h"
 
 namespace tandem::metrics {
 namespace {
@@ -648,6 +650,112 @@ TEST(TensorBoardWriterTest, SecondWriterInTheSameSecondGetsItsOwnFile) {
   ASSERT_TRUE(second->WriteScalar(1, kTagLoss, 0.5f).ok());
   EXPECT_EQ(ReadEvents(first->path()).size(), 1u);
   EXPECT_EQ(ReadEvents(second->path()).size(), 2u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A full output disk (issue 21's failure paths): training goes on, nothing is lost.
+
+// Lines written while the disk has no room wait in memory and reach the file, in order and
+// whole, with the first line that fits; the writer says what waits meanwhile.
+TEST(MetricsWriterTest, LinesTheDiskHasNoRoomForWaitInMemoryAndFollowInOrder) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  auto writer = OpenOrDie(path);
+  ASSERT_TRUE(writer->WriteStep(Step(0, 0.9)).ok());
+  EXPECT_EQ(writer->Held(), "");
+  const std::string before = ReadFile(path);
+  {
+    testing::FullDisk full;
+    ASSERT_TRUE(writer->WriteStep(Step(10, 0.8)).ok());
+    ASSERT_TRUE(writer->WriteEval(Eval(10, 0.6)).ok());
+    ASSERT_TRUE(writer->WriteStep(Step(20, 0.7)).ok());
+    EXPECT_EQ(ReadFile(path), before) << "nothing, not even part of a line, reached the file";
+    const std::string held = writer->Held();
+    EXPECT_NE(held.find("lines of metrics.jsonl wait in memory for space"), std::string::npos)
+        << held;
+    EXPECT_NE(held.find("(EFBIG)"), std::string::npos) << held;
+    EXPECT_TRUE(writer->WriteHeld().IsResourceExhausted());
+  }
+  ASSERT_TRUE(writer->WriteStep(Step(30, 0.6)).ok());
+  EXPECT_EQ(writer->Held(), "");
+  EXPECT_EQ(writer->dropped_lines(), 0u);
+  const std::vector<json> lines = ReadJsonLines(path);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0]["step"], 0);
+  EXPECT_EQ(lines[1]["step"], 10);
+  EXPECT_DOUBLE_EQ(lines[1]["loss"].get<double>(), 0.8);
+  EXPECT_EQ(lines[2]["step"], 10);
+  EXPECT_DOUBLE_EQ(lines[2]["auc"].get<double>(), 0.6);
+  EXPECT_EQ(lines[3]["step"], 20);
+  EXPECT_EQ(lines[4]["step"], 30);
+}
+
+// The final line is the job's result: it is not held, and not final until the disk takes it
+// (with the lines held before it); the same call then succeeds.
+TEST(MetricsWriterTest, TheFinalLineIsWrittenOnlyOnceTheDiskTakesItAndTheLinesBeforeIt) {
+  TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  auto writer = OpenOrDie(path);
+  ASSERT_TRUE(writer->WriteStep(Step(0, 0.9)).ok());
+  const FinalMetrics final{0.79, 0.44, "0123456789abcdef0123456789abcdef"};
+  {
+    testing::FullDisk full;
+    ASSERT_TRUE(writer->WriteStep(Step(10, 0.8)).ok());
+    const Status refused = writer->WriteFinal(final);
+    EXPECT_TRUE(refused.IsResourceExhausted()) << refused;
+    EXPECT_TRUE(writer->WriteFinal(final).IsResourceExhausted());
+  }
+  ASSERT_TRUE(writer->WriteFinal(final).ok());
+  EXPECT_TRUE(writer->WriteStep(Step(20, 0.7)).IsFailedPrecondition());
+  const std::vector<json> lines = ReadJsonLines(path);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1]["step"], 10);
+  EXPECT_EQ(lines[2]["final"], true);
+  EXPECT_EQ(writer->Held(), "");
+}
+
+// What may wait is bounded: past it a record is dropped and counted, never the ones before it.
+TEST(HoldingAppendFileTest, RecordsPastTheHeldMemoryAreDroppedAndCounted) {
+  TempDir dir;
+  auto file = internal::AppendFile::Open(dir.path() + "/f", internal::AppendFile::Mode::kCreateNew);
+  ASSERT_TRUE(file.ok()) << file.status();
+  internal::HoldingAppendFile held(std::move(file).value(), /*max_held_bytes=*/10);
+  ASSERT_TRUE(held.Append("first record\n").ok());
+  {
+    testing::FullDisk full;
+    ASSERT_TRUE(held.Append("abcd\n").ok());
+    ASSERT_TRUE(held.Append("efgh\n").ok());
+    ASSERT_TRUE(held.Append("ijkl\n").ok());  // 15 bytes would be held: dropped
+    EXPECT_EQ(held.held_records(), 2u);
+    EXPECT_EQ(held.dropped_records(), 1u);
+    EXPECT_TRUE(held.held_because().IsResourceExhausted());
+  }
+  ASSERT_TRUE(held.Append("mnop\n").ok());
+  EXPECT_EQ(held.held_records(), 0u);
+  EXPECT_TRUE(held.held_because().ok());
+  EXPECT_EQ(ReadFile(dir.path() + "/f"), "first record\nabcd\nefgh\nmnop\n");
+}
+
+// TensorBoard events wait the same way, and the event file stays readable record by record.
+TEST(TensorBoardWriterTest, EventsTheDiskHasNoRoomForWaitInMemoryAndFollowInOrder) {
+  TempDir dir;
+  auto writer = OpenTbOrDie(dir.path());
+  ASSERT_TRUE(writer->WriteScalar(1, kTagLoss, 0.5f).ok());
+  {
+    testing::FullDisk full;
+    ASSERT_TRUE(writer->WriteScalar(2, kTagLoss, 0.4f).ok());
+    ASSERT_TRUE(writer->WriteScalar(3, kTagLoss, 0.3f).ok());
+    EXPECT_NE(writer->Held().find("events of events.out.tfevents"), std::string::npos)
+        << writer->Held();
+    EXPECT_EQ(ReadEvents(writer->path()).size(), 2u);
+  }
+  ASSERT_TRUE(writer->WriteHeld().ok());
+  EXPECT_EQ(writer->Held(), "");
+  ASSERT_TRUE(writer->WriteScalar(4, kTagLoss, 0.2f).ok());
+  const std::vector<TestEvent> events = ReadEvents(writer->path());
+  ASSERT_EQ(events.size(), 5u);
+  for (int64_t i = 1; i <= 4; ++i) EXPECT_EQ(events[i].step, i);
+  EXPECT_EQ(events[3].values.at(0).simple_value, 0.3f);
 }
 
 }  // namespace

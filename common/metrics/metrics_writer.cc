@@ -114,6 +114,21 @@ Status MetricsWriter::WriteLine(const std::string& json) {
   return file_.Append(json);
 }
 
+Status MetricsWriter::WriteHeld() {
+  MutexLock lock(&mu_);
+  return file_.WriteHeld();
+}
+
+std::string MetricsWriter::Held() const {
+  MutexLock lock(&mu_);
+  return file_.Describe("lines");
+}
+
+uint64_t MetricsWriter::dropped_lines() const {
+  MutexLock lock(&mu_);
+  return file_.dropped_records();
+}
+
 Status MetricsWriter::WriteStep(const StepMetrics& m) {
   Json json = {{"step", m.step},
                {"timeline", m.timeline},
@@ -160,9 +175,10 @@ Status MetricsWriter::WriteFinal(const FinalMetrics& m) {
   if (m.bad_lines >= 0) line["bad_lines"] = m.bad_lines;
   AddTasks(m.tasks, line);
   MutexLock lock(&mu_);
-  TANDEM_RETURN_IF_ERROR(WriteLine(Dump(line)));
+  if (finished_) return Status::FailedPrecondition(path() + ": the final line is written");
+  TANDEM_RETURN_IF_ERROR(file_.AppendNow(Dump(line)));
   finished_ = true;
-  return file_.Sync();
+  return file_.file().Sync();
 }
 
 }  // namespace tandem::metrics

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/metrics/append_file.h"
+#include "common/metrics/holding_append_file.h"
 #include "common/status.h"
 #include "common/sync.h"
 
@@ -84,11 +85,22 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // Each appends one line. Errors: kFailedPrecondition after WriteFinal; I/O errors.
+  // Each appends one line. A line the disk has no room for waits in memory and goes out, in
+  // order, with the next line that fits (HoldingAppendFile): training does not stop for a full
+  // output disk. Errors: kFailedPrecondition after WriteFinal; other I/O errors.
   Status WriteStep(const StepMetrics& m);
   Status WriteEval(const EvalMetrics& m);
-  // Appends the "final": true line and fsyncs it: it is the job's result. Only once.
+  // Appends the held lines and the "final": true line and fsyncs it: it is the job's result.
+  // Only once. kResourceExhausted while the disk has no room: nothing is final yet, and the
+  // caller may call it again.
   Status WriteFinal(const FinalMetrics& m);
+  // Writes the lines that wait for space: Ok once none is left.
+  Status WriteHeld();
+  // What waits for space and why ("" when nothing does), e.g. "lines of metrics.jsonl wait in
+  // memory for space: RESOURCE_EXHAUSTED: write ...: File too large (EFBIG)".
+  std::string Held() const;
+  // Lines dropped because the memory for held lines was full.
+  uint64_t dropped_lines() const;
 
   const std::string& path() const { return path_; }
 
@@ -98,8 +110,8 @@ class MetricsWriter {
 
   const std::string path_;     // a copy of file_.path(), readable without the lock
   int64_t replay_until_ = -1;  // the highest step logged before this Open
-  Mutex mu_;
-  internal::AppendFile file_ GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  internal::HoldingAppendFile file_ GUARDED_BY(mu_);
   bool finished_ GUARDED_BY(mu_) = false;
 };
 

@@ -163,4 +163,14 @@ Status TensorBoardWriter::WriteEvent(const std::string& event) {
   return file_.Append(Record(event));
 }
 
+Status TensorBoardWriter::WriteHeld() {
+  MutexLock lock(&mu_);
+  return file_.WriteHeld();
+}
+
+std::string TensorBoardWriter::Held() const {
+  MutexLock lock(&mu_);
+  return file_.Describe("events");
+}
+
 }  // namespace tandem::metrics

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/metrics/append_file.h"
+#include "common/metrics/holding_append_file.h"
 #include "common/status.h"
 #include "common/sync.h"
 
@@ -62,6 +63,11 @@ class TensorBoardWriter {
   // requirement, not checked here).
   Status WriteScalars(int64_t step, std::span<const Scalar> scalars);
   Status WriteScalar(int64_t step, std::string_view tag, float value);
+  // An event the disk has no room for waits in memory and goes out, in order, with the next
+  // that fits (HoldingAppendFile). WriteHeld writes those: Ok once none is left. Held says what
+  // waits and why ("" when nothing does).
+  Status WriteHeld();
+  std::string Held() const;
 
   const std::string& path() const { return path_; }
 
@@ -72,8 +78,8 @@ class TensorBoardWriter {
 
   const std::function<double()> wall_clock_;
   const std::string path_;  // a copy of file_.path(), readable without the lock
-  Mutex mu_;
-  internal::AppendFile file_ GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  internal::HoldingAppendFile file_ GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::metrics

@@ -10,8 +10,8 @@
 // the model checksum of the same job on a disk that never filled. Before, the PS aborted on an
 // assertion inside RocksDB's own info-log writer after ENOSPC, a checkpoint part that met a full
 // disk failed the job (the final one too), and `tandem local` rolled the job back onto the same
-// full disk. That test needs root (mount), as CI has; the second, the chief alone unable to
-// write, does not.
+// full disk. That test needs root (mount), as CI has; the others, the chief alone or worker 0
+// alone unable to write, do not.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -83,15 +83,36 @@ std::string JobLogs(const TempDir& dir) {
   return all;
 }
 
+// What metrics.jsonl says that does not depend on timing: each step line's step and loss, each
+// eval line's step and AUC, the final line's AUC and checksum, in file order.
+std::vector<std::string> MetricsContent(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::vector<std::string> content;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      content.push_back("not JSON: " + line);
+    } else if (j.contains("final")) {
+      content.push_back("final auc " + j["auc"].dump() + " " + j["model_checksum"].dump());
+    } else if (j.contains("samples_per_sec")) {
+      content.push_back("step " + j["step"].dump() + " loss " + j["loss"].dump());
+    } else {
+      content.push_back("eval " + j["step"].dump() + " auc " + j["auc"].dump());
+    }
+  }
+  return content;
+}
+
 // The model checksum of the job of `steps` steps on a disk that never fills ("" after a test
-// failure when that job failed).
-std::string ReferenceChecksum(int64_t steps) {
+// failure when that job failed), and when asked what its metrics.jsonl says.
+std::string ReferenceChecksum(int64_t steps, std::vector<std::string>* metrics = nullptr) {
   TempDir ref_dir;
   WriteFile(ref_dir.File("job.yaml"), SmallJob(ref_dir.path(), steps));
   const CommandResult ref = Local(ref_dir, 2, 2, kSets);
   EXPECT_EQ(ref.exit.exit_code, 0) << ref.output;
   const std::string sum = Checksum(ref.output);
   EXPECT_FALSE(sum.empty()) << ref.output;
+  if (metrics != nullptr) *metrics = MetricsContent(ref_dir.path() + "/out/metrics.jsonl");
   return sum;
 }
 
@@ -267,6 +288,64 @@ TEST(LocalDiskFullTest, AChiefThatCannotWriteHoldsTheCommitsAndTheJobEndsWithThe
   ASSERT_EQ(::prlimit(chief, RLIMIT_FSIZE, &lifted, nullptr), 0) << std::strerror(errno);
 
   ExpectEndsLikeARunWithout(&*p, dir, kShortSteps, "worker:0 goes on\n", want);
+}
+
+// Worker 0 cannot write (its file-size limit, set from outside with prlimit once it has logged
+// step 20) until the job waits on its last outputs and 3 s more: its metrics.jsonl lines and
+// TensorBoard events, its checkpoints' dense files and model/dense.ckpt all meet it. Training
+// must go on meanwhile, with `tandem local` saying that lines wait in memory, the job must
+// then wait for model/dense.ckpt (said), and once the limit is lifted end with exit 0, the
+// model of a run without, and a metrics.jsonl that says exactly what the run without's says.
+// Before, the first step line that met the limit failed the job, which was rolled back.
+TEST(LocalDiskFullTest, AWorkerThatCannotWriteItsOutputsTrainsOnAndLosesNoMetricsLine) {
+  constexpr int64_t kShortSteps = 200;
+  std::vector<std::string> want_metrics;
+  const std::string want = ReferenceChecksum(kShortSteps, &want_metrics);
+  if (HasFailure()) return;
+
+  TempDir dir;
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), kShortSteps));
+  std::vector<std::string> sets;
+  for (const std::string& s : kSets) sets.insert(sets.end(), {"--set", s});
+  SpawnOptions o = LocalSpawn(dir, 2, 2, "local.log", sets);
+  o.unset_env = {"TF_CONFIG"};
+  auto p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  StopAtEnd ender{&*p};
+  const std::string out = dir.path() + "/out";
+  const std::string metrics = out + "/metrics.jsonl";
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (p->running() && ReportedStep(metrics) < 20 && Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  const int worker = ClusterPid(out, "worker:0");
+  ASSERT_GT(worker, 0) << ReadFile(dir.File("local.log"));
+  rlimit full{16, RLIM_INFINITY}, lifted{RLIM_INFINITY, RLIM_INFINITY};
+  ASSERT_EQ(::prlimit(worker, RLIMIT_FSIZE, &full, nullptr), 0) << std::strerror(errno);
+  const int64_t held_from = ReportedStep(metrics);
+
+  const std::string waits = "waiting for space for " + out + "/model/dense.ckpt: ";
+  deadline = Clock::now() + std::chrono::seconds(120);
+  while (p->running() && ReadFile(dir.File("local.log")).find(waits) == std::string::npos &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ASSERT_TRUE(p->running()) << ReadFile(dir.File("local.log")) << "\nits logs:\n" << JobLogs(dir);
+  const std::string held = ReadFile(dir.File("local.log"));
+  // Said by worker 0, alone or after a periodic checkpoint's wait for space.
+  EXPECT_TRUE(std::regex_search(
+      held, std::regex("tandem local: worker:0: [^\n]*lines of metrics.jsonl wait in memory for "
+                       "space: [^\n]*\\(training goes on\\)\n")))
+      << held;
+  EXPECT_NE(held.find("(EFBIG)"), std::string::npos) << held;
+  EXPECT_NE(held.find(waits), std::string::npos) << held;
+  EXPECT_NE(held.find("worker:0 is waiting for space for "), std::string::npos) << held;
+  EXPECT_EQ(held.find("job done"), std::string::npos) << held;
+  // Training went on to its end while no line reached the file (but one begun before the limit).
+  EXPECT_LE(ReportedStep(metrics), held_from + 10) << held;
+  ASSERT_EQ(::prlimit(worker, RLIMIT_FSIZE, &lifted, nullptr), 0) << std::strerror(errno);
+
+  ExpectEndsLikeARunWithout(&*p, dir, kShortSteps, "worker:0 goes on\n", want);
+  EXPECT_EQ(MetricsContent(metrics), want_metrics);
 }
 
 }  // namespace
