@@ -84,6 +84,7 @@ struct Run {
   double rows_per_sec = 0, read_ms = 0, push_ms = 0;
   // A step's RocksDB reads (misses AbsentKeys did not answer) and rows written back.
   double stored_reads = 0, writebacks = 0;
+  double rereads = 0;  // of the misses read from RocksDB, read again alone
 };
 
 Run RunOnce(const std::string& dir, uint64_t cache_bytes,
@@ -126,8 +127,12 @@ Run RunOnce(const std::string& dir, uint64_t cache_bytes,
   const double n = static_cast<double>(steps.size() - warm);
   const double reads = static_cast<double>((after.misses - after.misses_known_absent) -
                                            (before.misses - before.misses_known_absent));
-  return {steady_rows / wall, 1e3 * Median(read_s), 1e3 * Median(push_s), reads / n,
-          static_cast<double>(after.writebacks - before.writebacks) / n};
+  return {steady_rows / wall,
+          1e3 * Median(read_s),
+          1e3 * Median(push_s),
+          reads / n,
+          static_cast<double>(after.writebacks - before.writebacks) / n,
+          static_cast<double>(after.rereads - before.rereads) / n};
 }
 
 int Main(int argc, char** argv) {
@@ -186,10 +191,10 @@ int Main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "shard_cold_bench: rep %d cache %s of the table: %.0f rows/s, read "
-          "%.2f ms, push %.2f ms a step; %.0f misses read from RocksDB and %.0f rows written back "
-          "a step\n",
+          "%.2f ms, push %.2f ms a step; %.0f misses read from RocksDB (%.0f of them again, alone) "
+          "and %.0f rows written back a step\n",
           rep + 1, ratios[r].first.c_str(), x.rows_per_sec, x.read_ms, x.push_ms, x.stored_reads,
-          x.writebacks);
+          x.rereads, x.writebacks);
     }
   }
   if (!a.only.empty()) return 0;

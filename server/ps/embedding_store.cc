@@ -284,6 +284,7 @@ struct Stripe {
   uint64_t hits GUARDED_BY(mu) = 0;
   uint64_t misses GUARDED_BY(mu) = 0;
   uint64_t known_absent GUARDED_BY(mu) = 0;  // misses served without RocksDB by `absent`
+  uint64_t rereads GUARDED_BY(mu) = 0;       // StoredValue's reads under the lock
 };
 
 // The ids of one call (one table) that its first pass could not serve from the cache, in call
@@ -755,7 +756,10 @@ size_t EmbeddingStore::Impl::LockWindow(size_t begin, size_t end, HashAt hash_at
       locked[count++] = static_cast<uint32_t>(w * 64 + std::countr_zero(word));
     }
   }
-  for (size_t k = 0; k < count; ++k) stripes[locked[k]]->mu.Lock();
+  for (size_t k = 0; k < count; ++k) {
+    stripes[locked[k]]->mu.Lock();
+    stripes[locked[k]]->cache.DeferChanges();  // applied by ReleaseWindow
+  }
   return count;
 }
 
@@ -775,6 +779,7 @@ Status EmbeddingStore::Impl::ReleaseWindow(const uint32_t* locked,
     if (MaybeWriteAhead(s)) deferred[num_deferred++] = locked[k];
     Status written = Write(&s.writebacks);
     if (status.ok()) status = std::move(written);
+    s.cache.ApplyDeferredChanges();
     s.mu.Unlock();
   }
   MaybeDrainStaged().IgnoreError();  // NoteWrite recorded a failure
@@ -904,9 +909,9 @@ Status EmbeddingStore::Impl::FinishAll(uint32_t table, std::span<const uint64_t>
       }
       status = Finish(table, ids[pending->index[k]], pending, k, op);
     }
-    // The stage stays within one window of its bound however many rows this call evicts (a
-    // drain notes every key it writes, so this call's pending MultiGet values are checked
-    // against it as against any writeback).
+    // The stage stays within one window of its bound however many rows this call evicts (the
+    // window's evictions are stamped as it releases the stripes, before a drain can write them,
+    // so this call's later pending MultiGet values are checked against them).
     Status released = ReleaseWindow(locked, num_locked);
     TANDEM_RETURN_IF_ERROR(status);
     TANDEM_RETURN_IF_ERROR(released);
@@ -980,6 +985,7 @@ Status EmbeddingStore::Impl::StoredValue(Stripe& s, uint32_t table, uint64_t id,
   if (f >= 0 && !s.cache.MaybeChangedSince(pending->hash[k], pending->seen_seq[k])) {
     *value = pending->statuses[f].ok() ? &pending->values[f] : nullptr;
   } else {
+    ++s.rereads;
     pending->reread.Reset();
     rocksdb::Status st = db->Get(read_options, db->DefaultColumnFamily(), RowKey(table, id).slice(),
                                  &pending->reread);
@@ -1708,6 +1714,7 @@ StoreStats EmbeddingStore::stats() const {
     total.hits += s->hits;
     total.misses += s->misses;
     total.misses_known_absent += s->known_absent;
+    total.rereads += s->rereads;
     total.evictions += s->cache.evictions();
     total.writebacks += s->cache.writebacks();
     total.written_ahead += s->cache.written_ahead();

@@ -88,6 +88,8 @@ struct StoreStats {
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t misses_known_absent = 0;  // misses answered by AbsentKeys, without RocksDB
+  // Misses whose MultiGet value could have changed before the row was cached, read again alone.
+  uint64_t rereads = 0;
   uint64_t evictions = 0;
   uint64_t writebacks = 0;
   uint64_t written_ahead = 0;      // dirty rows written back to keep within max_dirty_bytes

@@ -326,6 +326,36 @@ TEST(EmbeddingStoreTest, TableTenTimesLargerThanCacheReadsBackExactlyAfterChurn)
   EXPECT_LT(stats.cached_rows, ids.size() / 5);
 }
 
+// A read that misses evicts dirty rows as it caches what it read: staged, their RocksDB copy
+// does not change while the read holds their stripes, so the read's later misses keep their
+// MultiGet values. When each eviction stamped its bucket at once (1024 a stripe, shared by many
+// keys), every later miss in a stamped bucket was thrown away and read again alone.
+TEST(EmbeddingStoreTest, AReadsOwnEvictionsDoNotMakeItReadItsMissesAgain) {
+  ScopedDir dir;
+  const TableSpec spec = MakeTable(0, 16, OptimizerKind::kAdagrad);  // 144-byte rows
+  const std::vector<uint64_t> ids = SpreadIds(20000);
+  StoreOptions options = Options(dir.File("db"), {spec});
+  options.cache_bytes = ids.size() * spec.row_bytes() / 10;
+  options.stripes = 4;  // a read of <= 512 ids then runs in a single window
+  auto store = OpenOrDie(options);
+  ASSERT_NE(store, nullptr);
+  Churn churn(store.get(), spec);
+  for (size_t b = 0; b < ids.size(); b += 1000)
+    churn.Update({ids.begin() + b, ids.begin() + b + 1000}, 1);
+  // The cache full of dirty rows, then a read of 500 stored rows that are not cached.
+  const std::vector<uint64_t> dirty(ids.begin(), ids.begin() + 1500);
+  churn.Update(dirty, 2);
+  const std::vector<uint64_t> missed(ids.begin() + 5000, ids.begin() + 5500);
+  const StoreStats before = store->stats();
+  std::vector<float> out(missed.size() * spec.dim);
+  ASSERT_TRUE(store->Read(spec.table_id, missed, out.data()).ok());
+  const StoreStats after = store->stats();
+  EXPECT_GE(after.writebacks - before.writebacks, 300u) << "the read evicted few dirty rows";
+  EXPECT_EQ(after.rereads - before.rereads, 0u);
+  churn.ExpectRows(missed);
+  churn.ExpectRows(dirty);
+}
+
 TEST(EmbeddingStoreTest, EvictionWritesBackDirtyRowsAndReopenReadsEveryRow) {
   ScopedDir dir;
   const TableSpec spec = MakeTable(0, 32, OptimizerKind::kRowwiseAdagrad);

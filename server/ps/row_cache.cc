@@ -331,7 +331,10 @@ void RowCache::EvictOne() {
     const uint64_t id = *c.id(slot);
     if (f & kDirty) {
       options_.writeback(table, id, c.row(slot), c.row_bytes);
-      NoteChanged(KeyHash(table, id));
+      if (defer_changes_)
+        deferred_changes_.push_back(KeyHash(table, id));
+      else
+        NoteChanged(KeyHash(table, id));
       ++writebacks_;
       dirty_bytes_ -= c.row_bytes;
     }

@@ -123,6 +123,19 @@ class RowCache {
   //
   // Records that the stored row with this key hash changes now (the store calls it on erasure).
   void NoteChanged(uint64_t hash) { changed_[ChangeBucket(hash)] = ++change_seq_; }
+  // From DeferChanges until ApplyDeferredChanges, the stamps of rows evicted to the writeback
+  // wait in a list. The store defers them while a call holds the stripe for a window: RocksDB's
+  // copy of the stripe's rows cannot change meanwhile (drains and flushes take every stripe, and
+  // an evicted row is found in the stage), and applied before the stripe is released, the stamps
+  // reach every reader that could see the row written. Applied at once, a window's own evictions
+  // stamped the buckets of its later misses (a bucket holds many keys), whose MultiGet values
+  // were then thrown away and read again alone, one Get each.
+  void DeferChanges() { defer_changes_ = true; }
+  void ApplyDeferredChanges() {
+    defer_changes_ = false;
+    for (uint64_t hash : deferred_changes_) NoteChanged(hash);
+    deferred_changes_.clear();
+  }
   uint32_t change_seq() const { return change_seq_; }
   // False only if no row with this hash changed since change_seq() returned `seq`.
   bool MaybeChangedSince(uint64_t hash, uint32_t seq) const {
@@ -244,6 +257,8 @@ class RowCache {
   uint64_t written_ahead_ = 0;  // rows WriteBackDirty handed over
   uint32_t change_seq_ = 0;     // wraps; compared as a signed difference
   uint32_t changed_[kChangeBuckets] = {};
+  bool defer_changes_ = false;
+  std::vector<uint64_t> deferred_changes_;  // hashes, while deferred
 };
 
 // Evicted dirty rows of one stripe that are not in RocksDB yet: the store writes those of all
