@@ -380,7 +380,8 @@ struct UpdateOp {
   void Absent(size_t, uint64_t) {}  // never called: Update materialises absent rows
 };
 
-// Batched calls lock the stripes of up to this many ids at a time (see LockWindow).
+// Batched calls lock the stripes of up to this many ids at a time (see LockWindow; grouped
+// calls finish the run of the stripe they are in).
 constexpr size_t kWindow = 512;
 // Calls whose ids are grouped by stripe also end a window after this many stripes, so that
 // concurrent calls (the tables of one apply, on several threads) rarely wait for each other.
@@ -718,22 +719,22 @@ void EmbeddingStore::Impl::NoteWrite(const Status& s) {
         s.ToString());
 }
 
-// The end of the window that starts at `begin` (of n positions): kWindow positions, or fewer
-// when `grouped` and the positions after them belong to a stripe beyond the first
-// kWindowStripes.
+// The end of the window that starts at `begin` (of n positions): kWindow positions, or, when
+// `grouped`, the first stripe boundary from there on or after kWindowStripes stripes. A
+// stripe's run of positions is never cut in two: the run after a cut would meet the stamps of
+// the rows the run before it evicted (ReleaseWindow applies them) and read its misses again.
 template <typename HashAt>
 size_t EmbeddingStore::Impl::WindowEnd(size_t begin, size_t n, bool grouped, HashAt hash_at) const {
-  const size_t end = std::min(n, begin + kWindow);
-  if (!grouped) return end;
+  if (!grouped) return std::min(n, begin + kWindow);
   size_t stripe = StripeIndex(hash_at(begin));
   size_t seen = 1;
-  for (size_t q = begin + 1; q < end; ++q) {
+  for (size_t q = begin + 1; q < n; ++q) {
     const size_t s = StripeIndex(hash_at(q));
     if (s == stripe) continue;
-    if (++seen > kWindowStripes) return q;
+    if (++seen > kWindowStripes || q >= begin + kWindow) return q;
     stripe = s;
   }
-  return end;
+  return n;
 }
 
 // Locks, in ascending order (so that concurrent calls cannot deadlock), the stripes of

@@ -336,7 +336,7 @@ TEST(EmbeddingStoreTest, AReadsOwnEvictionsDoNotMakeItReadItsMissesAgain) {
   const std::vector<uint64_t> ids = SpreadIds(20000);
   StoreOptions options = Options(dir.File("db"), {spec});
   options.cache_bytes = ids.size() * spec.row_bytes() / 10;
-  options.stripes = 4;  // a read of <= 512 ids then runs in a single window
+  options.stripes = 4;  // a read of <= 512 ids then runs in a single window (kWindow)
   auto store = OpenOrDie(options);
   ASSERT_NE(store, nullptr);
   Churn churn(store.get(), spec);
@@ -353,6 +353,16 @@ TEST(EmbeddingStoreTest, AReadsOwnEvictionsDoNotMakeItReadItsMissesAgain) {
   EXPECT_GE(after.writebacks - before.writebacks, 300u) << "the read evicted few dirty rows";
   EXPECT_EQ(after.rereads - before.rereads, 0u);
   churn.ExpectRows(missed);
+  churn.ExpectRows(dirty);
+  // A read of 1,600 ids over 4 stripes runs in several windows, none of which cuts a stripe's
+  // run: the rest of a run would meet the stamps of the rows its first part evicted.
+  churn.Update(dirty, 3);
+  const std::vector<uint64_t> more(ids.begin() + 10000, ids.begin() + 11600);
+  const StoreStats before_more = store->stats();
+  out.resize(more.size() * spec.dim);
+  ASSERT_TRUE(store->Read(spec.table_id, more, out.data()).ok());
+  EXPECT_EQ(store->stats().rereads - before_more.rereads, 0u);
+  churn.ExpectRows(more);
   churn.ExpectRows(dirty);
 }
 

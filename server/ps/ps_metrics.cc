@@ -60,6 +60,9 @@ void AddPsMetrics(metrics::Registry* registry, Shard* shard) {
              "Misses answered without RocksDB: a read had found the row absent, and nothing stored "
              "it since",
              c.misses_known_absent);
+    AddCount(out, "tandem_ps_cache_misses_reread_total",
+             "Misses read again alone, their batched read possibly older than a write since",
+             c.rereads);
     AddCount(out, "tandem_ps_rows_evicted_total", "Rows evicted from the cache", c.evictions);
     AddCount(out, "tandem_ps_cache_writebacks_total", "Dirty rows written back to RocksDB",
              c.writebacks);
