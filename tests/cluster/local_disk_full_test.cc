@@ -116,6 +116,17 @@ std::string ReferenceChecksum(int64_t steps, std::vector<std::string>* metrics =
   return sum;
 }
 
+// `tandem local` running the job of `steps` steps (kSets, 2 PS x 2 workers) in `dir`, its
+// console in dir/local.log.
+StatusOr<Subprocess> StartJob(const TempDir& dir, int64_t steps) {
+  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), steps));
+  std::vector<std::string> sets;
+  for (const std::string& s : kSets) sets.insert(sets.end(), {"--set", s});
+  SpawnOptions o = LocalSpawn(dir, 2, 2, "local.log", sets);
+  o.unset_env = {"TF_CONFIG"};
+  return Subprocess::Spawn(o);
+}
+
 // Whatever a test does, the job it started ends with it.
 struct StopAtEnd {
   Subprocess* p;
@@ -251,12 +262,7 @@ TEST(LocalDiskFullTest, AChiefThatCannotWriteHoldsTheCommitsAndTheJobEndsWithThe
   if (HasFailure()) return;
 
   TempDir dir;
-  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), kShortSteps));
-  std::vector<std::string> sets;
-  for (const std::string& s : kSets) sets.insert(sets.end(), {"--set", s});
-  SpawnOptions o = LocalSpawn(dir, 2, 2, "local.log", sets);
-  o.unset_env = {"TF_CONFIG"};
-  auto p = Subprocess::Spawn(o);
+  auto p = StartJob(dir, kShortSteps);
   ASSERT_TRUE(p.ok()) << p.status();
   StopAtEnd ender{&*p};
   const std::string out = dir.path() + "/out";
@@ -304,12 +310,7 @@ TEST(LocalDiskFullTest, AWorkerThatCannotWriteItsOutputsTrainsOnAndLosesNoMetric
   if (HasFailure()) return;
 
   TempDir dir;
-  WriteFile(dir.File("job.yaml"), SmallJob(dir.path(), kShortSteps));
-  std::vector<std::string> sets;
-  for (const std::string& s : kSets) sets.insert(sets.end(), {"--set", s});
-  SpawnOptions o = LocalSpawn(dir, 2, 2, "local.log", sets);
-  o.unset_env = {"TF_CONFIG"};
-  auto p = Subprocess::Spawn(o);
+  auto p = StartJob(dir, kShortSteps);
   ASSERT_TRUE(p.ok()) << p.status();
   StopAtEnd ender{&*p};
   const std::string out = dir.path() + "/out";
