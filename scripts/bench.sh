@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs benchmarks; each prints one JSON line per figure (DESIGN §12).
 # Usage: scripts/bench.sh [NAME...] [-- ARGS...]   (names: rpc ps data dense train checkpoint
-# ps_replay recovery serve scale eoj torch bag multihot models shard_cold; default: all but scale, eoj,
-# torch, bag, multihot, models and shard_cold). ARGS go to every named benchmark, e.g. `scripts/bench.sh checkpoint --
-# --rows 1000000 --reps 3` for a quick checkpoint run (the full one takes about 6 minutes).
+# ps_replay recovery serve scale eoj torch bag multihot models shard_cold row_file; default: all but
+# scale, eoj, torch, bag, multihot, models, shard_cold and row_file). ARGS go to every named
+# benchmark, e.g. `scripts/bench.sh checkpoint -- --rows 1000000 --reps 3` for a quick checkpoint
+# run (the full one takes about 6 minutes).
 # `serve` (bench/serve_bench.cc: `tandem serve` over HTTP against in-process scoring, and a
 # `tandem local` job's checkpoints applied as deltas while serving) takes about 1 to 1.5 minutes
 # on 2 cores; `scripts/bench.sh serve -- --only steady` (or `--only delta`) runs one half.
@@ -43,6 +44,9 @@
 # table 10x and 100x its cache against all in cache; the store's part of `scale` without a job's
 # noise) is not in the default list; about 5 minutes at its defaults, a quick one:
 # `scripts/bench.sh shard_cold -- --vocab 2000000 --steps 100 --reps 1`.
+# `row_file` (bench/row_file_bench.cc: a probe for issue 21's storage decision, the RocksDB tier's
+# cost a row of the cold path against rows in hash buckets of a mapped file, same ids; no tandem
+# feature uses such a file) is not in the default list; about 2 minutes a rep at its defaults.
 # `multihot` (bench/multi_hot_local_bench.sh: `tandem local` samples/s of a multi-hot job against
 # a single-hot one with as many ids per sample, interleaved, 1 PS x 1 worker) is not in the
 # default list; about 25 s per rep on 2 cores: `scripts/bench.sh multihot -- --steps 400 --reps 3`.
@@ -102,7 +106,7 @@ for n in "${names[@]}"; do
   fi
   bin="${BUILD_DIR:-build}/bench/${n}_bench"
   if [[ ! -x "$bin" ]]; then
-    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale eoj torch bag multihot models shard_cold)" >&2
+    echo "bench.sh: unknown benchmark '$n' (known: ${ALL[*]} scale eoj torch bag multihot models shard_cold row_file)" >&2
     exit 2
   fi
   "$bin" ${bench_args[@]+"${bench_args[@]}"}
