@@ -8,7 +8,8 @@
 // for Adagrad: the same bytes touched). Four arms, interleaved over --reps:
 //   - store, cache 1/100: EmbeddingStore (RocksDB, the store's own options, stage, write-back)
 //     with ps.cache_bytes a hundredth of the table, as `scripts/bench.sh scale` at 1/100;
-//   - store, all cached: the same store with every row in its cache (the baseline of the first);
+//   - store, all cached: the same store with every row in its cache, read once before the steps
+//     (the baseline of the first);
 //   - file: the rows in buckets of 4 KiB of a MAP_SHARED file, 26 slots a bucket, 3/4 full, no
 //     cache in front: every access goes through the mapping (page cache); the pages the steps
 //     dirtied are written back (fdatasync) before the clock stops. No durability, no restore point,
@@ -21,8 +22,10 @@
 // threads among them) are printed on stderr.
 //
 // Usage: row_file_bench [--rows R] [--zipf Z] [--draws D] [--steps S] [--reps N] [--dir D]
-//   defaults 8000000, 1.05, 32768, 300, 2, a temporary directory. The table of 8 M rows is the
-//   size of `bench/scale_bench.sh --steps 600 --rows 2457600`'s (1.2 GB of rows).
+//                       [--only ARM]
+//   defaults 8000000, 1.05, 32768, 300, 2, a temporary directory. --only ARM runs one arm
+//   (store_cold, store_all, file, array) and prints no figures: for a profiler. The table of 8 M
+//   rows is the size of `bench/scale_bench.sh --steps 600 --rows 2457600`'s (1.2 GB of rows).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -61,6 +64,7 @@ struct Args {
   int steps = 300;
   int reps = 2;
   std::string dir;
+  std::string only;  // one arm (store_cold, store_all, file, array), for a profiler: no figures
 };
 
 void Check(const Status& s, const std::string& what) {
@@ -161,6 +165,15 @@ Result StoreArm(const Args& a, const std::string& dir, uint64_t cache_bytes,
     for (size_t from = 0; from < ids.size(); from += 1'000'000) {
       const size_t n = std::min<size_t>(1'000'000, ids.size() - from);
       Check((*store)->WriteRows(0, {ids.data() + from, n}, rows.data()), "write the rows");
+    }
+    // A cache that holds the table is filled first, so that its steps never read RocksDB (as
+    // in the all-in-cache job, where no row leaves the cache).
+    if (cache_bytes >= a.rows * kRowBytes * 2) {
+      std::vector<float> out(1'000'000 * kDim);
+      for (size_t from = 0; from < ids.size(); from += 1'000'000) {
+        const size_t n = std::min<size_t>(1'000'000, ids.size() - from);
+        Check((*store)->Read(0, {ids.data() + from, n}, out.data()), "fill the cache");
+      }
     }
   }
   std::vector<float> out;
@@ -276,10 +289,12 @@ int Main(int argc, char** argv) {
       a.reps = std::stoi(v);
     else if (k == "--dir")
       a.dir = v;
+    else if (k == "--only")
+      a.only = v;
     else {
       std::fprintf(stderr,
                    "usage: row_file_bench [--rows R] [--zipf Z] [--draws D] [--steps S] "
-                   "[--reps N] [--dir D]\n");
+                   "[--reps N] [--dir D] [--only ARM]\n");
       return 2;
     }
   }
@@ -289,6 +304,25 @@ int Main(int argc, char** argv) {
     a.dir = temp->path();
   }
   const auto steps = Stream(a);
+  if (!a.only.empty()) {
+    const uint64_t table = a.rows * kRowBytes;
+    const std::string d = a.dir + "/only";
+    std::filesystem::create_directories(d);
+    if (a.only == "store_cold")
+      Print("store, cache 1/100", StoreArm(a, d, table / 100, steps));
+    else if (a.only == "store_all")
+      Print("store, all cached", StoreArm(a, d, 4 * table, steps));
+    else if (a.only == "file")
+      Print("file", BucketArm(a, d + "/rows.file", steps));
+    else if (a.only == "array")
+      Print("array", BucketArm(a, "", steps));
+    else {
+      std::fprintf(stderr, "row_file_bench: unknown arm %s\n", a.only.c_str());
+      return 2;
+    }
+    std::filesystem::remove_all(d);
+    return 0;
+  }
   const uint64_t table_bytes = a.rows * kRowBytes;
   std::vector<double> store_cold, store_all, file, array;
   for (int rep = 0; rep < a.reps; ++rep) {
