@@ -33,14 +33,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -71,24 +69,6 @@ void Check(const Status& s, const std::string& what) {
   if (s.ok()) return;
   std::fprintf(stderr, "row_file_bench: %s: %s\n", what.c_str(), s.ToString().c_str());
   std::exit(1);
-}
-
-std::vector<std::vector<uint64_t>> Stream(const Args& a) {
-  std::vector<double> cdf(a.rows);
-  double sum = 0;
-  for (uint64_t k = 0; k < a.rows; ++k) cdf[k] = (sum += 1.0 / std::pow(double(k + 1), a.zipf));
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<double> u(0, sum);
-  std::vector<std::vector<uint64_t>> steps(a.steps);
-  for (auto& ids : steps) {
-    for (uint64_t d = 0; d < a.draws; ++d) {
-      const uint64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-      ids.push_back(IdOf(std::min(rank, a.rows - 1)));
-    }
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  }
-  return steps;
 }
 
 // The machine's busy time (all CPUs, jiffies as seconds) and this process's CPU seconds.
@@ -303,7 +283,7 @@ int Main(int argc, char** argv) {
     temp.emplace();
     a.dir = temp->path();
   }
-  const auto steps = Stream(a);
+  const auto steps = ZipfSteps(a.rows, a.zipf, a.draws, a.steps);
   if (!a.only.empty()) {
     const uint64_t table = a.rows * kRowBytes;
     const std::string d = a.dir + "/only";

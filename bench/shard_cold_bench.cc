@@ -19,11 +19,9 @@
 //   ratio R (1, 0.1 or 0.01) and prints no figures: for a profiler.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -58,23 +56,9 @@ void Check(const Status& s, const std::string& what) {
 
 // Every step's unique ids, in the order a worker sends them (sorted, as its dedup leaves them).
 std::vector<std::vector<uint64_t>> Stream(const Args& a, uint64_t* distinct) {
-  std::vector<double> cdf(a.vocab);
-  double sum = 0;
-  for (uint64_t k = 0; k < a.vocab; ++k) cdf[k] = (sum += 1.0 / std::pow(double(k + 1), a.zipf));
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<double> u(0, sum);
-  std::vector<std::vector<uint64_t>> steps(a.steps);
+  std::vector<std::vector<uint64_t>> steps = ZipfSteps(a.vocab, a.zipf, a.draws, a.steps);
   std::vector<uint64_t> all;
-  for (auto& ids : steps) {
-    ids.reserve(a.draws);
-    for (uint64_t d = 0; d < a.draws; ++d) {
-      const uint64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
-      ids.push_back(IdOf(std::min(rank, a.vocab - 1)));
-    }
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    all.insert(all.end(), ids.begin(), ids.end());
-  }
+  for (const auto& ids : steps) all.insert(all.end(), ids.begin(), ids.end());
   std::sort(all.begin(), all.end());
   *distinct = std::unique(all.begin(), all.end()) - all.begin();
   return steps;

@@ -1,8 +1,12 @@
-// Shared by the benchmarks that drive a ps::Shard directly (checkpoint_bench, ps_replay_bench):
-// ids in random key order, and one k = 0 step of one worker on table 0.
+// Shared by the benchmarks that drive a ps::Shard or its store directly (checkpoint_bench,
+// ps_replay_bench, shard_cold_bench, row_file_bench): ids in random key order, a Zipf stream of
+// them, and one k = 0 step of one worker on table 0.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +23,28 @@ inline uint64_t IdOf(uint64_t i) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+// `steps` steps of `draws` Zipf(`zipf`) draws of ranks in [0, vocab), each mapped to its id
+// (IdOf), de-duplicated and sorted as a worker's dedup leaves them: the same stream every call.
+inline std::vector<std::vector<uint64_t>> ZipfSteps(uint64_t vocab, double zipf, uint64_t draws,
+                                                    int steps) {
+  std::vector<double> cdf(vocab);
+  double sum = 0;
+  for (uint64_t k = 0; k < vocab; ++k) cdf[k] = (sum += 1.0 / std::pow(double(k + 1), zipf));
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> u(0, sum);
+  std::vector<std::vector<uint64_t>> out(steps);
+  for (auto& ids : out) {
+    ids.reserve(draws);
+    for (uint64_t d = 0; d < draws; ++d) {
+      const uint64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+      ids.push_back(IdOf(std::min(rank, vocab - 1)));
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  }
+  return out;
 }
 
 // One shard (k = 0, one worker) of one table C1 of `dim` floats (Adagrad) in `dir`, taking
