@@ -7,13 +7,19 @@
 #
 # Usage: bench/scale_bench.sh [--vocab V] [--zipf Z] [--batch B] [--rows R] [--steps S]
 #                             [--reps N] [--out DIR] [--eval-rows E] [--ckpt-every C]
-#                             [--set KEY=VALUE]... [--cache-bytes C] [--keep]
+#                             [--set KEY=VALUE]... [--cache-bytes C] [--ps-memory-max M]
+#                             [--keep]
 #   (or scripts/bench.sh scale -- ARGS). Defaults: vocab 20000000 ids per field, Zipf 1.05,
 #   batch 1024 per worker, rows = one pass over the data (steps x 2 x batch), 1200 steps,
 #   1 rep, out/scale_bench, 20000 eval rows, a checkpoint every steps/4 steps. --set adds a
 #   job override to every run (e.g. checkpoint.final_part=full). --cache-bytes runs one job
 #   with C bytes of cache per shard instead of the three ratios, and prints one line
 #   (scale_job; bench/end_of_job_bench.sh compares table sizes with it).
+#   --ps-memory-max puts each PS of a run with a bounded cache in a memory cgroup of M bytes
+#   (root; cgroup v1, or v2 where this shell may make a child group): its own memory and the page
+#   cache it touches (RocksDB's SSTs, its logs) together, so a table larger than M is read back
+#   from disk as on a host whose memory is smaller than the table. Without it the page cache
+#   holds the whole table. The all-in-cache run is never bounded.
 #   A quick run: --vocab 200000 --rows 200000 --steps 200.
 #   TANDEM=path/to/tandem overrides the binary (default ${BUILD_DIR:-build}/cli/tandem).
 #
@@ -55,14 +61,15 @@ cd "$(dirname "$0")/.."
 from_caller() { if [[ $1 == /* ]]; then echo "$1"; else echo "$caller/$1"; fi; }
 
 vocab=20000000 rows=0 steps=1200 reps=1 out=out/scale_bench eval_rows=20000 ckpt_every=0
-keep=0 extra_sets=() ZIPF=1.05 BATCH=1024 fixed_cache=0
-usage() { sed -n '8,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+keep=0 extra_sets=() ZIPF=1.05 BATCH=1024 fixed_cache=0 ps_memory_max=0
+usage() { sed -n '8,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 while (($# > 0)); do
   case $1 in
     --vocab) vocab=$2; shift 2 ;;
     --zipf) ZIPF=$2; shift 2 ;;
     --batch) BATCH=$2; shift 2 ;;
     --cache-bytes) fixed_cache=$2; shift 2 ;;
+    --ps-memory-max) ps_memory_max=$2; shift 2 ;;
     --rows) rows=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
@@ -75,7 +82,7 @@ while (($# > 0)); do
     *) echo "scale_bench: unknown argument '$1'" >&2; usage ;;
   esac
 done
-for n in "$vocab" "$rows" "$steps" "$reps" "$eval_rows" "$ckpt_every" "$BATCH" "$fixed_cache"; do
+for n in "$vocab" "$rows" "$steps" "$reps" "$eval_rows" "$ckpt_every" "$BATCH" "$fixed_cache" "$ps_memory_max"; do
   [[ $n =~ ^[0-9]+$ ]] || { echo "scale_bench: '$n' is not a number" >&2; exit 2; }
 done
 ((steps >= 1 && reps >= 1 && vocab >= 1 && BATCH >= 1)) ||
@@ -114,6 +121,50 @@ json_str() { sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p" <<<"$2"; }
 
 # metrics.jsonl's step lines in order, lines a recovery replayed left out.
 step_lines() { { grep samples_per_sec "$1" 2>/dev/null || true; } | { grep -v '"replay"' || true; }; }
+
+# --ps-memory-max: the group this shell is in (CG_BASE), under which each bounded PS gets a
+# group of its own, and the names of the limit and peak files there; exits if it cannot make
+# one.
+cg_setup() {
+  local p
+  p=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3; exit}' /proc/self/cgroup)
+  if [[ -n $p && -d /sys/fs/cgroup/memory$p ]]; then
+    CG_BASE=/sys/fs/cgroup/memory${p%/} CG_LIMIT=memory.limit_in_bytes CG_PEAK=memory.max_usage_in_bytes CG_V1=1
+  else
+    p=$(awk -F: '$1 == 0 {print $3; exit}' /proc/self/cgroup)
+    CG_BASE=/sys/fs/cgroup${p%/} CG_LIMIT=memory.max CG_PEAK=memory.peak CG_V1=0
+  fi
+  local probe=$CG_BASE/tandem-scale-$$-probe
+  if ! mkdir "$probe" 2>/dev/null || [[ ! -f $probe/$CG_LIMIT ]] ||
+    ! echo "$ps_memory_max" 2>/dev/null >"$probe/$CG_LIMIT"; then
+    rmdir "$probe" 2>/dev/null || true
+    log "--ps-memory-max needs a memory cgroup this shell may make groups under ($CG_BASE): root, and on cgroup v2 the memory controller enabled for its children"
+    exit 2
+  fi
+  rmdir "$probe"
+}
+# Moves PS number I (pid PID) into its group, made with the limit on first use.
+cg_join() {  # I PID
+  local g=$CG_BASE/tandem-scale-$$-ps$1
+  if [[ ! -d $g ]]; then
+    mkdir "$g" && echo "$ps_memory_max" >"$g/$CG_LIMIT" || return 1
+    # v1 leaves what a task touched before the move charged to its old group unless asked.
+    if ((CG_V1)); then echo 3 2>/dev/null >"$g/memory.move_charge_at_immigrate" || true; fi
+  fi
+  echo "$2" 2>/dev/null >"$g/cgroup.procs"
+}
+# The largest peak of the PS groups (bytes; null if none), and the groups removed.
+cg_finish() {
+  local i g v peak=null
+  for ((i = 0; i < PS; i++)); do
+    g=$CG_BASE/tandem-scale-$$-ps$i
+    [[ -d $g ]] || continue
+    v=$(cat "$g/$CG_PEAK" 2>/dev/null || true)
+    if [[ $v =~ ^[0-9]+$ ]] && { [[ $peak == null ]] || ((v > peak)); }; then peak=$v; fi
+    rmdir "$g" 2>/dev/null || log "could not remove the cgroup $g"
+  done
+  echo "$peak"
+}
 
 # One HTTP/1.0 GET of a shard's /metrics with bash's /dev/tcp (no curl needed); keeps the
 # counters this benchmark reports in the named associative array.
@@ -161,8 +212,9 @@ job_sets() {  # DIR CACHE
 }
 
 # Runs the job once with CACHE bytes per shard under DIR; writes DIR/result (KEY=VALUE lines).
-run_job() {  # DIR CACHE
-  local dir=$1 cache=$2
+# BOUND 1: each PS in a memory cgroup of ps_memory_max bytes.
+run_job() {  # DIR CACHE BOUND
+  local dir=$1 cache=$2 bound=${3:-0}
   rm -rf "$dir"
   mkdir -p "$dir"
   job_sets "$dir" "$cache"
@@ -175,7 +227,7 @@ run_job() {  # DIR CACHE
   ( set +e; "${argv[@]}" >"$dir/local.log" 2>&1; rc=$?; now >"$dir/exit_time"; exit $rc ) &
   local job=$!
 
-  declare -A hwm=() anon=() port=() m0=() m1=()
+  declare -A hwm=() anon=() port=() m0=() m1=() moved=()
   local polls=0 i pid k v
   local re='"pid": ([0-9]+),[^}]*"task": "ps:([0-9]+)"'
   while kill -0 "$job" 2>/dev/null; do
@@ -189,6 +241,9 @@ run_job() {  # DIR CACHE
       pid=${BASH_REMATCH[1]} i=${BASH_REMATCH[2]}
       c=${c#*"${BASH_REMATCH[0]}"}
       [[ -r /proc/$pid/status ]] || continue
+      if ((bound)) && [[ ${moved[$i]:-} != "$pid" ]]; then
+        cg_join "$i" "$pid" && moved[$i]=$pid || log "could not move ps:$i ($pid) into its cgroup"
+      fi
       while read -r k v _; do
         if [[ $k == VmHWM: ]] && ((v * 1024 > ${hwm[$i]:-0})); then hwm[$i]=$((v * 1024)); fi
         if [[ $k == RssAnon: ]] && ((v * 1024 > ${anon[$i]:-0})); then anon[$i]=$((v * 1024)); fi
@@ -282,6 +337,8 @@ run_job() {  # DIR CACHE
     if [[ -z ${m0[$1]:-}${m1[$1]:-} ]]; then echo null; return; fi
     awk -v a="${m0[$1]:-0}" -v b="${m1[$1]:-0}" 'BEGIN {printf "%.0f", a + b}'
   }
+  local cg_peak=null
+  if ((bound)); then cg_peak=$(cg_finish); fi
   local live=0
   for ((i = 0; i < PS; i++)); do
     if [[ -d $dir/ps/shard-$i/live ]]; then
@@ -295,6 +352,8 @@ run_job() {  # DIR CACHE
     echo "mean_samples_per_sec=${mean_sps:-0}"
     echo "ps_peak_rss_bytes=$peak"
     echo "ps_peak_anon_bytes=$peak_anon"
+    echo "ps_memory_max=$((bound ? ps_memory_max : 0))"
+    echo "ps_cgroup_peak_bytes=$cg_peak"
     echo "ps_dir_bytes=$(du -sb "$dir/ps" 2>/dev/null | cut -f1)"
     echo "live_db_bytes=$live"
     echo "checkpoint_dir_bytes=$(du -sb "$dir/ckpt" 2>/dev/null | cut -f1)"
@@ -349,6 +408,12 @@ count_rows() {  # DIR CACHE
 
 # --- runs ---------------------------------------------------------------------------------
 log "vocab $vocab, $rows rows, $steps steps x $WORKERS workers x batch $BATCH, $PS PS, checkpoint every $ckpt_every steps, $reps rep(s), in $out"
+if ((ps_memory_max > 0)); then
+  cg_setup
+  # Groups of a run cut short: removed once their PS are gone (best effort).
+  trap 'rmdir "$CG_BASE"/tandem-scale-$$-ps* 2>/dev/null || true' EXIT
+  log "each PS of a run with a bounded cache in a memory cgroup of $ps_memory_max bytes under $CG_BASE"
+fi
 table_rows=0
 table_bytes=0
 failed=0
@@ -357,7 +422,7 @@ if ((fixed_cache > 0)); then
   for ((rep = 1; rep <= reps; rep++)); do
     dir="$out/runs/cache-$fixed_cache-rep$rep"
     log "rep $rep: ps.cache_bytes=$fixed_cache per shard"
-    run_job "$dir" "$fixed_cache"
+    run_job "$dir" "$fixed_cache" $((ps_memory_max > 0))
     if ((rep == 1)); then count_rows "$dir" "$fixed_cache"; fi
     [[ $(get "$dir" rc) == 0 ]] || failed=1
     log "  $(tr '\n' ' ' <"$dir/result")"
@@ -367,13 +432,13 @@ if ((fixed_cache > 0)); then
     for ((rep = 1; rep <= reps; rep++)); do get "$out/runs/cache-$fixed_cache-rep$rep" "$1"; done |
       { grep -v -e '^null$' -e '^$' || true; } | median
   }
-  printf '{"bench": "scale_job", "value": %s, "unit": "s", "better": "lower", "of": "end of job: last step to tandem local exiting", "baseline": "none", "baseline_value": 0, "ratio": 0, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "zipf": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "samples_per_sec": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "last_apply_to_exit_s": %s, "job_s": %s, "ps_peak_anon_bytes": %s, "model_checksum": "%s", "rc": %s}\n' \
+  printf '{"bench": "scale_job", "value": %s, "unit": "s", "better": "lower", "of": "end of job: last step to tandem local exiting", "baseline": "none", "baseline_value": 0, "ratio": 0, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "zipf": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "samples_per_sec": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "last_apply_to_exit_s": %s, "job_s": %s, "ps_peak_anon_bytes": %s, "ps_memory_max": %s, "ps_cgroup_peak_bytes": %s, "model_checksum": "%s", "rc": %s}\n' \
     "$(fmed end_of_job_s)" "$((fixed_cache * PS))" "$table_rows" "$table_bytes" "$vocab" "$ZIPF" \
     "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "$(fmed samples_per_sec)" "$(fmed live_db_bytes)" \
     "$(fmed checkpoint_dir_bytes)" "$(fmed final_checkpoint_s)" \
     "$(fmed final_checkpoint_copied_bytes)" "$(fmed final_delta_parts)" \
     "$(fmed final_line_to_exit_s)" "$(fmed chief_exit_to_exit_s)" "$(fmed last_apply_to_exit_s)" \
-    "$(fmed job_s)" "$(fmed ps_peak_anon_bytes)" "$(get "$out/runs/cache-$fixed_cache-rep1" model_checksum)" "$failed"
+    "$(fmed job_s)" "$(fmed ps_peak_anon_bytes)" "$ps_memory_max" "$(fmed ps_cgroup_peak_bytes)" "$(get "$out/runs/cache-$fixed_cache-rep1" model_checksum)" "$failed"
   exit $failed
 fi
 ratios=(1 0.1 0.01)
@@ -388,7 +453,7 @@ for ((rep = 1; rep <= reps; rep++)); do
       cache=$(awk -v t="$table_bytes" -v r="$r" -v p=$PS 'BEGIN {c = int(t * r / p); printf "%d", (c > 0 ? c : 1)}')
     fi
     log "rep $rep, cache ${labels[$j]} of the table: ps.cache_bytes=$cache per shard"
-    run_job "$dir" "$cache"
+    run_job "$dir" "$cache" $((ps_memory_max > 0 && j > 0))
     echo "cache_bytes=$cache" >>"$dir/result"
     # The table's size: the rows the all-in-cache run stored.
     if [[ $r == 1 && $rep == 1 ]]; then count_rows "$dir" "$cache"; fi
@@ -420,11 +485,12 @@ for j in "${!ratios[@]}"; do
     [[ $(get "$out/runs/ratio-$r-rep$rep" model_checksum) == "$ref_checksum" ]] || checksums_equal=false
   done
   cache_total=$(awk -v c="$(get "$out/runs/ratio-$r-rep1" cache_bytes)" -v p=$PS 'BEGIN {printf "%.0f", c * p}')
-  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_peak_anon_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
+  printf '{"bench": "scale_samples_per_sec_cache_%s", "value": %s, "unit": "samples/s", "better": "higher", "baseline": "scale_samples_per_sec_cache_1", "baseline_value": %s, "ratio": %s, "cache_ratio": %s, "cache_bytes": %s, "table_rows": %s, "table_bytes": %s, "vocab": %s, "rows": %s, "steps": %s, "ps": %s, "workers": %s, "batch_per_worker": %s, "reps": %s, "exit_codes": "%s", "mean_samples_per_sec": %s, "ps_peak_rss_bytes": %s, "ps_peak_anon_bytes": %s, "ps_memory_max": %s, "ps_cgroup_peak_bytes": %s, "ps_dir_bytes": %s, "live_db_bytes": %s, "checkpoint_dir_bytes": %s, "checkpoints": %s, "checkpoint_s": %s, "checkpoint_max_s": %s, "checkpoint_held_s": %s, "final_checkpoint_s": %s, "final_checkpoint_copied_bytes": %s, "final_delta_parts": %s, "end_of_job_s": %s, "final_line_to_exit_s": %s, "chief_exit_to_exit_s": %s, "job_s": %s, "evictions": %s, "writebacks": %s, "cache_hits": %s, "cache_misses": %s, "cache_bytes_used_max": %s, "auc": %s, "model_checksum": "%s"}\n' \
     "${labels[$j]/\//_}" "$sps" "$base_sps" "$rel" "$r" "$cache_total" "$table_rows" "$table_bytes" \
     "$vocab" "$rows" "$steps" $PS $WORKERS $BATCH "$reps" "${rcs%,}" \
     "$(med "$r" mean_samples_per_sec)" "$(med "$r" ps_peak_rss_bytes)" \
-    "$(med "$r" ps_peak_anon_bytes)" "$(med "$r" ps_dir_bytes)" \
+    "$(med "$r" ps_peak_anon_bytes)" "$(med "$r" ps_memory_max)" "$(med "$r" ps_cgroup_peak_bytes)" \
+    "$(med "$r" ps_dir_bytes)" \
     "$(med "$r" live_db_bytes)" "$(med "$r" checkpoint_dir_bytes)" "$(med "$r" checkpoints)" \
     "$(med "$r" checkpoint_s)" "$(med "$r" checkpoint_max_s)" "$(med "$r" checkpoint_held_s)" \
     "$(med "$r" final_checkpoint_s)" "$(med "$r" final_checkpoint_copied_bytes)" "$(med "$r" final_delta_parts)" "$(med "$r" end_of_job_s)" \
