@@ -20,6 +20,10 @@
 // and compactions for the store, of the mapping for the file. The process's CPU a row (all
 // threads, RocksDB's compactions among them) and the whole machine's (the kernel's writeback
 // threads among them) are printed on stderr.
+// What the file arm leaves out: a run of a few seconds with one fdatasync a step. In a job such
+// a file lost badly (docs/ARCHITECTURE.md, "a read tier in a mapped file tried": the kernel
+// writes every dirty page back within seconds and each next write faults on it), so its figure
+// is a floor, not what a tier made of such a file would cost.
 //
 // Usage: row_file_bench [--rows R] [--zipf Z] [--draws D] [--steps S] [--reps N] [--dir D]
 //                       [--only ARM]
