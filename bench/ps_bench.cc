@@ -665,7 +665,8 @@ void TwoProcesses(zmq::context_t* ctx, uint32_t dim) {
               "raw zeromq between two processes, same bytes", Median(raw_push));
 }
 
-void PushOnlyProcs(zmq::context_t* ctx, uint32_t dim, int reps) {
+// Pushes (or pulls) alone with the shard in another process, for `perf record` of both.
+void OneKindProcs(zmq::context_t* ctx, uint32_t dim, int reps, bool pulls) {
   testing::TempDir dir;
   Child shard({"serve-shard", std::to_string(dim), dir.path() + "/shard", "direct"}, dir.path());
   std::fprintf(stderr, "ps_bench: shard child pid %d\n", static_cast<int>(shard.process->pid()));
@@ -674,8 +675,13 @@ void PushOnlyProcs(zmq::context_t* ctx, uint32_t dim, int reps) {
   int64_t step = 0;
   Materialise(&c, keys, dim, &step);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  PrintFigure("ps_push_only_procs_dim" + std::to_string(dim),
-              PushKeysPerSec(&c, keys, dim, &step, reps), "keys/s", true, "none", 0);
+  const std::string d = std::to_string(dim);
+  if (pulls)
+    PrintFigure("ps_pull_only_procs_dim" + d, PullKeysPerSec(&c, keys, step, reps), "keys/s", true,
+                "none", 0);
+  else
+    PrintFigure("ps_push_only_procs_dim" + d, PushKeysPerSec(&c, keys, dim, &step, reps), "keys/s",
+                true, "none", 0);
 }
 
 // Push keys/s with the shard in another process, its push log written direct and buffered.
@@ -727,8 +733,9 @@ int Main(int argc, char** argv) {
   if (only == "push-profile")
     PushOnly(&ctx, 16, 60, !(argc > 2 && std::string(argv[2]) == "buffered"));
   if (only == "pull-profile") PullOnly(&ctx, 16, 400);  // for perf: no baselines, no pushes
-  // For `perf record -p` of the shard child (its pid is logged): pushes only, no baselines.
-  if (only == "push-profile-procs") PushOnlyProcs(&ctx, 16, 300);
+  // For `perf record -p` of the shard child (its pid is logged): one kind only, no baselines.
+  if (only == "push-profile-procs") OneKindProcs(&ctx, 16, 300, /*pulls=*/false);
+  if (only == "pull-profile-procs") OneKindProcs(&ctx, 16, 1500, /*pulls=*/true);
   if (only.empty() || only == "wire") {
     WirePrecisionOnOff(&ctx, 16);
     WirePrecisionOnOff(&ctx, 64);
