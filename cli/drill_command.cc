@@ -259,9 +259,14 @@ void Fire(const Context& ctx, JobWatcher& watcher, const std::optional<ClusterVi
   if (view && !f.fault_point()) r.before = MarksOf(*view, f);
   if (f.fault_point()) {
     // The target fired it itself; its pid, marks and log size are the last ones seen before
-    // (RunFaulty), the step is the point's own.
+    // (RunFaulty), the step is the one its log names (failpoint::Fires logs it before the
+    // process dies): a restore point's fires at the first one from its step on.
     r.fired_at_step = f.step;
-    r.step_before = f.step - 1;
+    const std::string log = ReadAll(LogOf(ctx.out_dir, f));
+    const std::string mark = "fault point " + std::string(f.point_name()) + " fires at step ";
+    if (const size_t at = log.find(mark, r.log_offset); at != std::string::npos)
+      r.fired_at_step = std::max<int64_t>(f.step, std::atoll(log.c_str() + at + mark.size()));
+    r.step_before = r.fired_at_step - 1;
   } else if (f.kind == FaultKind::kCorruptLatest) {
     auto c = CorruptLatest(ctx.job->checkpoint.dir);
     if (!c.ok()) {

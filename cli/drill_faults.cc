@@ -77,13 +77,14 @@ class FaultParser {
     } else if (verb == "partition" || verb == "flap") {
       f.kind = verb == "partition" ? FaultKind::kPartition : FaultKind::kFlap;
       if (Status s = Targets(&f); !s.ok()) return s;
-    } else if (verb == failpoint::kDieAfterAllReduce) {
-      f.kind = FaultKind::kDieAfterAllReduce;
+    } else if (verb == failpoint::kDieAfterAllReduce || verb == failpoint::kDieInRestorePoint) {
+      f.kind = verb == failpoint::kDieAfterAllReduce ? FaultKind::kDieAfterAllReduce
+                                                     : FaultKind::kDieInRestorePoint;
       if (Status s = Target(&f); !s.ok()) return s;
     } else {
       return Error(0, "unknown action '" + verb +
-                          "' (expected kill, stop, lose, corrupt-latest, partition, flap or "
-                          "die-after-allreduce)");
+                          "' (expected kill, stop, lose, corrupt-latest, partition, flap, "
+                          "die-after-allreduce or die-in-restore-point)");
     }
     const size_t at = at_;
     if (Status s = At(&f); !s.ok()) return s;
@@ -169,6 +170,10 @@ class FaultParser {
     if (kind == FaultKind::kDieAfterAllReduce && *role != "worker")
       return Error(
           where, "'die-after-allreduce' takes a worker (only workers all-reduce), not '" + t + "'");
+    if (kind == FaultKind::kDieInRestorePoint && *role != "ps")
+      return Error(
+          where,
+          "'die-in-restore-point' takes a PS (only shards take restore points), not '" + t + "'");
     *out = static_cast<int>(index);
     return Status::Ok();
   }
@@ -231,13 +236,20 @@ std::string Fault::ToString() const {
     case FaultKind::kFlap:
       return "flap " + task() + at + " " + std::to_string(flaps) + "x";
     case FaultKind::kDieAfterAllReduce:
-      return std::string(failpoint::kDieAfterAllReduce) + " " + task() + at;
+    case FaultKind::kDieInRestorePoint:
+      return std::string(point_name()) + " " + task() + at;
   }
   return "";
 }
 
+std::string_view Fault::point_name() const {
+  if (kind == FaultKind::kDieAfterAllReduce) return failpoint::kDieAfterAllReduce;
+  if (kind == FaultKind::kDieInRestorePoint) return failpoint::kDieInRestorePoint;
+  return {};
+}
+
 std::string Fault::FailpointSpec() const {
-  return fault_point() ? failpoint::Spec(task(), failpoint::kDieAfterAllReduce, step) : "";
+  return fault_point() ? failpoint::Spec(task(), point_name(), step) : "";
 }
 
 StatusOr<std::vector<Fault>> ParseFaults(std::string_view spec) {

@@ -12,6 +12,11 @@
 //                                kill rarely hits. A fault point (common/failpoint.h), armed in
 //                                the faulty run's environment when it starts and fired once; at
 //                                most one a drill, and only `@step`.
+//   die-in-restore-point ps:I @step S   the PS dies (as SIGKILL) in its first restore point of
+//                                a step >= S (a checkpoint's cut, or one after
+//                                ps.restore_point_every_bytes), once the rows are written and
+//                                RocksDB's checkpoint made, before the marker that completes it:
+//                                a restore point left half made. A fault point as above.
 // Network faults run the job with every member in a network namespace of its own (cli/netns.h).
 // Instead of `@step S`, `@rollback N` fires the fault once the job has been rolled back N times
 // and trains again (a loss during a recovery, scenario 20); such faults come after every
@@ -28,7 +33,16 @@
 
 namespace tandem::cli {
 
-enum class FaultKind { kKill, kStop, kLose, kCorruptLatest, kPartition, kFlap, kDieAfterAllReduce };
+enum class FaultKind {
+  kKill,
+  kStop,
+  kLose,
+  kCorruptLatest,
+  kPartition,
+  kFlap,
+  kDieAfterAllReduce,
+  kDieInRestorePoint
+};
 
 // A flap's rhythm: each of its N cycles keeps the link down, then up, this long.
 inline constexpr std::chrono::milliseconds kFlapHalfCycle{2000};
@@ -52,7 +66,11 @@ struct Fault {
   std::string peer_task() const;
   bool network() const { return kind == FaultKind::kPartition || kind == FaultKind::kFlap; }
   // Fired by the target itself at a fault point the run's environment arms, not by the drill.
-  bool fault_point() const { return kind == FaultKind::kDieAfterAllReduce; }
+  bool fault_point() const {
+    return kind == FaultKind::kDieAfterAllReduce || kind == FaultKind::kDieInRestorePoint;
+  }
+  // The fault point's name (common/failpoint.h), e.g. "die-after-allreduce"; empty for others.
+  std::string_view point_name() const;
   // The fault point's TANDEM_FAILPOINT value, e.g. "worker:1 die-after-allreduce @step 120".
   std::string FailpointSpec() const;
   // Canonical text, e.g. "stop ps:1 @step 200 for 2000ms".

@@ -64,8 +64,26 @@ TEST(DrillFaultsTest, AFaultPointTakesOneWorkerAStepAndComesOnce) {
       ErrorOf("die-after-allreduce worker:0 @step 50; die-after-allreduce worker:1 @step 90");
   EXPECT_NE(two.find("one fault point a drill"), std::string::npos) << two;
   EXPECT_NE(two.find("worker:1 @step 90"), std::string::npos) << two;
-  EXPECT_NE(ErrorOf("die-before-push worker:0 @step 5").find("die-after-allreduce)"),
+  EXPECT_NE(ErrorOf("die-before-push worker:0 @step 5").find("die-in-restore-point)"),
             std::string::npos);
+}
+
+TEST(DrillFaultsTest, ARestorePointFaultPointTakesOnePs) {
+  auto r = ParseFaults("die-in-restore-point ps:1 @step 150; kill worker:0 @step 90");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 2u);
+  const Fault& f = (*r)[1];
+  EXPECT_EQ(f.kind, FaultKind::kDieInRestorePoint);
+  EXPECT_TRUE(f.fault_point());
+  EXPECT_EQ(f.ToString(), "die-in-restore-point ps:1 @step 150");
+  EXPECT_EQ(f.FailpointSpec(), "ps:1 die-in-restore-point @step 150");
+  EXPECT_NE(ErrorOf("die-in-restore-point worker:0 @step 5").find("takes a PS"), std::string::npos);
+  EXPECT_NE(ErrorOf("die-in-restore-point chief @step 5").find("takes a PS"), std::string::npos);
+  EXPECT_NE(ErrorOf("die-in-restore-point ps:0 @rollback 1").find("not '@rollback N'"),
+            std::string::npos);
+  const std::string two =
+      ErrorOf("die-after-allreduce worker:0 @step 50; die-in-restore-point ps:1 @step 90");
+  EXPECT_NE(two.find("one fault point a drill"), std::string::npos) << two;
 }
 
 TEST(DrillFaultsTest, FaultsAtTheSameStepKeepTheirOrder) {
@@ -95,7 +113,8 @@ TEST(DrillFaultsTest, EmptySpecIsAnError) {
 TEST(DrillFaultsTest, ErrorsNameTheFaultThePositionAndTheProblem) {
   EXPECT_EQ(ErrorOf("kill ps:0 @step 10; explode ps:1 @step 20"),
             "--faults: fault 2 (at character 21): unknown action 'explode' (expected kill, "
-            "stop, lose, corrupt-latest, partition, flap or die-after-allreduce)");
+            "stop, lose, corrupt-latest, partition, flap, die-after-allreduce or "
+            "die-in-restore-point)");
   EXPECT_EQ(ErrorOf("stop ps:1 @step 200"),
             "--faults: fault 1 (at character 20): 'stop' needs 'for DURATION' after the step, "
             "e.g. 'for 5s'");
@@ -156,7 +175,8 @@ TEST(DrillFaultsTest, MalformedNetworkFaultsNameTheProblem) {
   EXPECT_NE(ErrorOf("flap worker:0 @step 8").find("needs a count"), std::string::npos);
   EXPECT_NE(ErrorOf("flap worker:0 @step 8 0x").find("bad flap count '0x'"), std::string::npos);
   EXPECT_NE(ErrorOf("flap worker:0 @step 8 3").find("bad flap count"), std::string::npos);
-  EXPECT_NE(ErrorOf("unplug worker:0 @step 8").find("partition, flap or"), std::string::npos);
+  EXPECT_NE(ErrorOf("unplug worker:0 @step 8").find("partition, flap, die-after-allreduce or"),
+            std::string::npos);
 }
 
 }  // namespace

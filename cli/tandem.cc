@@ -109,7 +109,8 @@ int Main(int argc, char** argv) {
       ->add_option("--faults", drill_args.faults,
                    "e.g. \"kill ps:0 @step 100; stop ps:1 @step 200 for 2s; kill chief @step "
                    "300; lose ps:1 @step 400; corrupt-latest @step 500; die-after-allreduce "
-                   "worker:1 @step 600\"")
+                   "worker:1 @step 600\" (or die-in-restore-point ps:I @step S, one fault point "
+                   "a drill)")
       ->required();
   drill->add_option("--reference", drill_args.reference, "reuse a fault-free run's output dir")
       ->check(CLI::ExistingDirectory);

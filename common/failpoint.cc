@@ -21,10 +21,9 @@ struct Armed {
 };
 Armed* armed = nullptr;
 
-// Every point the code has, so that a misspelt one is an error rather than a drill without its
-// fault. worker/trainer.cc: the worker dies once its all-reduce of the step returned, before its
-// push of that step went out.
-constexpr std::string_view kPoints[] = {kDieAfterAllReduce};
+// Every point the code has (failpoint.h), so that a misspelt one is an error rather than a
+// drill without its fault.
+constexpr std::string_view kPoints[] = {kDieAfterAllReduce, kDieInRestorePoint};
 std::atomic<bool> any{false};
 
 }  // namespace
@@ -58,7 +57,13 @@ Status Arm(const std::string& task) {
 
 bool Fires(std::string_view name, int64_t step) {
   if (!any.load(std::memory_order_acquire)) return false;
-  if (armed->name != name || armed->step != step) return false;
+  if (armed->step != step) return false;
+  return FiresAtOrAfter(name, step);
+}
+
+bool FiresAtOrAfter(std::string_view name, int64_t step) {
+  if (!any.load(std::memory_order_acquire)) return false;
+  if (armed->name != name || step < armed->step) return false;
   if (!armed->once_path.empty()) {
     const int fd = ::open(armed->once_path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) return false;  // fired before, in an earlier incarnation

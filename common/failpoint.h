@@ -18,8 +18,13 @@
 
 namespace tandem::failpoint {
 
-// The points the code has (the one today is in worker/trainer.cc).
+// The points the code has. worker/trainer.cc: a worker dies once its all-reduce of the step
+// returned, before its push of that step went out (fires at its step exactly).
 inline constexpr std::string_view kDieAfterAllReduce = "die-after-allreduce";
+// server/ps/shard.cc: a PS dies in its first restore point of a step at or after the armed one,
+// once the dirty rows are in RocksDB and its checkpoint is made but before the marker that
+// completes it (FiresAtOrAfter): the restore point is left half made, the live DB ahead of it.
+inline constexpr std::string_view kDieInRestorePoint = "die-in-restore-point";
 
 // The TANDEM_FAILPOINT value that arms `point` for `task` at `step`, as Arm reads it.
 std::string Spec(const std::string& task, std::string_view point, int64_t step);
@@ -31,6 +36,9 @@ Status Arm(const std::string& task);
 // Whether the point `name` is armed for `step` (and, with a marker, not fired before). The
 // caller then does what the point is named for (usually Die()).
 bool Fires(std::string_view name, int64_t step);
+// The same for a point reached at some steps only (restore points): armed for S, it fires at
+// the first `step` >= S.
+bool FiresAtOrAfter(std::string_view name, int64_t step);
 
 // Ends the process the way SIGKILL does: no destructor, no flush, no goodbye to peers.
 [[noreturn]] void Die();

@@ -47,5 +47,22 @@ TEST(FailpointTest, FiresForItsTaskAndStepOnlyAndOncePerMarker) {
   EXPECT_FALSE(Fires("die-after-allreduce", 7)) << "the marker says it fired before";
 }
 
+// A restore point is taken at some steps only: its point fires at the first one at or after the
+// armed step, once, while Fires keeps to the exact step. (Arming again replaces the point.)
+TEST(FailpointTest, AtOrAfterFiresAtTheFirstStepFromTheArmedOneAndOnce) {
+  testing::TempDir dir;
+  const std::string marker = dir.File("fired");
+  ::setenv("TANDEM_FAILPOINT_ONCE", marker.c_str(), 1);
+  EXPECT_TRUE(ArmWith("ps:1 die-in-restore-point @step 100", "ps:1").ok());
+  ::unsetenv("TANDEM_FAILPOINT_ONCE");
+  EXPECT_FALSE(FiresAtOrAfter("die-in-restore-point", 99));
+  EXPECT_FALSE(FiresAtOrAfter("die-after-allreduce", 149)) << "another point";
+  EXPECT_FALSE(Fires("die-in-restore-point", 149)) << "Fires wants the step itself";
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  EXPECT_TRUE(FiresAtOrAfter("die-in-restore-point", 149));
+  EXPECT_TRUE(std::filesystem::exists(marker));
+  EXPECT_FALSE(FiresAtOrAfter("die-in-restore-point", 199)) << "the marker says it fired before";
+}
+
 }  // namespace
 }  // namespace tandem::failpoint

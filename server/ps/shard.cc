@@ -19,6 +19,7 @@
 #include "common/embedding/initializer.h"
 #include "common/embedding/row_copy.h"
 #include "common/embedding/sparse_optimizer.h"
+#include "common/failpoint.h"
 #include "common/flat_id_index.h"
 #include "common/log.h"
 #include "common/slot_map.h"
@@ -181,7 +182,16 @@ Status Shard::Recover() {
   TLOG_INFO("shard {} recovered: restore point step {}, {} log records replayed, applied step {}",
             options_.shard_index, points.empty() ? -1 : points.back().step, replayed, applied_);
   YieldIfTrainingOver();
-  return TakeRestorePointLocked();
+  std::string dir;
+  uint64_t seq = 0;
+  TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir, &seq));
+  // A crash inside a cut's restore point (or before it was taken) leaves the cut in the log and
+  // no restore point for it. At k = 0 the pushes of the next step wait for that restore point,
+  // so the replay ends at the cut, and this one is the cut's: its part can still be copied once
+  // training has moved on (a drill's `die-in-restore-point`).
+  if (replayed_cut_ >= 0 && replayed_cut_ == applied_ && k1_ranks_.empty() && held_.empty())
+    PinCutPoint(applied_, dir, seq);
+  return Status::Ok();
 }
 
 Status Shard::ValidatePull(uint32_t table, std::span<const uint64_t> ids) const {
@@ -364,7 +374,10 @@ Status Shard::CutAndReleaseK1() {
 }
 
 void Shard::TakeCutPoint(int64_t step) {
-  if (replaying_) return;
+  if (replaying_) {  // taken before the crash, or left for Recover (replayed_cut_)
+    replayed_cut_ = step;
+    return;
+  }
   // The job's last cut is taken by its checkpoint part request (CheckpointPartAt, as for a step
   // nobody announced) or by the clean stop: nothing is applied after it, so it need not be cut in
   // the apply, and the push that completes the last step is answered at once. Its worker's final
@@ -378,6 +391,10 @@ void Shard::TakeCutPoint(int64_t step) {
     TLOG_ERROR("restore point for the checkpoint of step {}: {}", step, s.ToString());
     return;
   }
+  PinCutPoint(step, dir, seq);
+}
+
+void Shard::PinCutPoint(int64_t step, const std::string& dir, uint64_t seq) {
   cut_points_[step] = dir;
   if (seq != 0) cut_seqs_[step] = seq;
   // A cut whose part is never asked for (its worker died) must not pin a restore point forever.
@@ -854,6 +871,8 @@ Status Shard::TakeRestorePointLocked(std::string* dir, uint64_t* change_seq) {
     for (const auto& [step, s] : cut_seqs_) keep_after = std::min(keep_after, s);
     DeleteLater(changes->DetachThrough(keep_after));
   }
+  // A drill's fault point (common/failpoint.h): the restore point half made, the live DB ahead.
+  if (failpoint::FiresAtOrAfter(failpoint::kDieInRestorePoint, m.step)) failpoint::Die();
   TANDEM_RETURN_IF_ERROR(WriteRestoreMarker(base + ".done", m));
   TANDEM_RETURN_IF_ERROR(log_->Roll());
   const auto marked = std::chrono::steady_clock::now();
@@ -1034,19 +1053,29 @@ StatusOr<CheckpointPart> Shard::CheckpointPartAt(int64_t step, const std::string
       if (applied < step || cuts_.count(step) > 0)
         return Status::Unavailable("step " + std::to_string(step) +
                                    " is not applied yet (applied " + std::to_string(applied) + ")");
-      if (applied > step)
-        return Status::FailedPrecondition("checkpoint of step " + std::to_string(step) +
-                                          " asked after step " + std::to_string(applied) +
-                                          " was applied, and no cut was announced for it");
-      // A step nobody announced (the last one, or where a stop was agreed): right only if no
-      // push of a later step is in, which holds when none will come.
-      if (!k1_ranks_.empty() || !held_.empty())
-        return Status::FailedPrecondition(
-            "checkpoint of step " + std::to_string(step) +
-            " was not announced, and pushes of later steps are already applied");
-      TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir, &seq));
-      cut_points_[step] = dir;
-      if (seq != 0) cut_seqs_[step] = seq;
+      if (applied > step) {
+        // A complete restore point of exactly that step holds every step up to it and nothing
+        // after (none with pushes of later steps in it): the cut's, taken before this process
+        // died and a new one got this request.
+        for (const RestoreMarker& m : ListRestorePoints(options_.dir))
+          if (m.step == step && m.timeline == timeline_ && m.partial.empty())
+            dir = options_.dir + "/restore/" + m.name;
+        if (dir.empty())
+          return Status::FailedPrecondition("checkpoint of step " + std::to_string(step) +
+                                            " asked after step " + std::to_string(applied) +
+                                            " was applied, and no cut was announced for it");
+        PinCutPoint(step, dir, 0);
+      } else {
+        // A step nobody announced (the last one, or where a stop was agreed): right only if no
+        // push of a later step is in, which holds when none will come.
+        if (!k1_ranks_.empty() || !held_.empty())
+          return Status::FailedPrecondition(
+              "checkpoint of step " + std::to_string(step) +
+              " was not announced, and pushes of later steps are already applied");
+        TANDEM_RETURN_IF_ERROR(TakeRestorePointLocked(&dir, &seq));
+        cut_points_[step] = dir;
+        if (seq != 0) cut_seqs_[step] = seq;
+      }
     }
   }
   std::optional<std::vector<ChangeSegment>> delta;

@@ -283,6 +283,10 @@ class Shard {
   // The restore point of an announced checkpoint step, right after applying it (not while
   // replaying). A failure is logged: the checkpoint then fails when its part is asked for.
   void TakeCutPoint(int64_t step) EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps `dir` (its change log segment `seq`, 0 = unknown) as the restore point of the cut at
+  // `step` until its part is copied.
+  void PinCutPoint(int64_t step, const std::string& dir, uint64_t seq)
+      EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `dir` (may be null) gets the restore point's directory.
   // `change_seq` (may be null) gets the change log segment the restore point was cut at; it is
   // left alone when the restore point already existed (its cut is unknown then).
@@ -364,6 +368,7 @@ class Shard {
   bool restore_point_failing_ GUARDED_BY(mu_) = false;  // the last one by bytes failed
   ShardStats stats_ GUARDED_BY(mu_);
   bool replaying_ GUARDED_BY(mu_) = false;      // Recover is replaying the log
+  int64_t replayed_cut_ GUARDED_BY(mu_) = -1;   // the newest cut that replay met (TakeCutPoint)
   bool training_over_ GUARDED_BY(mu_) = false;  // YieldIfTrainingOver has lowered them
   // Announced checkpoint steps (a push carried `checkpoint`) whose restore point is not cut yet.
   std::set<int64_t> cuts_ GUARDED_BY(mu_);

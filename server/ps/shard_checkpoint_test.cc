@@ -123,6 +123,41 @@ TEST(ShardCheckpointTest, KZeroCutIsTakenInTheApplyPathAndTheTrainingGoesOn) {
   EXPECT_EQ(RowsOfPart(o, dir.path(), *last, dir.path() + "/again"), Rows(shard.get()));
 }
 
+// A shard that dies inside a cut's restore point (drill: `die-in-restore-point`) leaves the cut
+// in its log and the restore point without its marker; one that dies right after the cut leaves
+// the restore point whole. Either way the new process gets the part request once training has
+// moved on: it copies the cut's rows, from the restore point Recover took at the cut (the replay
+// ends there at k = 0: the next step's pushes wait for the cut) or from the whole one on disk.
+TEST(ShardCheckpointTest, ACutsPartIsCopiedAfterACrashInOrAfterItsRestorePoint) {
+  for (const bool marker_lost : {true, false}) {
+    SCOPED_TRACE(marker_lost ? "died inside the restore point" : "died after it");
+    TempDir dir, ref_dir;
+    ShardOptions o = SmallShard(dir.path() + "/ps", 1);
+    o.durable_dir = dir.path() + "/ckpt/" + ShardDurableDir(0);
+    auto ref = OpenShard(SmallShard(ref_dir.path(), 1));
+    for (int64_t step = 0; step <= 1; ++step) ASSERT_TRUE(PushOf(ref.get(), step, 0, false).ok());
+    const auto at_cut = Rows(ref.get());
+    {
+      auto shard = OpenShard(o);
+      for (int64_t step = 0; step <= 1; ++step)
+        ASSERT_TRUE(PushOf(shard.get(), step, 0, step == 1).ok());
+    }  // kill -9 right after the cut of step 1
+    bool unmarked = false;
+    for (const auto& m : ListRestorePoints(o.dir))
+      if (m.step == 1 && marker_lost) unmarked = fs::remove(o.dir + "/restore/" + m.name + ".done");
+    ASSERT_EQ(unmarked, marker_lost);
+    auto shard = OpenShard(o);
+    ASSERT_EQ(shard->applied_step(), 1);
+    EXPECT_EQ(shard->stats().replayed_records, marker_lost ? 2u : 0u);
+    for (int64_t step = 2; step <= 3; ++step) ASSERT_TRUE(PushOf(shard.get(), step, 0, false).ok());
+    auto part = shard->CheckpointPartAt(1, o.durable_dir);
+    ASSERT_TRUE(part.ok()) << part.status();
+    EXPECT_EQ(RowsOfPart(o, dir.path(), *part, dir.path() + "/restored"), at_cut);
+    // A step that never had a restore point of its own is still refused.
+    EXPECT_TRUE(shard->CheckpointPartAt(2, o.durable_dir).status().IsFailedPrecondition());
+  }
+}
+
 // Scenario 8: shard 0 cuts its step-200 restore point, the checkpoint is never committed (no
 // part is asked for), and the shard dies at step 212: every step survives, from the newest
 // restore point and also from the one before it (the log behind it is kept).

@@ -1,7 +1,7 @@
 // `tandem drill` (issue 7 item 2) on short jobs: PS kill, PS SIGSTOP and chief kill are survived
 // with the fault-free run's model; a malformed --faults is a usage error; a killed or stopped
 // worker is rolled forward (PROTOCOLS §8), two at once rolled back; k = 2; scenarios 9 and 13;
-// PS kills with a table 20x the cache.
+// PS kills and a PS dead inside a restore point with a table 20x the cache.
 #include <signal.h>
 
 #include <algorithm>
@@ -114,14 +114,18 @@ uint64_t DirBytes(const std::string& path) {
 // (ps.storage: memory). Here each shard's cache holds 1/20 of its rows at most, so a restarted
 // shard restores a RocksDB restore point and replays its log through a cache that evicts, and
 // the kills land around checkpoints (every 50 steps) whose final part is a delta of the change
-// log. Both runs of the drill have the same cache; HugeTableTest ties that model to the
-// all-in-memory one.
+// log. ps:1 dies inside a restore point (the fault point `die-in-restore-point`: its first one
+// of a step >= 150, rows written and RocksDB's checkpoint made, no marker yet), so it comes back
+// from the one before (the checkpoint of that cut still commits). Both runs of the drill have the
+// same cache; HugeTableTest ties that model to the all-in-memory one.
 TEST(DrillTest, PsKillsWithTheTableFarLargerThanTheCacheEndWithTheFaultFreeModel) {
   TempDir dir;
   constexpr int64_t kCacheBytes = 600000;
   const nlohmann::json report = PassingDrill(
       dir, 300,
-      "kill ps:0 @step 80; kill ps:1 @step 170; kill ps:0 @step 230; kill worker:1 @step 260", 4,
+      "kill ps:0 @step 80; die-in-restore-point ps:1 @step 150; kill ps:0 @step 230; kill "
+      "worker:1 @step 260",
+      4,
       {"--set", "data.synthetic.vocab=300000", "--set", "data.synthetic.zipf=1.05", "--set",
        "data.synthetic.eval_rows=2000", "--set", "ps.storage=rocksdb", "--set",
        "ps.cache_bytes=" + std::to_string(kCacheBytes), "--set",
@@ -132,6 +136,23 @@ TEST(DrillTest, PsKillsWithTheTableFarLargerThanTheCacheEndWithTheFaultFreeModel
     EXPECT_NE(report["faults"][i].value("path", "").find("ps restart + log replay"),
               std::string::npos)
         << report.dump(2);
+  // ps:1 died in the restore point, and came back from an older one.
+  const std::string ps1 = ReadFile(dir.path() + "/out/logs/ps-1.log");
+  const std::string point = "fault point die-in-restore-point fires at step ";
+  const size_t fired = ps1.find(point);
+  ASSERT_NE(fired, std::string::npos) << ps1;
+  const int64_t died_in = std::atoll(ps1.c_str() + fired + point.size());
+  EXPECT_GE(died_in, 150);
+  const std::string back = "shard 1 recovered: restore point step ";
+  const size_t recovered = ps1.find(back, fired);
+  ASSERT_NE(recovered, std::string::npos) << ps1;
+  EXPECT_LT(std::atoll(ps1.c_str() + recovered + back.size()), died_in) << ps1;
+  // It died in a checkpoint's cut (steps 49, 99, ...), which still commits at k = 0: the replay
+  // ends at the cut and the part request takes the restore point then.
+  EXPECT_EQ((died_in + 1) % 50, 0) << died_in;
+  EXPECT_NE(ReadFile(dir.path() + "/out/logs/chief-0.log")
+                .find("checkpoint of step " + std::to_string(died_in) + " committed"),
+            std::string::npos);
   // The rows did not fit: each shard's live RocksDB of the faulty run is 20x its cache or more.
   for (int i = 0; i < 2; ++i) {
     const std::string live = dir.path() + "/ps/shard-" + std::to_string(i) + "/live";
