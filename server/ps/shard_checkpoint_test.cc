@@ -99,17 +99,28 @@ TEST(ShardCheckpointTest, KOneCheckpointHoldsNoPartOfTheNextStep) {
   EXPECT_EQ(Rows(shard.get()), final_rows);
 }
 
+// A k = 0 shard of one worker under `dir` (its durable copy there too), and the rows a shard fed
+// the same pushes holds after step 1, where the tests below cut.
+struct CutAtStepOne {
+  explicit CutAtStepOne(const TempDir& dir) : o(SmallShard(dir.path() + "/ps", 1)) {
+    o.durable_dir = dir.path() + "/ckpt/" + ShardDurableDir(0);
+    TempDir ref_dir;
+    auto ref = OpenShard(SmallShard(ref_dir.path(), 1));
+    for (int64_t step = 0; step <= 1; ++step) EXPECT_TRUE(PushOf(ref.get(), step, 0, false).ok());
+    at_cut = Rows(ref.get());
+  }
+  ShardOptions o;
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>> at_cut;
+};
+
 // At k = 0 the cut is taken right after the announced step is applied, so its part can be
 // asked for later while training goes on; a step nobody announced can be taken only while it
 // is the applied one.
 TEST(ShardCheckpointTest, KZeroCutIsTakenInTheApplyPathAndTheTrainingGoesOn) {
-  TempDir dir, ref_dir;
-  ShardOptions o = SmallShard(dir.path() + "/ps", 1);
-  o.durable_dir = dir.path() + "/ckpt/" + ShardDurableDir(0);
-  auto ref = OpenShard(SmallShard(ref_dir.path(), 1));
-  for (int64_t step = 0; step <= 1; ++step) ASSERT_TRUE(PushOf(ref.get(), step, 0, false).ok());
-  const auto at_cut = Rows(ref.get());
-
+  TempDir dir;
+  const CutAtStepOne cut(dir);
+  const ShardOptions& o = cut.o;
+  const auto& at_cut = cut.at_cut;
   auto shard = OpenShard(o);
   for (int64_t step = 0; step <= 3; ++step)
     ASSERT_TRUE(PushOf(shard.get(), step, 0, step == 1).ok());
@@ -131,12 +142,9 @@ TEST(ShardCheckpointTest, KZeroCutIsTakenInTheApplyPathAndTheTrainingGoesOn) {
 TEST(ShardCheckpointTest, ACutsPartIsCopiedAfterACrashInOrAfterItsRestorePoint) {
   for (const bool marker_lost : {true, false}) {
     SCOPED_TRACE(marker_lost ? "died inside the restore point" : "died after it");
-    TempDir dir, ref_dir;
-    ShardOptions o = SmallShard(dir.path() + "/ps", 1);
-    o.durable_dir = dir.path() + "/ckpt/" + ShardDurableDir(0);
-    auto ref = OpenShard(SmallShard(ref_dir.path(), 1));
-    for (int64_t step = 0; step <= 1; ++step) ASSERT_TRUE(PushOf(ref.get(), step, 0, false).ok());
-    const auto at_cut = Rows(ref.get());
+    TempDir dir;
+    const CutAtStepOne cut(dir);
+    const ShardOptions& o = cut.o;
     {
       auto shard = OpenShard(o);
       for (int64_t step = 0; step <= 1; ++step)
@@ -152,7 +160,7 @@ TEST(ShardCheckpointTest, ACutsPartIsCopiedAfterACrashInOrAfterItsRestorePoint) 
     for (int64_t step = 2; step <= 3; ++step) ASSERT_TRUE(PushOf(shard.get(), step, 0, false).ok());
     auto part = shard->CheckpointPartAt(1, o.durable_dir);
     ASSERT_TRUE(part.ok()) << part.status();
-    EXPECT_EQ(RowsOfPart(o, dir.path(), *part, dir.path() + "/restored"), at_cut);
+    EXPECT_EQ(RowsOfPart(o, dir.path(), *part, dir.path() + "/restored"), cut.at_cut);
     // A step that never had a restore point of its own is still refused.
     EXPECT_TRUE(shard->CheckpointPartAt(2, o.durable_dir).status().IsFailedPrecondition());
   }
