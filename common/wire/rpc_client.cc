@@ -1,5 +1,7 @@
 #include "common/wire/rpc_client.h"
 
+#include <atomic>
+#include <cstring>
 #include <random>
 
 namespace tandem::wire {
@@ -21,9 +23,21 @@ RpcClient::RpcClient(zmq::context_t* context, Identity identity, ClientOptions o
 
 RpcClient::~RpcClient() = default;
 
-StatusOr<std::unique_ptr<zmq::socket_t>> RpcClient::OpenSocket(const std::string& endpoint) {
+StatusOr<RpcClient::Socket> RpcClient::OpenSocket(const std::string& endpoint) {
   try {
     auto s = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::dealer);
+    Socket out;
+    if (options_.fail_on_disconnect) {
+      // Before connect, so that no event of this socket's connections is missed.
+      static std::atomic<uint64_t> next_monitor{0};
+      const std::string at = "inproc://tandem-rpc-monitor-" + std::to_string(next_monitor++);
+      if (zmq_socket_monitor(s->handle(), at.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+        return Status::Internal("socket monitor for " + endpoint + ": " +
+                                zmq_strerror(zmq_errno()));
+      out.monitor = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
+      out.monitor->set(zmq::sockopt::linger, 0);
+      out.monitor->connect(at);
+    }
     s->set(zmq::sockopt::immediate, 1);
     s->set(zmq::sockopt::linger, 0);
     s->set(zmq::sockopt::sndhwm, options_.hwm);
@@ -36,7 +50,8 @@ StatusOr<std::unique_ptr<zmq::socket_t>> RpcClient::OpenSocket(const std::string
       s->set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
     }
     s->connect(endpoint);
-    return s;
+    out.dealer = std::move(s);
+    return out;
   } catch (const zmq::error_t& e) {
     return Status::InvalidArgument("cannot connect to " + endpoint + ": " + e.what());
   }
@@ -55,6 +70,8 @@ StatusOr<int> RpcClient::Connect(const std::string& endpoint) {
 void RpcClient::Reopen(int server) {
   auto s = OpenSocket(endpoints_[server]);
   if (!s.ok()) return;  // the endpoint connected before: keep the old socket
+  if (sockets_[server].monitor != nullptr)
+    zmq_socket_monitor(sockets_[server].dealer->handle(), nullptr, 0);  // stops it
   sockets_[server] = std::move(s).value();
   // Replies to what was sent on the old socket cannot come any more; their waits time out.
   for (auto& [id, p] : pending_)
@@ -88,7 +105,9 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
     Pump(deadline);
   }
   if (reopen_[server]) Reopen(server);
-  zmq::socket_t& sock = *sockets_[server];
+  // A disconnect not read yet is older than this request: it must not count it lost.
+  if (sockets_[server].monitor != nullptr) ReadMonitor(server);
+  zmq::socket_t& sock = *sockets_[server].dealer;
   const uint64_t replies_before = stats_.replies;
   for (;;) {
     auto sent = sock.send(frames[0], frames.size() > 1
@@ -123,8 +142,31 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
   return id;
 }
 
+void RpcClient::ReadMonitor(int server) {
+  zmq::socket_t& mon = *sockets_[server].monitor;
+  for (;;) {
+    // Two frames an event: 16-bit event and 32-bit value, then the peer's address.
+    zmq::message_t event, address;
+    if (!mon.recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more()) (void)mon.recv(address, zmq::recv_flags::dontwait);
+    uint16_t what = 0;
+    if (event.size() >= sizeof(what)) std::memcpy(&what, event.data(), sizeof(what));
+    if (what != ZMQ_EVENT_DISCONNECTED) continue;
+    // Replies that arrived before the connection closed are already read (ReceiveFrom runs
+    // first in Pump); what is still open was lost with the server.
+    ReceiveFrom(server);
+    for (auto& [id, p] : pending_) {
+      if (p.server != server || Finished(p)) continue;
+      p.lost = true;
+      in_flight_bytes_[server] -= p.bytes;
+      p.bytes = 0;
+      stats_.lost_requests++;
+    }
+  }
+}
+
 void RpcClient::ReceiveFrom(int server) {
-  zmq::socket_t& sock = *sockets_[server];
+  zmq::socket_t& sock = *sockets_[server].dealer;
   for (int n = 0; n < 1024; ++n) {
     std::vector<zmq::message_t> frames;
     bool more = true;
@@ -154,16 +196,24 @@ void RpcClient::ReceiveFrom(int server) {
 
 void RpcClient::Pump(Clock::time_point until) {
   std::vector<zmq::pollitem_t> items;
-  items.reserve(sockets_.size());
-  for (auto& s : sockets_) items.push_back({s->handle(), 0, ZMQ_POLLIN, 0});
+  items.reserve(2 * sockets_.size());
+  for (auto& s : sockets_) items.push_back({s.dealer->handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<int> monitored;  // the server of items[sockets_.size() + j]
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    if (sockets_[i].monitor == nullptr) continue;
+    items.push_back({sockets_[i].monitor->handle(), 0, ZMQ_POLLIN, 0});
+    monitored.push_back(static_cast<int>(i));
+  }
   auto now = Clock::now();
   auto wait = until > now ? std::chrono::duration_cast<std::chrono::milliseconds>(until - now)
                           : std::chrono::milliseconds(0);
   // Round up so that a sub-millisecond remainder still waits instead of spinning.
   if (until > now && wait.count() == 0) wait = std::chrono::milliseconds(1);
   zmq::poll(items.data(), items.size(), wait);
-  for (size_t i = 0; i < items.size(); ++i)
+  for (size_t i = 0; i < sockets_.size(); ++i)
     if (items[i].revents & ZMQ_POLLIN) ReceiveFrom(static_cast<int>(i));
+  for (size_t j = 0; j < monitored.size(); ++j)
+    if (items[sockets_.size() + j].revents & ZMQ_POLLIN) ReadMonitor(monitored[j]);
 }
 
 void RpcClient::Forget(uint64_t request_id) {
@@ -182,6 +232,13 @@ StatusOr<InMessage> RpcClient::Wait(uint64_t request_id, Clock::time_point deadl
       pending_.erase(it);
       return m;
     }
+    if (it->second.lost) {
+      const int server = it->second.server;
+      pending_.erase(it);
+      return Status::Unavailable("the connection to " + endpoints_[server] +
+                                 " closed before it answered request " +
+                                 std::to_string(request_id));
+    }
     if (Clock::now() >= deadline) {
       Forget(request_id);
       return Status::DeadlineExceeded("no reply to request " + std::to_string(request_id));
@@ -197,7 +254,7 @@ std::vector<StatusOr<InMessage>> RpcClient::WaitAll(std::span<const uint64_t> id
     bool all = true;
     for (uint64_t id : ids) {
       auto it = pending_.find(id);
-      if (it != pending_.end() && !it->second.reply.has_value()) {
+      if (it != pending_.end() && !Finished(it->second)) {
         all = false;
         break;
       }

@@ -31,6 +31,10 @@ struct ClientOptions {
   std::optional<CurveKeys> curve;
   // The server's public key; empty: curve->public_key (every server holds the cluster's keys).
   std::string curve_server_key;
+  // A request whose connection closes before its reply ends at once with kUnavailable instead
+  // of at its deadline: the server died (a restarted one gets the request again from the
+  // caller's retry, which waits for the new connection). Seen through a socket monitor.
+  bool fail_on_disconnect = false;
 };
 
 struct ClientStats {
@@ -38,6 +42,7 @@ struct ClientStats {
   uint64_t replies = 0;
   uint64_t late_replies = 0;  // for requests already given up on
   uint64_t malformed_replies = 0;
+  uint64_t lost_requests = 0;  // ended by their connection closing (fail_on_disconnect)
 };
 
 // Requires external synchronization: one thread uses a client (ZeroMQ sockets are not
@@ -85,18 +90,26 @@ class RpcClient {
     int server;
     uint64_t bytes;
     std::optional<InMessage> reply;
+    bool lost = false;  // its connection closed first (fail_on_disconnect)
+  };
+  struct Socket {
+    std::unique_ptr<zmq::socket_t> dealer;
+    std::unique_ptr<zmq::socket_t> monitor;  // PAIR of the dealer's disconnect events, or null
   };
   // Receives whatever has arrived within `until`; returns after the first batch or the deadline.
   void Pump(Clock::time_point until);
   void ReceiveFrom(int server);
   void Forget(uint64_t request_id);
-  StatusOr<std::unique_ptr<zmq::socket_t>> OpenSocket(const std::string& endpoint);
+  StatusOr<Socket> OpenSocket(const std::string& endpoint);
   void Reopen(int server);
+  // Reads `server`'s monitor: on a disconnect, its requests still unanswered are lost.
+  void ReadMonitor(int server);
+  bool Finished(const Pending& p) const { return p.reply.has_value() || p.lost; }
 
   zmq::context_t* const context_;
   Identity identity_;
   const ClientOptions options_;
-  std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
+  std::vector<Socket> sockets_;
   std::vector<std::string> endpoints_;
   std::vector<bool> reopen_;  // unreachable for a whole budget: a new socket at the next Send
   std::vector<uint64_t> in_flight_bytes_;

@@ -343,6 +343,57 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
   EXPECT_GE(elapsed, milliseconds(290));
 }
 
+// A server that dies with a request unanswered (its socket closes, as a killed process's does):
+// with fail_on_disconnect the wait ends at once, not at its deadline, and once a server is back
+// on the same port the next request is answered over the client's new connection. Without the
+// option the wait lasts until its deadline, as before.
+TEST(RpcDisconnectTest, ARequestWhoseServerDiesEndsAtOnceAndTheServerBackAnswersTheNext) {
+  for (const bool fail_fast : {true, false}) {
+    SCOPED_TRACE(fail_fast ? "fail_on_disconnect" : "default");
+    zmq::context_t ctx(1);
+    auto dying = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::router);
+    dying->set(zmq::sockopt::linger, 0);
+    dying->bind("tcp://127.0.0.1:0");
+    const std::string endpoint = dying->get(zmq::sockopt::last_endpoint);
+    ClientOptions options;
+    options.fail_on_disconnect = fail_fast;
+    RpcClient client(&ctx, ClientIdentity(), options);
+    const int h = *client.Connect(endpoint);
+    // Takes the request, then dies without answering.
+    std::thread server([&] {
+      zmq::pollitem_t item{dying->handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, milliseconds(5000));
+      dying.reset();
+    });
+    auto id = client.Send(h, EchoRequest("x"), milliseconds(5000));
+    ASSERT_TRUE(id.ok()) << id.status();
+    const auto t0 = std::chrono::steady_clock::now();
+    const milliseconds wait = fail_fast ? milliseconds(10000) : milliseconds(1500);
+    auto r = client.Wait(*id, t0 + wait);
+    const auto elapsed = std::chrono::steady_clock::now() - t0;
+    server.join();
+    if (fail_fast) {
+      EXPECT_TRUE(r.status().IsUnavailable()) << r.status();
+      EXPECT_NE(r.status().message().find("closed before it answered"), std::string::npos);
+      EXPECT_LT(elapsed, milliseconds(3000));
+      EXPECT_EQ(client.stats().lost_requests, 1u);
+    } else {
+      EXPECT_TRUE(r.status().IsDeadlineExceeded()) << r.status();
+      EXPECT_GE(elapsed, wait - milliseconds(10));
+      EXPECT_EQ(client.stats().lost_requests, 0u);
+    }
+    ServerOptions back;
+    back.bind_endpoint = endpoint;
+    RpcServer server_back(&ctx, back, ServerIdentity());
+    RegisterDiagnostics(&server_back, 0);
+    ASSERT_TRUE(server_back.Start().ok());
+    auto again = client.Call(h, EchoRequest("y"), milliseconds(5000));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->reply_code(), ReplyCode::OK);
+    server_back.Stop();
+  }
+}
+
 // A server started right after the context's last one was destroyed (a restart in the same
 // process): the previous ZAP handler's inproc endpoint is unbound by libzmq's reaper after the
 // handler closed it, so the new one's bind could come first. It waits instead of failing; many
