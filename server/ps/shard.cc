@@ -149,9 +149,10 @@ Status Shard::Recover() {
   TANDEM_ASSIGN_OR_RETURN(store_, EmbeddingStore::Open(so));
 
   uint64_t replayed = 0;
-  // Checkpoint cuts met in the log are not taken again: their restore points were taken then,
-  // or the checkpoint was lost with the crash (its part request then fails, and the next
-  // checkpoint commits).
+  // Checkpoint cuts met in the log are not taken again: their restore points were taken then
+  // (a part request finds a complete one on disk, CheckpointPartAt), or the crash came first and
+  // the replay ends at the newest cut, whose restore point is the one taken below. A cut the
+  // replay goes past with neither is lost: its part request fails, the next checkpoint commits.
   replaying_ = true;
   Status s = log_->Replay(replay_from - 1, [&](const PushRecord& r) -> Status {
     // Replay trusts logged pushes, so a directory opened with another job's shape (a tool given
