@@ -15,6 +15,7 @@
 #include "cli/cluster_file.h"
 #include "cli/drill_faults.h"
 #include "cli/netns.h"
+#include "cli/step_timeline.h"
 #include "common/chief_client.h"
 #include "common/config/job_config.h"
 #include "common/daemon/security_setup.h"
@@ -73,6 +74,9 @@ struct FaultRecord {
   };
   std::vector<NetAction> net_actions;
   std::optional<int64_t> detect_ms, recovery_ms;
+  // The longest time the job's step stood still from the fault to the next one (or the last
+  // step): what the fault cost training, which recovery_ms does not say (StepTimeline).
+  std::optional<int64_t> stall_ms;
   std::string detected_by;
   // A rollback after the fault: the highest step the job had reached when it failed, and the
   // checkpoint the next run resumed from; the steps between are trained again.
@@ -385,6 +389,8 @@ std::string PathOf(const Context& ctx, FaultRecord& r) {
   } else if (f.role == "chief" && f.network() && r.after.term == r.before.term) {
     path = "the link came back: training went on, the chief declared nobody lost (term " +
            std::to_string(r.after.term) + ")";
+  } else if (f.role == "chief" && f.kind == FaultKind::kStop && r.after.term == r.before.term) {
+    path = "resumed after SIGCONT, no restart (term " + std::to_string(r.after.term) + ")";
   } else if (f.role == "chief") {
     path = "chief restart (term " + std::to_string(r.before.term) + " -> " +
            std::to_string(r.after.term) + ")";
@@ -501,7 +507,9 @@ ExitInfo AwaitLocal(Subprocess& p, const sigset_t& signals) {
 struct RunResult {
   std::string out_dir;
   ExitInfo exit;
-  nlohmann::json final_line;  // the last `"final": true` line of metrics.jsonl; null if none
+  nlohmann::json final_line;       // the last `"final": true` line of metrics.jsonl; null if none
+  StepTimeline steps;              // empty for a reference run the drill did not run itself
+  std::optional<int64_t> wall_ms;  // `tandem local` start to exit
 };
 
 nlohmann::json FinalLine(const std::string& out_dir) {
@@ -515,11 +523,13 @@ nlohmann::json FinalLine(const std::string& out_dir) {
   return last;
 }
 
-// Runs the job under `faults`, firing each when the job's step reaches it.
-RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<FaultRecord>& records,
-                    const sigset_t& signals) {
+// Runs the job under the faults of `records` (none: the fault-free run, with `extra` settings),
+// firing each when the job's step reaches it.
+RunResult RunJob(const DrillArgs& args, const Context& ctx, const std::vector<std::string>& extra,
+                 std::vector<FaultRecord>& records, const sigset_t& signals) {
   RunResult result;
   result.out_dir = ctx.out_dir;
+  const Clock::time_point started = Clock::now();
   // A fault point is armed in every daemon's environment (the named one fires it) and fires
   // once: the marker keeps the target's replacement from dying at the same step again.
   std::vector<std::string> env;
@@ -530,7 +540,7 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     fs::remove(marker, ec);
     env = {"TANDEM_FAILPOINT=" + r.fault.FailpointSpec(), "TANDEM_FAILPOINT_ONCE=" + marker};
   }
-  auto p = StartLocal(args.local, {}, ctx.out_dir, std::move(env));
+  auto p = StartLocal(args.local, extra, ctx.out_dir, std::move(env));
   if (!p.ok()) {
     std::fprintf(stderr, "tandem drill: %s\n", p.status().ToString().c_str());
     result.exit.exit_code = kExitRuntimeFailure;
@@ -543,6 +553,8 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     const bool running = p->running();
     std::optional<ClusterView> view = running ? watcher.View() : std::nullopt;
     if (view && view->step > step) step = view->step;
+    if (view && view->job_state == JobState::kTraining) result.steps.Saw(Clock::now(), view->step);
+    if (running && !view) result.steps.Blind(Clock::now());
     for (auto& r : records) {
       RunDueNetActions(r);
       if (r.cont_at && Clock::now() >= *r.cont_at && r.net_actions.empty()) {
@@ -602,6 +614,8 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
     if (r.cont_at && r.fault.kind == FaultKind::kStop) ::kill(r.pid, SIGCONT);
   }
   result.exit = AwaitLocal(*p, signals);
+  result.wall_ms = MsSince(started);
+  const Clock::time_point ended = Clock::now();
   result.final_line = FinalLine(ctx.out_dir);
   const int64_t final_step =
       result.final_line.is_object() ? result.final_line.value("step", int64_t{-1}) : -1;
@@ -623,13 +637,29 @@ RunResult RunFaulty(const DrillArgs& args, const Context& ctx, std::vector<Fault
   for (auto& r : records) {
     if (!r.fired && r.error.empty())
       r.error = "never fired: the job ended at step " + std::to_string(step);
-    // Progress past the fault that the polling missed: the job's successful end bounds it.
+    // Progress past the fault that the polling missed, or a fault fired once the last step was
+    // trained (the end of the job was what was left): the job's successful end bounds it.
     if (r.fired && !r.recovery_ms && result.exit.exited() && result.exit.exit_code == 0 &&
-        final_step > r.step_before) {
+        (final_step > r.step_before || final_step == ctx.job->train.steps - 1)) {
       r.recovery_ms = MsSince(r.fired_at);
       r.recovery_bound_only = true;
     }
     if (r.fired) r.path = PathOf(ctx, r);
+  }
+  // Each fault's stall, up to the last step seen or the next fault fired (faults fired in one
+  // poll share it).
+  for (size_t i = 0; i < records.size(); ++i) {
+    FaultRecord& r = records[i];
+    if (!r.fired) continue;
+    Clock::time_point until = result.steps.last_advance().value_or(ended);
+    if (until <= r.fired_at) until = ended;
+    for (size_t j = i + 1; j < records.size(); ++j)
+      if (records[j].fired && records[j].fired_at - r.fired_at >= milliseconds(args.poll_ms)) {
+        until = std::min(until, records[j].fired_at);
+        break;
+      }
+    if (const auto pause = result.steps.LongestPause(r.fired_at, until))
+      r.stall_ms = pause->count();
   }
   // A job that failed did not recover from the last fault before it failed, whatever progress
   // the lagging view showed after it.
@@ -662,6 +692,10 @@ int64_t StepsReplayed(const FaultRecord& r) {
   return std::max<int64_t>(0, r.step_at_failure - *r.resumed_from);
 }
 
+nlohmann::json OrNull(const std::optional<int64_t>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
+
 nlohmann::json RecordJson(const FaultRecord& r) {
   nlohmann::json j = {{"fault", r.fault.ToString()},
                       {"step", r.fault.step},
@@ -675,10 +709,17 @@ nlohmann::json RecordJson(const FaultRecord& r) {
                       {"recovered", r.recovery_ms.has_value()},
                       {"recovery_ms", r.recovery_ms ? nlohmann::json(*r.recovery_ms) : nullptr},
                       {"recovery_ms_is_upper_bound", r.recovery_bound_only},
+                      {"stall_ms", OrNull(r.stall_ms)},
                       {"steps_replayed", StepsReplayed(r)},
                       {"path", r.path}};
   if (!r.error.empty()) j["error"] = r.error;
   return j;
+}
+
+std::optional<int64_t> LongestPauseMs(const RunResult& r) {
+  const auto pause = r.steps.LongestPause();
+  if (!pause) return std::nullopt;
+  return pause->count();
 }
 
 nlohmann::json RunJson(const RunResult& r) {
@@ -688,18 +729,21 @@ nlohmann::json RunJson(const RunResult& r) {
           {"exit_code", r.exit.exit_code},
           {"final_step", f.is_object() ? f.value("step", nlohmann::json()) : nullptr},
           {"auc", f.is_object() ? f.value("auc", nlohmann::json()) : nullptr},
-          {"model_checksum", f.is_object() ? f.value("model_checksum", "") : ""}};
+          {"model_checksum", f.is_object() ? f.value("model_checksum", "") : ""},
+          {"wall_ms", OrNull(r.wall_ms)},
+          {"longest_pause_ms", OrNull(LongestPauseMs(r))}};
 }
 
 void PrintTable(const std::vector<FaultRecord>& records) {
-  std::printf("\n%-42s %7s %8s %9s %8s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY", "REPLAYED",
-              "PATH");
+  std::printf("\n%-42s %7s %8s %9s %8s %8s  %s\n", "FAULT", "AT STEP", "DETECT", "RECOVERY",
+              "STALL", "REPLAYED", "PATH");
   for (const auto& r : records) {
     std::printf(
-        "%-42s %7lld %8s %9s %8lld  %s\n", r.fault.ToString().c_str(),
+        "%-42s %7lld %8s %9s %8s %8lld  %s\n", r.fault.ToString().c_str(),
         static_cast<long long>(r.fired_at_step), Ms(r.detect_ms).c_str(),
         r.recovery_ms ? (Ms(r.recovery_ms) + (r.recovery_bound_only ? "<" : "")).c_str() : "FAILED",
-        static_cast<long long>(StepsReplayed(r)), r.fired ? r.path.c_str() : r.error.c_str());
+        Ms(r.stall_ms).c_str(), static_cast<long long>(StepsReplayed(r)),
+        r.fired ? r.path.c_str() : r.error.c_str());
     if (!r.detected_by.empty()) std::printf("%-42s detected: %s\n", "", r.detected_by.c_str());
     if (r.fired && !r.error.empty()) std::printf("%-42s %s\n", "", r.error.c_str());
   }
@@ -740,7 +784,7 @@ int RunDrill(const DrillArgs& args) {
   std::printf("tandem drill: the job under %zu fault(s); its output in %s/drill-local.log\n",
               records.size(), ctx.out_dir.c_str());
   std::fflush(stdout);
-  RunResult faulty = RunFaulty(run_args, ctx, records, signals);
+  RunResult faulty = RunJob(run_args, ctx, {}, records, signals);
 
   RunResult reference;
   if (!args.reference.empty()) {
@@ -756,18 +800,11 @@ int RunDrill(const DrillArgs& args) {
     std::printf("tandem drill: the same job without faults; its output in %s/drill-local.log\n",
                 out.c_str());
     std::fflush(stdout);
-    auto p = StartLocal(run_args.local,
-                        {"output.dir=" + out, "checkpoint.dir=" + job->checkpoint.dir + suffix,
-                         "ps.data_dir=" + job->ps.data_dir + suffix},
-                        out);
-    reference.out_dir = out;
-    if (p.ok()) {
-      reference.exit = AwaitLocal(*p, signals);
-    } else {
-      std::fprintf(stderr, "tandem drill: %s\n", p.status().ToString().c_str());
-      reference.exit.exit_code = kExitRuntimeFailure;
-    }
-    reference.final_line = FinalLine(out);
+    std::vector<FaultRecord> none;
+    reference = RunJob(run_args, Context{&*job, out},
+                       {"output.dir=" + out, "checkpoint.dir=" + job->checkpoint.dir + suffix,
+                        "ps.data_dir=" + job->ps.data_dir + suffix},
+                       none, signals);
   }
 
   PrintTable(records);
@@ -798,9 +835,21 @@ int RunDrill(const DrillArgs& args) {
   const bool ok = all_recovered && job_ok && ref_ok && (k > 0 || sums_equal);
   report["all_recovered"] = all_recovered;
   report["ok"] = ok;
+  // What the faults cost in time: the faulty run's wall time over the fault-free run's.
+  report["time_lost_ms"] = faulty.wall_ms && reference.wall_ms
+                               ? nlohmann::json(*faulty.wall_ms - *reference.wall_ms)
+                               : nlohmann::json();
 
   std::printf("%-34s %s\n", "job under faults", faulty.exit.ToString().c_str());
   std::printf("%-34s %s\n", "fault-free run", reference.out_dir.c_str());
+  // The floor a fault's STALL is read against: the chief hears of steps with heartbeats.
+  std::printf("%-34s %s under faults, %s without (steps as the chief saw them)\n",
+              "longest pause of the step", Ms(LongestPauseMs(faulty)).c_str(),
+              Ms(LongestPauseMs(reference)).c_str());
+  if (faulty.wall_ms && reference.wall_ms)
+    std::printf("%-34s %s vs %s (fault-free): the faults cost %s\n", "wall time",
+                Ms(faulty.wall_ms).c_str(), Ms(reference.wall_ms).c_str(),
+                Ms(*faulty.wall_ms - *reference.wall_ms).c_str());
   std::printf("%-34s %s vs %s (fault-free)\n", "final AUC", auc.dump().c_str(),
               ref_auc.dump().c_str());
   std::printf("%-34s %s vs %s: %s%s\n", "model_checksum", sum.empty() ? "-" : sum.c_str(),
