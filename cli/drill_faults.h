@@ -1,8 +1,9 @@
 // The fault schedule of `tandem drill --faults SPEC` (issue 7, DESIGN §6): `;`-separated faults,
 // each fired when the job's step reaches its `@step`:
 //   kill ROLE:I @step S          SIGKILL the process (ROLE: ps | worker; `kill chief` for the
-//   chief) stop ROLE:I @step S for Ds   SIGSTOP, then SIGCONT after D (`2s`, `1.5s`, `500ms`) lose
-//   ps:I @step S            SIGKILL and delete its `ps.data_dir/shard-I` (a lost machine)
+//                                chief)
+//   stop ROLE:I @step S for Ds   SIGSTOP, then SIGCONT after D (`2s`, `1.5s`, `500ms`)
+//   lose ps:I @step S            SIGKILL and delete its `ps.data_dir/shard-I` (a lost machine)
 //   corrupt-latest @step S       flip a byte of `checkpoint.dir/LATEST`
 //   partition ROLE:I @step S for Ds          cut the member off the network for D
 //   partition ROLE:I,ROLE:J @step S for Ds   cut the two members off from each other only
