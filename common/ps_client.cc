@@ -94,10 +94,13 @@ Status PsClient::CallShards(const std::vector<size_t>& targets,
     for (size_t i = 0; i < todo.size(); ++i) {
       if (todo[i].next_try > now) continue;
       stats_.attempts++;
+      // A shard that is gone (a lost PS that left) must not hold a stop or a new generation up
+      // for the whole attempt.
       auto id = rpc_.Send(
           shards_[todo[i].shard].handle, build(todo[i].shard),
           std::min(options_.attempt_budget,
-                   std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1)));
+                   std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1)),
+          options_.interrupted);
       if (!id.ok()) {  // unreachable (e.g. restarting): back off and try again
         last_error = id.status().ToString();
         stats_.retries++;

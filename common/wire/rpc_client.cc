@@ -80,8 +80,8 @@ void RpcClient::Reopen(int server) {
   reopen_[server] = false;
 }
 
-StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
-                                   std::chrono::milliseconds budget) {
+StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message, std::chrono::milliseconds budget,
+                                   const std::function<bool()>& stop) {
   if (server < 0 || server >= static_cast<int>(sockets_.size()))
     return Status::InvalidArgument("unknown server handle");
   // The server would drop it unanswered (too many frames to decode): say so instead of waiting.
@@ -97,12 +97,16 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
   uint64_t bytes = 0;
   for (const auto& f : frames) bytes += f.size();
 
+  const auto stopped = [&] {
+    return Status::Cancelled("the send to " + endpoints_[server] + " was given up: stopping");
+  };
   while (in_flight_bytes_[server] > 0 &&
          in_flight_bytes_[server] + bytes > options_.max_in_flight_bytes) {
     if (Clock::now() >= deadline)
       return Status::Unavailable("in-flight byte bound reached for server " +
                                  std::to_string(server));
-    Pump(deadline);
+    if (stop && stop()) return stopped();
+    Pump(stop ? std::min(deadline, Clock::now() + std::chrono::milliseconds(20)) : deadline);
   }
   if (reopen_[server]) Reopen(server);
   // A disconnect not read yet is older than this request: it must not count it lost.
@@ -124,6 +128,7 @@ StatusOr<uint64_t> RpcClient::Send(int server, OutMessage message,
       return Status::Unavailable("server " + endpoints_[server] + " not reachable within " +
                                  std::to_string(budget.count()) + " ms");
     }
+    if (stop && stop()) return stopped();
     zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN | ZMQ_POLLOUT, 0};
     auto wait =
         std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),

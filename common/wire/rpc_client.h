@@ -63,8 +63,11 @@ class RpcClient {
 
   // Stamps the header (identity, new request id, `budget`) and sends. Waits up to `budget` for a
   // connection and for room under the in-flight bound, draining replies meanwhile.
-  // kUnavailable when the server is not reachable within the budget.
-  StatusOr<uint64_t> Send(int server, OutMessage message, std::chrono::milliseconds budget);
+  // kUnavailable when the server is not reachable within the budget. `stop` (if set) is polled
+  // at least every 20 ms while it waits: once it returns true the send ends with kCancelled
+  // (a process that is stopping does not wait for a server that is gone).
+  StatusOr<uint64_t> Send(int server, OutMessage message, std::chrono::milliseconds budget,
+                          const std::function<bool()>& stop = {});
 
   // The reply to `request_id` (any reply code: check ReplyStatus), or kDeadlineExceeded.
   // A request given up on is forgotten; its late reply is dropped.

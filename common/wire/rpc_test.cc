@@ -343,6 +343,26 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
   EXPECT_GE(elapsed, milliseconds(290));
 }
 
+// A send waiting for a server that is gone gives way to `stop` (a stopping worker, a new
+// generation) instead of waiting out its budget.
+TEST_F(RpcTest, ASendWaitingForAnUnreachableServerEndsWhenItsStopSaysSo) {
+  zmq::context_t ctx(1);
+  RpcClient client(&ctx, ClientIdentity());
+  std::string endpoint;
+  {
+    zmq::socket_t s(ctx, zmq::socket_type::router);
+    s.bind("tcp://127.0.0.1:0");
+    endpoint = s.get(zmq::sockopt::last_endpoint);
+  }
+  int h = *client.Connect(endpoint);
+  int polls = 0;
+  auto r = client.Send(h, EchoRequest("x"), milliseconds(20000), [&] { return ++polls >= 3; });
+  // Without the stop: kUnavailable after 20 s (or an id, had a concurrent test reused the port).
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsCancelled()) << r.status();
+  EXPECT_EQ(polls, 3);
+}
+
 // A server that dies with a request unanswered (its socket closes, as a killed process's does):
 // with fail_on_disconnect the wait ends at once, not at its deadline, and once a server is back
 // on the same port the next request is answered over the client's new connection. Without the

@@ -60,7 +60,17 @@ int ChiefDaemon::Run(const daemon::RoleContext& ctx) {
       return ExitCodeFor(s);
     }
   }
-  const JobState state = service->WaitFinished(std::chrono::steady_clock::now() + leave_grace);
+  // A stop signal now (the first one if the job ended by itself, else the second) means leave
+  // now: a supervisor rolling a failed job back, or stopping it, does not wait out the grace.
+  const JobState state =
+      service->WaitFinished(std::chrono::steady_clock::now() + leave_grace, [&ctx] {
+        int sig = 0;
+        if (!daemon::WaitStopSignal(ctx.stop_signals, std::chrono::milliseconds(0), &sig))
+          return false;
+        TLOG_INFO("received {} while the members leave: leaving now",
+                  sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        return true;
+      });
   TLOG_INFO("job {}: the chief leaves", Name(state));
   service->Stop();
   // Leaving on purpose closes the run; a chief killed before this line is rejoined by the next.

@@ -307,13 +307,14 @@ Status ChiefService::ConfirmRejoin(const RegisterInput& in) {
   return fatal_;
 }
 
-JobState ChiefService::WaitFinished(std::chrono::steady_clock::time_point until) {
+JobState ChiefService::WaitFinished(std::chrono::steady_clock::time_point until,
+                                    const std::function<bool()>& give_up) {
   const auto quiet = 3 * milliseconds(job_.chief.heartbeat_interval_ms);
   MutexLock lock(&mu_);
   std::optional<Clock::time_point> members_finished;
   for (;;) {
     const auto now = Clock::now();
-    if (now >= until) return membership_.job_state();
+    if (now >= until || (give_up && give_up())) return membership_.job_state();
     if (membership_.Finished(Now(), quiet)) {
       if (!members_finished) members_finished = now;
       // A supervisor that polls the status (tandem local, tandem drill) learns the job's end

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,9 +64,10 @@ class ChiefService {
   // Blocks until the job state is terminal and every registered member has reported a terminal
   // state and been silent for three heartbeat intervals (or said its last word), or is lost or
   // left, and every tool that watches the job has been answered with its end (for at most three
-  // heartbeat intervals more); or until `until`.
-  // Returns the job state then.
-  JobState WaitFinished(std::chrono::steady_clock::time_point until);
+  // heartbeat intervals more); or until `until`, or until `give_up` (polled every tick, at most
+  // 100 ms) says so. Returns the job state then.
+  JobState WaitFinished(std::chrono::steady_clock::time_point until,
+                        const std::function<bool()>& give_up = nullptr);
 
   uint64_t term() const;
   JobState job_state() const;

@@ -513,6 +513,24 @@ TEST_F(ChiefServiceTest, StopGoesThroughStoppingToStoppedAndTheChiefFinishes) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(9000));
 }
 
+// The chief's wait for its members to leave ends when it is told to give up (chief_main: a stop
+// signal while it waits), not only at its deadline: a supervisor rolling a failed job back does
+// not wait for it.
+TEST_F(ChiefServiceTest, TheWaitForTheMembersToLeaveEndsWhenItIsToldToGiveUp) {
+  StartChief();
+  JoinAll();
+  Progress training;
+  training.state = MemberState::kTraining;
+  for (Member* m : {ps0_, w0_, w1_}) m->client->SetProgress(training);
+  ASSERT_TRUE(w0_->client->StopJob("test stop").ok());
+  // Nobody has stopped: without give_up the wait lasts until its deadline, 20 s from now.
+  const auto until = std::chrono::steady_clock::now() + milliseconds(20000);
+  int asked = 0;
+  EXPECT_EQ(Name(service_->WaitFinished(until, [&] { return ++asked >= 3; })), "stopping");
+  EXPECT_EQ(asked, 3);
+  EXPECT_LT(std::chrono::steady_clock::now(), until);
+}
+
 TEST_F(ChiefServiceTest, DoneByEveryWorkerEndsTheJobWithRankZerosResult) {
   StartChief();
   JoinAll(/*heartbeats=*/false);

@@ -332,7 +332,18 @@ TEST(DrillTest, LostPsFailsTheJobAtOnceAndTheRollbackEndsWithTheFaultFreeModel) 
   ASSERT_TRUE(fault["recovery_ms"].is_number()) << report.dump(2);
   EXPECT_LT(fault["recovery_ms"].get<double>(), 60000.0) << report.dump(2);
   EXPECT_NE(ReadFile(dir.path() + "/out/logs/ps-1.log").find("lost its data"), std::string::npos)
-      << "the restarted shard did not say why it failed the job";
+      << "the restarted shard did not say why it failed the job";  // Every member of the failed run
+                                                                   // left on the failure or on the
+                                                                   // supervisor's SIGTERM: the
+  // workers' step in flight waited on the lost shard, and the chief on its members, for a grace
+  // the rollback does not need, until `tandem local` killed them.
+  const std::string local = ReadFile(dir.path() + "/out/drill-local.log");
+  size_t killed = 0;
+  for (size_t at = local.find("killed by signal"); at != std::string::npos;
+       at = local.find("killed by signal", at + 1))
+    ++killed;
+  EXPECT_EQ(killed, 1u) << "only the fault's own kill:\n" << local;
+  EXPECT_NE(local.find("ps:1 ended (killed by signal"), std::string::npos) << local;
 }
 
 // The rest of the fault kinds, in one short job: a worker killed before the first checkpoint

@@ -42,14 +42,19 @@ void ReplicaGroup::Watch() {
   // wait) that outlasts the grace is held up by a peer or a shard that does not answer: the
   // stop must not wait for collective.timeout_ms, nor for a recovery.
   if (stop_since_ == Clock::time_point{} && chief_->stop_requested()) stop_since_ = Clock::now();
+  // A failed job goes back to its last committed checkpoint (it is rolled back or given up):
+  // the step in flight is lost whatever it does, and it may wait on the member that failed the
+  // job, so nothing is waited for. The grace would hold the rollback up as long.
+  const bool job_failed = chief_->stop_requested() && chief_->job_state() == JobState::kFailed;
   if (stop_since_ != Clock::time_point{} && !stop_overdue_.load() &&
-      (stop_at_once_ || Clock::now() - stop_since_ >= kStopGrace)) {
+      (stop_at_once_ || job_failed || Clock::now() - stop_since_ >= kStopGrace)) {
     stop_overdue_.store(true);
     TLOG_WARN(
-        "the stop has waited {}: waits on the shards give way, and an op of the all-reduce "
-        "group still in flight is abandoned (the job stops at its last committed checkpoint)",
-        stop_at_once_ ? "for a second signal"
-                      : fmt::format("{} ms", static_cast<long long>(kStopGrace.count())));
+        "the stop {}: waits on the shards give way, and an op of the all-reduce group still in "
+        "flight is abandoned (the job stops at its last committed checkpoint)",
+        stop_at_once_ ? "came twice"
+        : job_failed  ? "is the job's failure"
+                     : fmt::format("has waited {} ms", static_cast<long long>(kStopGrace.count())));
   }
   if (!group_) return;
   if (stop_overdue_.load() && !aborted_for_stop_ &&

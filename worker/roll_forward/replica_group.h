@@ -8,8 +8,9 @@
 // its abort makes the process exit 76.
 //
 // A stop (SIGTERM, or the chief's stop) is honoured by the step it rides in; an op or a shard
-// wait that has not returned kStopGrace after the stop (at once after a second SIGTERM) is
-// abandoned, and the job stops at its last committed checkpoint instead of at a final one.
+// wait that has not returned kStopGrace after the stop (at once after a second SIGTERM, or when
+// the stop is the job's failure) is abandoned, and the job stops at its last committed
+// checkpoint instead of at a final one.
 #pragma once
 
 #include <atomic>

@@ -132,5 +132,26 @@ TEST_F(ReplicaGroupTest, AStopEndsTheRecoveryAndAbortsAnOpThatOutlastsTheGrace) 
   EXPECT_TRUE(group_->Interrupted());
 }
 
+// A stop gives the step in flight kStopGrace to end, so that the job stops at a final checkpoint;
+// a failed job has none to take (it goes back to its last committed one) and its step may wait
+// on the member that failed it: that stop is overdue at once.
+TEST_F(ReplicaGroupTest, AStopForTheJobsFailureIsOverdueAtOnce) {
+  ASSERT_TRUE(worker(1)->StopJob("test").ok());
+  ASSERT_TRUE(worker(0)->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_TRUE(worker(0)->stop_requested());
+  group_->Watch();
+  EXPECT_FALSE(group_->StopOverdue()) << "a stop first waits for the step in flight";
+  Progress failed;
+  failed.state = MemberState::kFailed;
+  failed.detail = "test: worker 1 failed";
+  worker(1)->SetProgress(failed);
+  ASSERT_TRUE(worker(1)->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_TRUE(worker(0)->HeartbeatNow(milliseconds(2000)).ok());
+  ASSERT_EQ(Name(worker(0)->job_state()), "failed");
+  group_->Watch();
+  EXPECT_TRUE(group_->StopOverdue());
+  EXPECT_TRUE(group_->Interrupted()) << "pulls and pushes waiting on the shards give way";
+}
+
 }  // namespace
 }  // namespace tandem::worker
