@@ -110,6 +110,7 @@ Status Shard::Recover() {
   lo.direct_io = options_.push_log_direct_io;
   lo.write_for_test = options_.push_log_write_for_test;
   TANDEM_ASSIGN_OR_RETURN(log_, PushLog::Open(lo));
+  const auto started = std::chrono::steady_clock::now();
 
   // Restore points a stop came in the middle of deleting.
   std::error_code list_ec;
@@ -147,6 +148,7 @@ Status Shard::Recover() {
     so.change_log_dir = options_.dir + "/changes";
   so.change_log_segment_bytes = options_.change_log_segment_bytes;
   TANDEM_ASSIGN_OR_RETURN(store_, EmbeddingStore::Open(so));
+  const auto opened = std::chrono::steady_clock::now();
 
   uint64_t replayed = 0;
   // Checkpoint cuts met in the log are not taken again: their restore points were taken then
@@ -180,8 +182,16 @@ Status Shard::Recover() {
   replaying_ = false;
   TANDEM_RETURN_IF_ERROR(s);
   stats_.replayed_records = replayed;
-  TLOG_INFO("shard {} recovered: restore point step {}, {} log records replayed, applied step {}",
-            options_.shard_index, points.empty() ? -1 : points.back().step, replayed, applied_);
+  // How long a restarted shard holds training up, and in what (a PS kill's stall in a drill).
+  const auto seconds = [](auto from, auto to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  const auto now = std::chrono::steady_clock::now();
+  TLOG_INFO(
+      "shard {} recovered: restore point step {}, {} log records replayed, applied step {} "
+      "({:.2f} s: live DB and store opened {:.2f} s, replay {:.2f} s)",
+      options_.shard_index, points.empty() ? -1 : points.back().step, replayed, applied_,
+      seconds(started, now), seconds(started, opened), seconds(opened, now));
   YieldIfTrainingOver();
   std::string dir;
   uint64_t seq = 0;
