@@ -322,17 +322,17 @@ TEST_F(RpcTest, CallAllFansOutToSeveralServers) {
   second.Stop();
 }
 
+// A port that was just free: bind a socket to port 0, read it, close it.
+std::string FreedEndpoint(zmq::context_t& ctx) {
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:0");
+  return s.get(zmq::sockopt::last_endpoint);
+}
+
 TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
   zmq::context_t ctx(1);
   RpcClient client(&ctx, ClientIdentity());
-  // A port that was just free: bind a socket to port 0, read it, close it.
-  std::string endpoint;
-  {
-    zmq::socket_t s(ctx, zmq::socket_type::router);
-    s.bind("tcp://127.0.0.1:0");
-    endpoint = s.get(zmq::sockopt::last_endpoint);
-  }
-  int h = *client.Connect(endpoint);
+  int h = *client.Connect(FreedEndpoint(ctx));
   auto t0 = std::chrono::steady_clock::now();
   auto r = client.Call(h, EchoRequest("x"), milliseconds(300));
   auto elapsed = std::chrono::steady_clock::now() - t0;
@@ -348,13 +348,7 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
 TEST_F(RpcTest, ASendWaitingForAnUnreachableServerEndsWhenItsStopSaysSo) {
   zmq::context_t ctx(1);
   RpcClient client(&ctx, ClientIdentity());
-  std::string endpoint;
-  {
-    zmq::socket_t s(ctx, zmq::socket_type::router);
-    s.bind("tcp://127.0.0.1:0");
-    endpoint = s.get(zmq::sockopt::last_endpoint);
-  }
-  int h = *client.Connect(endpoint);
+  int h = *client.Connect(FreedEndpoint(ctx));
   int polls = 0;
   auto r = client.Send(h, EchoRequest("x"), milliseconds(20000), [&] { return ++polls >= 3; });
   // Without the stop: kUnavailable after 20 s (or an id, had a concurrent test reused the port).
