@@ -1,6 +1,10 @@
 // In-process tests of the RPC layer over loopback (port 0): dispatch, parking, rejection paths,
 // budgets and overload. The cross-process tests live in tests/cluster.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -345,13 +349,41 @@ TEST_F(RpcTest, UnreachableServerFailsWithinBudget) {
 
 // A send waiting for a server that is gone gives way to `stop` (a stopping worker, a new
 // generation) instead of waiting out its budget.
+// A port bound by a socket that never listens: every connection to it is refused, and no other
+// test can take it while this object lives (a port freed after a bind may be reused at once by a
+// test running beside this one).
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      ADD_FAILURE() << "cannot bind a TCP socket on 127.0.0.1";
+    endpoint_ = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  ~RefusingPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  int fd_;
+  std::string endpoint_;
+};
+
 TEST_F(RpcTest, ASendWaitingForAnUnreachableServerEndsWhenItsStopSaysSo) {
   zmq::context_t ctx(1);
   RpcClient client(&ctx, ClientIdentity());
-  int h = *client.Connect(FreedEndpoint(ctx));
+  RefusingPort port;
+  int h = *client.Connect(port.endpoint());
   int polls = 0;
   auto r = client.Send(h, EchoRequest("x"), milliseconds(20000), [&] { return ++polls >= 3; });
-  // Without the stop: kUnavailable after 20 s (or an id, had a concurrent test reused the port).
+  // Without the stop: kUnavailable after 20 s.
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(r.status().IsCancelled()) << r.status();
   EXPECT_EQ(polls, 3);
